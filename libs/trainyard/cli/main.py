@@ -1,0 +1,57 @@
+"""The single `trainyard` command line entry.
+
+Each subcommand is a module exposing ``HELP`` (one line), ``configure(parser)`` and
+``run(args) -> int``. Modules are named here as strings and imported when the command
+line is built, so a command module must keep its top-level imports light (import heavy
+packages inside ``run``). Adding a command is one line in ``COMMANDS``.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import Sequence
+
+COMMANDS: dict[str, str] = {
+}
+
+
+class UserError(Exception):
+    """An error caused by the user's input: printed as one line, never as a traceback."""
+
+    def __init__(self, message: str, exit_code: int = 2) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="trainyard",
+        description="Kubeflow Trainer v2 compatible training control plane on NATS JetStream.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, module_name in COMMANDS.items():
+        module = importlib.import_module(module_name)
+        command_parser = sub.add_parser(name, help=module.HELP, description=module.HELP)
+        module.configure(command_parser)
+        command_parser.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "_run", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args._run(args) or 0)
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
