@@ -1,0 +1,1 @@
+"""Logging, tracing, metrics, health endpoints and process lifecycle for the services."""

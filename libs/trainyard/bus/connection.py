@@ -1,0 +1,58 @@
+"""NATS connection with reconnect (forever, with a short wait), logging the transitions."""
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+import nats
+from nats.aio.client import Client
+
+log = logging.getLogger(__name__)
+
+
+async def connect(
+    url: str,
+    name: str,
+    *,
+    on_state: Callable[[bool], None] | None = None,
+    connect_timeout_s: float = 5.0,
+    reconnect_wait_s: float = 0.5,
+) -> Client:
+    """Connects to NATS; reconnects forever. ``on_state(True/False)`` follows connectivity."""
+
+    def notify(connected: bool) -> None:
+        if on_state is not None:
+            on_state(connected)
+
+    async def disconnected() -> None:
+        log.warning("nats disconnected", extra={"nats_url": url})
+        notify(False)
+
+    async def reconnected() -> None:
+        log.info("nats reconnected", extra={"nats_url": url})
+        notify(True)
+
+    async def error(err: Exception) -> None:
+        log.warning("nats error: %s", err)
+
+    async def closed() -> None:
+        notify(False)
+
+    client = await nats.connect(
+        servers=[url],
+        name=name,
+        allow_reconnect=True,
+        max_reconnect_attempts=-1,
+        reconnect_time_wait=reconnect_wait_s,
+        connect_timeout=connect_timeout_s,
+        # Keep publishing into the client's buffer while the server is away (bounded).
+        pending_size=64 * 1024 * 1024,
+        disconnected_cb=disconnected,
+        reconnected_cb=reconnected,
+        error_cb=error,
+        closed_cb=closed,
+    )
+    notify(True)
+    return client
+
+

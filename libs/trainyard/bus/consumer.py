@@ -1,0 +1,273 @@
+"""Durable pull consumers: per-object serial, cross-object parallel, explicit ack.
+
+A fetched batch is split into lanes by object key (taken from the subject): one lane handles
+its messages strictly in order, different lanes run concurrently (bounded). A handler that
+returns acknowledges the message; one that raises gets the message redelivered with backoff
+(``nak`` with delay) until ``max_deliver``, after which — or at once for
+:class:`PermanentError` — the message is copied to the dead-letter stream with the error and
+terminated, and the consumer goes on with the next one.
+"""
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Awaitable, Callable
+
+from nats.aio.msg import Msg
+from nats.errors import ConnectionClosedError, TimeoutError as NatsTimeoutError
+from nats.js import JetStreamContext
+
+from trainyard.bus import subjects
+from trainyard.bus.envelopes import DeadLetter
+from trainyard.bus.publisher import Publisher
+from trainyard.bus.topology import ConsumerSpec, ensure_consumer
+from trainyard.bus.tracing import consume_span
+from trainyard.telemetry import metrics
+
+log = logging.getLogger(__name__)
+
+
+class PermanentError(Exception):
+    """Retrying cannot help (bad payload, rejected object): dead-letter now."""
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """What a handler sees of one message."""
+
+    subject: str
+    data: bytes
+    headers: dict[str, str]
+    num_delivered: int
+    stream_sequence: int
+
+
+Handler = Callable[[Delivery], Awaitable[None]]
+
+
+def subject_key(subject: str) -> str:
+    """The lane key: the object tokens at the end of the subject."""
+    return ".".join(subject.split(".")[-4:])
+
+
+def redelivery_delay(num_delivered: int) -> float:
+    return min(0.25 * (2 ** max(num_delivered - 1, 0)), 10.0)
+
+
+@dataclass
+class _Lane:
+    messages: deque[Msg] = field(default_factory=deque)
+    task: asyncio.Task | None = None
+
+
+class Consumer:
+    def __init__(
+        self,
+        js: JetStreamContext,
+        spec: ConsumerSpec,
+        handler: Handler,
+        *,
+        service: str,
+        publisher: Publisher,
+        key_of: Callable[[str], str] = subject_key,
+        batch: int = 128,
+        concurrency: int = 32,
+        fetch_timeout_s: float = 1.0,
+    ) -> None:
+        self._js = js
+        self._spec = spec
+        self._handler = handler
+        self._service = service
+        self._publisher = publisher
+        self._key_of = key_of
+        self._batch = batch
+        self._slots = asyncio.Semaphore(concurrency)
+        self._fetch_timeout_s = fetch_timeout_s
+        self._lanes: dict[str, _Lane] = {}
+        self._pending = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._stopping = False
+
+    @property
+    def name(self) -> str:
+        return self._spec.durable
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Fetches and handles messages until ``stop`` is set, then drains (see :meth:`drain`)."""
+        await ensure_consumer(self._js, self._spec)
+        sub = await self._js.pull_subscribe_bind(
+            durable=self._spec.durable, stream=self._spec.stream
+        )
+        try:
+            while not stop.is_set():
+                if self._pending >= self._batch * 2:
+                    # Back-pressure: let the lanes catch up before fetching more.
+                    await self._wait_below(self._batch)
+                    continue
+                try:
+                    msgs = await sub.fetch(self._batch, timeout=self._fetch_timeout_s)
+                except NatsTimeoutError:
+                    continue
+                except (ConnectionClosedError, asyncio.CancelledError):
+                    raise
+                except Exception as err:  # disconnected, server restarting, consumer gone
+                    log.warning("fetch from %s failed: %s", self.name, err)
+                    await _sleep_or_stop(stop, 0.5)
+                    try:
+                        await ensure_consumer(self._js, self._spec)
+                    except Exception:
+                        pass
+                    continue
+                for msg in msgs:
+                    self._enqueue(msg)
+        finally:
+            await self.drain()
+            try:
+                await sub.unsubscribe()
+            except Exception:
+                pass
+
+    async def drain(self, grace_s: float = 10.0) -> None:
+        """Graceful stop: running handlers finish; queued, unstarted messages are nak'ed."""
+        self._stopping = True
+        for lane in self._lanes.values():
+            while len(lane.messages) > 1:
+                msg = lane.messages.pop()
+                await _quietly(msg.nak())
+                self._done_one()
+        tasks = [lane.task for lane in self._lanes.values() if lane.task]
+        if tasks:
+            await asyncio.wait(tasks, timeout=grace_s)
+
+    def _enqueue(self, msg: Msg) -> None:
+        metrics.RECEIVED.labels(self._service, self.name).inc()
+        metrics.WORKQUEUE_ADDS.labels(self.name).inc()
+        self._pending += 1
+        self._idle.clear()
+        metrics.WORKQUEUE_DEPTH.labels(self.name).set(self._pending)
+        key = self._key_of(msg.subject)
+        lane = self._lanes.get(key)
+        if lane is None:
+            lane = self._lanes[key] = _Lane()
+        lane.messages.append(msg)
+        if lane.task is None:
+            lane.task = asyncio.create_task(self._run_lane(key, lane))
+
+    async def _run_lane(self, key: str, lane: _Lane) -> None:
+        try:
+            while lane.messages:
+                msg = lane.messages[0]
+                async with self._slots:
+                    await self._handle(msg)
+                lane.messages.popleft()
+                self._done_one()
+                if self._stopping:
+                    while lane.messages:
+                        await _quietly(lane.messages.popleft().nak())
+                        self._done_one()
+        finally:
+            lane.task = None
+            if not lane.messages:
+                self._lanes.pop(key, None)
+
+    def _done_one(self) -> None:
+        self._pending -= 1
+        metrics.WORKQUEUE_DEPTH.labels(self.name).set(self._pending)
+        if self._pending <= self._batch:
+            self._idle.set()
+
+    async def _wait_below(self, _: int) -> None:
+        await self._idle.wait()
+
+    async def _handle(self, msg: Msg) -> None:
+        meta = msg.metadata
+        published = meta.timestamp.timestamp() if meta.timestamp else time.time()
+        metrics.WORKQUEUE_QUEUE_DURATION.labels(self.name).observe(max(time.time() - published, 0.0))
+        delivery = Delivery(
+            subject=msg.subject,
+            data=msg.data,
+            headers=dict(msg.headers or {}),
+            num_delivered=meta.num_delivered,
+            stream_sequence=meta.sequence.stream,
+        )
+        started = time.perf_counter()
+        try:
+            with consume_span(msg.subject, msg.headers, self.name):
+                await self._handler(delivery)
+        except asyncio.CancelledError:
+            await _quietly(msg.nak())
+            raise
+        except PermanentError as err:
+            await self._dead_letter(msg, delivery, f"{err}")
+            self._record("dead_letter", started)
+            return
+        except Exception as err:
+            text = f"{type(err).__name__}: {err}"
+            if delivery.num_delivered >= self._spec.max_deliver:
+                await self._dead_letter(msg, delivery, text)
+                self._record("dead_letter", started)
+            else:
+                log.warning(
+                    "handler failed; will retry",
+                    extra={"consumer": self.name, "subject": msg.subject,
+                           "deliveries": delivery.num_delivered, "error": text},
+                )
+                await _quietly(msg.nak(delay=redelivery_delay(delivery.num_delivered)))
+                self._record("error", started)
+            return
+        await _quietly(msg.ack())
+        self._record("success", started)
+
+    def _record(self, result: str, started: float) -> None:
+        elapsed = time.perf_counter() - started
+        metrics.PROCESSED_DURATION.labels(self._service, self.name).observe(elapsed)
+        metrics.RECONCILE_TOTAL.labels(self.name, result).inc()
+        metrics.RECONCILE_TIME.labels(self.name).observe(elapsed)
+        if result != "success":
+            metrics.RECONCILE_ERRORS.labels(self.name).inc()
+
+    async def _dead_letter(self, msg: Msg, delivery: Delivery, error: str) -> None:
+        letter = DeadLetter(
+            stream=self._spec.stream,
+            consumer=self.name,
+            subject=msg.subject,
+            deliveries=delivery.num_delivered,
+            error=error,
+            data=base64.b64encode(msg.data).decode("ascii"),
+            headers={k: v for k, v in delivery.headers.items()},
+        )
+        subject = subjects.dead_letter_subject(msg.subject)
+        msg_id = f"dead:{self._spec.stream}:{delivery.stream_sequence}"
+        log.error(
+            "message moved to dead letter",
+            extra={"consumer": self.name, "subject": msg.subject, "error": error,
+                   "deliveries": delivery.num_delivered},
+        )
+        try:
+            await self._publisher.publish(subject, letter, msg_id)
+        except Exception as err:
+            # Keep the message: it is redelivered and dead-lettered again later.
+            log.error("dead letter publish failed: %s", err)
+            await _quietly(msg.nak(delay=1.0))
+            return
+        metrics.DEAD_LETTERS.labels(self._service, self.name).inc()
+        await _quietly(msg.term())
+
+
+async def _quietly(awaitable: Awaitable[None]) -> None:
+    try:
+        await awaitable
+    except Exception as err:  # an ack lost to a disconnect means a harmless redelivery
+        log.debug("ack/nak failed: %s", err)
+
+
+async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
+    try:
+        await asyncio.wait_for(stop.wait(), timeout=seconds)
+    except asyncio.TimeoutError:
+        pass

@@ -1,0 +1,65 @@
+"""One service's handle on the bus: connection, JetStream, topology, publisher and stores."""
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Callable
+
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+
+from trainyard.bus.connection import connect
+from trainyard.bus.kv import AppliedPlanStore, OutcomeStore, SnapshotStore
+from trainyard.bus.publisher import Publisher
+from trainyard.bus.topology import ensure_topology
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class BusSession:
+    nc: Client
+    js: JetStreamContext
+    publisher: Publisher
+    snapshots: SnapshotStore
+    applied: AppliedPlanStore
+    outcomes: OutcomeStore
+
+    @classmethod
+    async def open(
+        cls,
+        url: str,
+        service: str,
+        *,
+        on_state: Callable[[bool], None] | None = None,
+        stop: asyncio.Event | None = None,
+    ) -> "BusSession":
+        """Connects (retrying until the server answers or ``stop`` is set) and sets up topology."""
+        attempt = 0
+        while True:
+            try:
+                nc = await connect(url, service, on_state=on_state)
+                break
+            except Exception as err:
+                attempt += 1
+                if stop is not None and stop.is_set():
+                    raise
+                log.warning("nats not reachable yet (%s); retrying", err, extra={"nats_url": url})
+                await asyncio.sleep(min(0.2 * attempt, 2.0))
+        js = nc.jetstream(publish_async_max_pending=4000)
+        await ensure_topology(js)
+        return cls(
+            nc=nc,
+            js=js,
+            publisher=Publisher(js, service),
+            snapshots=await SnapshotStore.open(js),
+            applied=await AppliedPlanStore.open(js),
+            outcomes=await OutcomeStore.open(js),
+        )
+
+    async def close(self) -> None:
+        try:
+            await self.nc.drain()
+        except Exception:
+            await self.nc.close()

@@ -1,0 +1,150 @@
+"""Streams, KV buckets and durable consumers, declared once and created idempotently.
+
+Every service calls :func:`ensure_topology` at start: creating what is missing and updating a
+stream whose config changed, so several replicas starting together is safe.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from nats.js import JetStreamContext
+from nats.js.api import (
+    AckPolicy,
+    ConsumerConfig,
+    DeliverPolicy,
+    KeyValueConfig,
+    RetentionPolicy,
+    StorageType,
+    StreamConfig,
+)
+from nats.js.errors import BadRequestError
+
+from trainyard.bus import subjects
+
+log = logging.getLogger(__name__)
+
+EVENTS_STREAM = "TY_EVENTS"
+PLANS_STREAM = "TY_PLANS"
+RESULTS_STREAM = "TY_RESULTS"
+DEAD_LETTER_STREAM = "TY_DEAD_LETTER"
+
+SNAPSHOTS_BUCKET = "ty_objects"
+APPLIED_BUCKET = "ty_applied"
+OUTCOMES_BUCKET = "ty_outcomes"
+
+DEDUP_WINDOW_S = 120.0
+
+
+def stream_configs(storage: StorageType = StorageType.FILE) -> list[StreamConfig]:
+    """The four streams of the bus contract (docs/bus.md)."""
+    return [
+        # Events: a replayable log of observed changes; dedup drops the second watcher's copy.
+        StreamConfig(
+            name=EVENTS_STREAM,
+            subjects=[f"{subjects.EVENTS_PREFIX}.>"],
+            retention=RetentionPolicy.LIMITS,
+            storage=storage,
+            duplicate_window=DEDUP_WINDOW_S,
+            max_age=24 * 3600.0,
+            max_msgs_per_subject=64,
+        ),
+        # Plans: work to do, removed once an applier acknowledged it.
+        StreamConfig(
+            name=PLANS_STREAM,
+            subjects=[f"{subjects.PLANS_PREFIX}.>"],
+            retention=RetentionPolicy.WORK_QUEUE,
+            storage=storage,
+            duplicate_window=DEDUP_WINDOW_S,
+        ),
+        StreamConfig(
+            name=RESULTS_STREAM,
+            subjects=[f"{subjects.RESULTS_PREFIX}.>"],
+            retention=RetentionPolicy.LIMITS,
+            storage=storage,
+            duplicate_window=DEDUP_WINDOW_S,
+            max_age=24 * 3600.0,
+        ),
+        StreamConfig(
+            name=DEAD_LETTER_STREAM,
+            subjects=[f"{subjects.DEAD_LETTER_PREFIX}.>"],
+            retention=RetentionPolicy.LIMITS,
+            storage=storage,
+            max_age=7 * 24 * 3600.0,
+        ),
+    ]
+
+
+def bucket_configs(storage: StorageType = StorageType.FILE) -> list[KeyValueConfig]:
+    return [
+        KeyValueConfig(bucket=SNAPSHOTS_BUCKET, history=1, storage=storage,
+                       description="latest snapshot of every watched object"),
+        KeyValueConfig(bucket=APPLIED_BUCKET, history=1, storage=storage,
+                       description="last applied plan per TrainJob (compare-and-set)"),
+        KeyValueConfig(bucket=OUTCOMES_BUCKET, history=1, storage=storage,
+                       description="last planning/apply error per TrainJob"),
+    ]
+
+
+@dataclass(frozen=True)
+class ConsumerSpec:
+    """A durable pull consumer: explicit ack, bounded redelivery, then the dead letter."""
+
+    stream: str
+    durable: str
+    filter_subjects: list[str]
+    ack_wait_s: float = 30.0
+    max_deliver: int = 5
+    max_ack_pending: int = 4096
+    deliver_new_only: bool = False
+    extra: dict = field(default_factory=dict)
+
+    def config(self) -> ConsumerConfig:
+        many = len(self.filter_subjects) > 1
+        return ConsumerConfig(
+            durable_name=self.durable,
+            name=self.durable,
+            ack_policy=AckPolicy.EXPLICIT,
+            ack_wait=self.ack_wait_s,
+            max_deliver=self.max_deliver,
+            max_ack_pending=self.max_ack_pending,
+            deliver_policy=DeliverPolicy.NEW if self.deliver_new_only else DeliverPolicy.ALL,
+            filter_subject=None if many else self.filter_subjects[0],
+            filter_subjects=self.filter_subjects if many else None,
+            **self.extra,
+        )
+
+
+async def ensure_streams(js: JetStreamContext, storage: StorageType = StorageType.FILE) -> None:
+    for config in stream_configs(storage):
+        try:
+            await js.add_stream(config)
+        except BadRequestError:
+            # Exists with another config (e.g. an older release): bring it to ours.
+            await js.update_stream(config)
+
+
+async def ensure_buckets(js: JetStreamContext, storage: StorageType = StorageType.FILE) -> None:
+    for config in bucket_configs(storage):
+        try:
+            await js.key_value(config.bucket)
+        except Exception:  # BucketNotFoundError (and a half-created bucket) -> create
+            await js.create_key_value(config)
+
+
+async def ensure_topology(js: JetStreamContext, storage: StorageType = StorageType.FILE) -> None:
+    """Creates (or updates) every stream and bucket; safe to call from any number of replicas."""
+    await ensure_streams(js, storage)
+    await ensure_buckets(js, storage)
+
+
+async def ensure_consumer(js: JetStreamContext, spec: ConsumerSpec) -> None:
+    """Creates the durable consumer (the server updates it in place when it exists).
+
+    A change the server refuses to apply in place keeps the existing consumer (and its
+    position): losing acknowledged state would be worse than running with the old limits.
+    """
+    try:
+        await js.add_consumer(spec.stream, config=spec.config())
+    except BadRequestError as err:
+        log.warning("consumer %s kept with its existing config: %s", spec.durable, err)

@@ -1,0 +1,248 @@
+"""Bus contract tests against a real nats-server (tests/fixtures/nats.py)."""
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+
+from trainyard.bus.consumer import Consumer, Delivery, PermanentError
+from trainyard.bus.envelopes import DeadLetter, ObjectEvent, decode
+from trainyard.bus.kv import AppliedPlan, CasConflict
+from trainyard.bus.publisher import Outgoing
+from trainyard.bus.session import BusSession
+from trainyard.bus.subjects import ObjectKey, event_subject
+from trainyard.bus.topology import DEAD_LETTER_STREAM, EVENTS_STREAM, ConsumerSpec
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def trainjob(name: str, rv: str = "1", uid: str = "uid-1") -> dict:
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+        "metadata": {"name": name, "namespace": "team.a", "uid": uid, "resourceVersion": rv},
+    }
+
+
+def event(name: str, rv: str = "1") -> ObjectEvent:
+    return ObjectEvent.from_object("c1", "MODIFIED", trainjob(name, rv))
+
+
+async def publish_events(bus: BusSession, events: list[ObjectEvent]) -> None:
+    await bus.publisher.publish_many(
+        Outgoing(event_subject(e.key), e, e.msg_id()) for e in events
+    )
+
+
+class Recorder:
+    """A handler that records what it saw and can be told to fail."""
+
+    def __init__(self, fail_times: int = 0, permanent: bool = False) -> None:
+        self.seen: list[tuple[str, int]] = []
+        self.fail_times = fail_times
+        self.permanent = permanent
+        self.headers: list[dict] = []
+        self.changed = asyncio.Event()
+
+    async def __call__(self, delivery: Delivery) -> None:
+        ev = decode(ObjectEvent, delivery.data)
+        self.seen.append((ev.name, int(ev.resource_version)))
+        self.headers.append(delivery.headers)
+        self.changed.set()
+        if ev.name.startswith("poison"):
+            if self.permanent:
+                raise PermanentError(f"cannot handle {ev.name}")
+            raise RuntimeError(f"boom on {ev.name}")
+        if self.fail_times > 0:
+            self.fail_times -= 1
+            raise RuntimeError("transient")
+
+    async def wait_for(self, predicate, timeout: float = 20.0) -> None:
+        async def loop():
+            while not predicate(self.seen):
+                self.changed.clear()
+                await self.changed.wait()
+        await asyncio.wait_for(loop(), timeout)
+
+
+@pytest.fixture
+async def bus(nats_server):
+    session = await BusSession.open(nats_server.url, "test")
+    yield session
+    await session.close()
+
+
+async def run_consumer(bus: BusSession, handler, durable="t", max_deliver=3, **kw):
+    spec = ConsumerSpec(EVENTS_STREAM, durable, ["ty.events.>"], ack_wait_s=5, max_deliver=max_deliver)
+    consumer = Consumer(bus.js, spec, handler, service="test", publisher=bus.publisher, **kw)
+    stop = asyncio.Event()
+    task = asyncio.create_task(consumer.run(stop))
+    return stop, task
+
+
+async def stop_consumer(stop, task):
+    stop.set()
+    await asyncio.wait_for(task, 15)
+
+
+async def test_topology_is_idempotent_across_replicas(nats_server, bus):
+    second = await BusSession.open(nats_server.url, "test-2")
+    try:
+        info = await second.js.stream_info(EVENTS_STREAM)
+        assert info.config.duplicate_window >= 120
+    finally:
+        await second.close()
+
+
+async def test_same_msg_id_is_stored_once(bus):
+    ev = event("job.one")
+    acks = await bus.publisher.publish_many(
+        [Outgoing(event_subject(ev.key), ev, ev.msg_id())] * 2
+    )
+    assert [a.duplicate for a in acks] == [None, True] or [bool(a.duplicate) for a in acks] == [False, True]
+    info = await bus.js.stream_info(EVENTS_STREAM)
+    assert info.state.messages == 1
+
+
+async def test_failed_message_is_redelivered_then_acked(bus):
+    recorder = Recorder(fail_times=1)
+    stop, task = await run_consumer(bus, recorder)
+    await publish_events(bus, [event("j1")])
+    await recorder.wait_for(lambda seen: len(seen) >= 2)
+    await stop_consumer(stop, task)
+    assert recorder.seen == [("j1", 1), ("j1", 1)]
+    info = await bus.js.consumer_info(EVENTS_STREAM, "t")
+    assert info.num_ack_pending == 0 and info.num_pending == 0
+
+
+async def read_dead_letters(bus: BusSession) -> list[DeadLetter]:
+    sub = await bus.js.pull_subscribe("ty.dead.>", stream=DEAD_LETTER_STREAM)
+    try:
+        msgs = await sub.fetch(10, timeout=2)
+    except Exception:
+        return []
+    return [decode(DeadLetter, m.data) for m in msgs]
+
+
+async def test_poison_message_goes_to_dead_letter_and_consuming_goes_on(bus):
+    recorder = Recorder()
+    stop, task = await run_consumer(bus, recorder, max_deliver=2)
+    await publish_events(bus, [event("poison-1"), event("after-1")])
+    await recorder.wait_for(lambda seen: seen.count(("poison-1", 1)) == 2 and ("after-1", 1) in seen)
+    letters = []
+    for _ in range(50):
+        letters = await read_dead_letters(bus)
+        if letters:
+            break
+        await asyncio.sleep(0.1)
+    await publish_events(bus, [event("after-2")])
+    await recorder.wait_for(lambda seen: ("after-2", 1) in seen)
+    await stop_consumer(stop, task)
+    assert len(letters) == 1
+    letter = letters[0]
+    assert letter.error == "RuntimeError: boom on poison-1"
+    assert letter.deliveries == 2
+    assert json.loads(base64.b64decode(letter.data))["name"] == "poison-1"
+
+
+async def test_permanent_error_is_dead_lettered_at_once(bus):
+    recorder = Recorder(permanent=True)
+    stop, task = await run_consumer(bus, recorder, max_deliver=5)
+    await publish_events(bus, [event("poison-x")])
+    letters = []
+    for _ in range(100):
+        letters = await read_dead_letters(bus)
+        if letters:
+            break
+        await asyncio.sleep(0.1)
+    await stop_consumer(stop, task)
+    assert recorder.seen == [("poison-x", 1)]
+    assert [letter.error for letter in letters] == ["cannot handle poison-x"]
+
+
+async def test_one_object_in_order_many_objects_in_parallel(bus):
+    running: set[str] = set()
+    overlap: list[int] = []
+    order: dict[str, list[int]] = {}
+
+    async def handler(delivery: Delivery) -> None:
+        ev = decode(ObjectEvent, delivery.data)
+        assert ev.name not in running, "two messages of one object handled at once"
+        running.add(ev.name)
+        overlap.append(len(running))
+        await asyncio.sleep(0.01)
+        order.setdefault(ev.name, []).append(int(ev.resource_version))
+        running.discard(ev.name)
+
+    stop, task = await run_consumer(bus, handler, concurrency=8)
+    await publish_events(bus, [event(f"job-{j}", str(rv)) for rv in range(1, 6) for j in range(8)])
+    for _ in range(200):
+        if sum(len(v) for v in order.values()) == 40:
+            break
+        await asyncio.sleep(0.05)
+    await stop_consumer(stop, task)
+    assert order == {f"job-{j}": [1, 2, 3, 4, 5] for j in range(8)}
+    assert max(overlap) > 1
+
+
+async def test_trace_context_travels_in_headers(bus):
+    provider = TracerProvider()
+    tracer = provider.get_tracer("test")
+    recorder = Recorder()
+    stop, task = await run_consumer(bus, recorder)
+    with tracer.start_as_current_span("producer") as span:
+        trace_id = format(span.get_span_context().trace_id, "032x")
+        await publish_events(bus, [event("traced")])
+    await recorder.wait_for(lambda seen: len(seen) == 1)
+    await stop_consumer(stop, task)
+    traceparent = recorder.headers[0].get("traceparent", "")
+    assert traceparent.split("-")[1] == trace_id
+
+
+async def test_snapshot_never_rolls_back_and_tombstones_stay(bus):
+    key = ObjectKey("c1", "TrainJob", "team.a", "x.y")
+    assert await bus.snapshots.record(key, trainjob("x.y", "5"))
+    assert not await bus.snapshots.record(key, trainjob("x.y", "4"))
+    assert (await bus.snapshots.get(key))["metadata"]["resourceVersion"] == "5"
+    assert await bus.snapshots.record(key, trainjob("x.y", "6"), deleted=True)
+    assert await bus.snapshots.get(key) is None
+    assert not await bus.snapshots.record(key, trainjob("x.y", "7"))
+    assert await bus.snapshots.record(key, trainjob("x.y", "8", uid="uid-2"))
+    assert [o["metadata"]["uid"] for o in await bus.snapshots.list("c1", "TrainJob")] == ["uid-2"]
+    assert await bus.snapshots.list("c1", "JobSet") == []
+
+
+async def test_applied_plan_compare_and_set(bus):
+    plan = AppliedPlan(uid="u", generation=1, planHash="h1")
+    revision = await bus.applied.compare_and_set("k", plan, None)
+    with pytest.raises(CasConflict):
+        await bus.applied.compare_and_set("k", plan, None)
+    newer = AppliedPlan(uid="u", generation=2, planHash="h2")
+    await bus.applied.compare_and_set("k", newer, revision)
+    with pytest.raises(CasConflict):
+        await bus.applied.compare_and_set("k", plan, revision)
+    assert (await bus.applied.read("k")).value.generation == 2
+
+
+async def test_consumer_resumes_after_the_server_restarts(nats_server, bus):
+    recorder = Recorder()
+    stop, task = await run_consumer(bus, recorder)
+    await publish_events(bus, [event("before")])
+    await recorder.wait_for(lambda seen: ("before", 1) in seen)
+    await asyncio.to_thread(nats_server.restart)
+    for _ in range(100):
+        if bus.nc.is_connected:
+            break
+        await asyncio.sleep(0.1)
+    for attempt in range(50):
+        try:
+            await publish_events(bus, [event("after")])
+            break
+        except Exception:
+            await asyncio.sleep(0.2)
+    await recorder.wait_for(lambda seen: ("after", 1) in seen, timeout=30)
+    await stop_consumer(stop, task)
+    assert recorder.seen.count(("before", 1)) == 1
