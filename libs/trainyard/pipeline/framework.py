@@ -1,0 +1,127 @@
+"""The plugin framework: extension points, contexts, and the fixed run order (spec §3).
+
+A plugin is one module exposing ``PLUGIN = Plugin(name=..., <phase>=function, ...)``; it
+fills in only the phases it implements. ``plugins.REGISTRY`` lists them once, and that
+order is the order inside every phase (upstream's is random; ours is fixed).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from .documents import dig, mapping
+from .errors import FieldError
+from .info import RuntimeInfo
+from .observed import ObservedState
+from .resolution import ResolvedRuntime
+
+SshKeyFactory = Callable[[], tuple[bytes, bytes]]
+
+
+@dataclass
+class PlanContext:
+    """What a planning phase sees: the TrainJob, the runtime, the info, the cluster state."""
+
+    trainjob: dict[str, Any]
+    runtime: ResolvedRuntime
+    info: RuntimeInfo
+    observed: ObservedState
+    new_ssh_key: SshKeyFactory
+
+    @property
+    def name(self) -> str:
+        return str(dig(self.trainjob, "metadata", "name") or "")
+
+    @property
+    def namespace(self) -> str:
+        return str(dig(self.trainjob, "metadata", "namespace") or "")
+
+    @property
+    def spec(self) -> dict[str, Any]:
+        return mapping(self.trainjob.get("spec"))
+
+    @property
+    def trainer(self) -> dict[str, Any] | None:
+        trainer = self.spec.get("trainer")
+        return trainer if isinstance(trainer, dict) else None
+
+    def owner_reference(self) -> dict[str, Any]:
+        meta = mapping(self.trainjob.get("metadata"))
+        return {
+            "apiVersion": str(self.trainjob.get("apiVersion") or "trainer.kubeflow.org/v1alpha1"),
+            "kind": "TrainJob",
+            "name": self.name,
+            "uid": str(meta.get("uid") or ""),
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+
+
+@dataclass
+class ValidationContext:
+    """What a CustomValidation plugin sees (admission: new and, on update, old TrainJob)."""
+
+    trainjob: dict[str, Any]
+    old: dict[str, Any] | None
+    runtime: ResolvedRuntime
+    info: RuntimeInfo | None
+    observed: ObservedState
+
+    @property
+    def spec(self) -> dict[str, Any]:
+        return mapping(self.trainjob.get("spec"))
+
+    @property
+    def trainer(self) -> dict[str, Any] | None:
+        trainer = self.spec.get("trainer")
+        return trainer if isinstance(trainer, dict) else None
+
+
+@dataclass
+class Verdict:
+    warnings: list[str] = field(default_factory=list)
+    errors: list[FieldError] = field(default_factory=list)
+
+
+Phase = Callable[[PlanContext], None]
+Builder = Callable[[PlanContext], list[dict[str, Any]]]
+Validator = Callable[[ValidationContext], Verdict]
+
+
+@dataclass(frozen=True)
+class Plugin:
+    name: str
+    enforce_ml_policy: Phase | None = None
+    enforce_pod_group_policy: Phase | None = None
+    identify_pod_network: Phase | None = None
+    build: Builder | None = None
+    validate: Validator | None = None
+    # What the plugin watches besides the TrainJob (informative for the watcher service).
+    watches: tuple[str, ...] = ()
+
+
+PLANNING_PHASES = ("enforce_ml_policy", "enforce_pod_group_policy", "identify_pod_network")
+
+
+def run_planning(plugins: Sequence[Plugin], ctx: PlanContext) -> list[dict[str, Any]]:
+    """Enforce phases in order, then builders; the concatenated outputs in plugin order."""
+    for phase in PLANNING_PHASES:
+        for plugin in plugins:
+            step = getattr(plugin, phase)
+            if step is not None:
+                step(ctx)
+    objects: list[dict[str, Any]] = []
+    for plugin in plugins:
+        if plugin.build is not None:
+            objects.extend(plugin.build(ctx))
+    return objects
+
+
+def run_validation(plugins: Sequence[Plugin], ctx: ValidationContext) -> Verdict:
+    verdict = Verdict()
+    for plugin in plugins:
+        if plugin.validate is not None:
+            result = plugin.validate(ctx)
+            verdict.warnings.extend(result.warnings)
+            verdict.errors.extend(result.errors)
+    return verdict

@@ -1,0 +1,157 @@
+"""The runtime info plugins read and mutate (spec §3.4), and how it is built.
+
+Unlike upstream, a PodSet does not hold copies of the containers: it points at the live
+Pod spec inside the JobSet spec being built, so plugin upserts land directly in the
+document (the result is the same as upstream's copy-then-sync, see docs/pipeline.md).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import names
+from .documents import clone, dig, ensure_list, ensure_mapping, items, mapping
+from .errors import PlanningError
+from .quantity import QuantityError
+from .resources import Requests, single_pod_requests
+from .upsert import upsert_volume
+
+POD_TEMPLATE_TYPE = "io.k8s.api.core.v1.PodTemplateSpec"
+
+
+@dataclass
+class PodSet:
+    name: str
+    ancestor: str | None
+    count: int
+    job: dict[str, Any]  # the replicated job inside the JobSet spec being built
+    single_pod_requests: Requests
+    endpoints: list[str] = field(default_factory=list)
+
+    @property
+    def pod_spec(self) -> dict[str, Any]:
+        job_spec = ensure_mapping(ensure_mapping(self.job, "template"), "spec")
+        return ensure_mapping(ensure_mapping(job_spec, "template"), "spec")
+
+    @property
+    def containers(self) -> list[dict[str, Any]]:
+        return [c for c in items(dig(self.job, "template", "spec", "template", "spec", "containers"))
+                if isinstance(c, dict)]
+
+    def container(self, name: str) -> dict[str, Any] | None:
+        for container in self.containers:
+            if container.get("name") == name:
+                return container
+        return None
+
+    def upsert_volume(self, volume: dict[str, Any]) -> None:
+        upsert_volume(ensure_list(self.pod_spec, "volumes"), volume)
+
+
+@dataclass
+class RuntimeInfo:
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    ml_policy: dict[str, Any] | None
+    pod_group_policy: dict[str, Any] | None
+    jobset_spec: dict[str, Any]
+    pod_sets: list[PodSet]
+    pod_labels: dict[str, str] = field(default_factory=dict)
+    pod_annotations: dict[str, str] = field(default_factory=dict)
+    # Set by Torch in TorchTune mode: the command the JobSet builder writes instead of
+    # trainer.command (in memory only; the TrainJob itself is never changed).
+    torchtune_command: list[str] | None = None
+
+    @property
+    def torch_policy(self) -> dict[str, Any] | None:
+        torch = mapping(self.ml_policy).get("torch")
+        return torch if isinstance(torch, dict) else None
+
+    @property
+    def mpi_policy(self) -> dict[str, Any] | None:
+        mpi = mapping(self.ml_policy).get("mpi")
+        return mpi if isinstance(mpi, dict) else None
+
+    def pod_set_by_ancestor(self, ancestor: str) -> PodSet | None:
+        return next((p for p in self.pod_sets if p.ancestor == ancestor), None)
+
+    def pod_set_by_name(self, name: str) -> PodSet | None:
+        return next((p for p in self.pod_sets if p.name == name), None)
+
+    def trainer_container(self) -> dict[str, Any] | None:
+        trainer = self.pod_set_by_ancestor(names.ANCESTOR_TRAINER)
+        return trainer.container(names.NODE) if trainer else None
+
+
+def merge_pod_template_overrides(jobset_spec: dict[str, Any], overrides: list[Any]) -> None:
+    """Strategic-merge each override into the Pod templates of its target jobs (§4.1.2)."""
+    if not overrides:
+        return
+    from trainyard.apimachinery.strategic_merge import strategic_merge_patch
+
+    for override in overrides:
+        if not isinstance(override, dict):
+            continue
+        targets = {t.get("name") for t in items(override.get("targetJobs")) if isinstance(t, dict)}
+        patch: dict[str, Any] = {}
+        meta = mapping(override.get("metadata"))
+        patch_meta = {k: meta[k] for k in ("labels", "annotations") if meta.get(k)}
+        if patch_meta:
+            patch["metadata"] = patch_meta
+        if isinstance(override.get("spec"), dict):
+            patch["spec"] = override["spec"]
+        if not patch:
+            continue
+        for job in items(jobset_spec.get("replicatedJobs")):
+            if isinstance(job, dict) and job.get("name") in targets:
+                job_spec = ensure_mapping(ensure_mapping(job, "template"), "spec")
+                template = mapping(job_spec.get("template"))
+                try:
+                    job_spec["template"] = strategic_merge_patch(template, clone(patch), POD_TEMPLATE_TYPE)
+                except Exception as err:  # a malformed patch: upstream fails building the info
+                    raise PlanningError(f"failed to merge podTemplateOverrides into job {job.get('name')}: {err}")
+
+
+def build_info(trainjob: dict[str, Any], runtime_spec: dict[str, Any]) -> RuntimeInfo:
+    """Build the runtime info from a (defaulted) TrainJob and runtime spec (§3.4)."""
+    template = mapping(runtime_spec.get("template"))
+    template_meta = mapping(template.get("metadata"))
+    spec = mapping(trainjob.get("spec"))
+    labels = {**mapping(template_meta.get("labels")), **mapping(spec.get("labels"))}
+    annotations = {**mapping(template_meta.get("annotations")), **mapping(spec.get("annotations"))}
+    jobset_spec = clone(mapping(template.get("spec")))
+    merge_pod_template_overrides(jobset_spec, items(spec.get("podTemplateOverrides")))
+    ml_policy = clone(runtime_spec["mlPolicy"]) if isinstance(runtime_spec.get("mlPolicy"), dict) else None
+    pod_sets = [_pod_set(job, ml_policy) for job in items(jobset_spec.get("replicatedJobs"))
+                if isinstance(job, dict)]
+    pod_group_policy = runtime_spec.get("podGroupPolicy")
+    return RuntimeInfo(
+        labels=labels,
+        annotations=annotations,
+        ml_policy=ml_policy,
+        pod_group_policy=pod_group_policy if isinstance(pod_group_policy, dict) else None,
+        jobset_spec=jobset_spec,
+        pod_sets=pod_sets,
+    )
+
+
+def _pod_set(job: dict[str, Any], ml_policy: dict[str, Any] | None) -> PodSet:
+    job_template = mapping(job.get("template"))
+    ancestor = mapping(dig(job_template, "metadata", "labels")).get(names.LABEL_ANCESTOR)
+    parallelism = dig(job_template, "spec", "parallelism")
+    count = parallelism if isinstance(parallelism, int) and not isinstance(parallelism, bool) else 1
+    if ancestor == names.ANCESTOR_TRAINER and ml_policy is not None:
+        num_nodes = ml_policy.get("numNodes")
+        count = num_nodes if isinstance(num_nodes, int) and not isinstance(num_nodes, bool) else 1
+    pod_spec = mapping(dig(job_template, "spec", "template", "spec"))
+    try:
+        requests = single_pod_requests(pod_spec)
+    except QuantityError as err:
+        raise PlanningError(f"replicated job {job.get('name')}: {err}") from None
+    return PodSet(
+        name=str(job.get("name") or ""),
+        ancestor=ancestor if isinstance(ancestor, str) else None,
+        count=max(count, 1),
+        job=job,
+        single_pod_requests=requests,
+    )

@@ -1,0 +1,87 @@
+"""``plan()``: TrainJob + runtime + observed objects -> desired objects (spec §4.1.3)."""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+from .defaults import runtime_with_defaults, trainjob_with_defaults
+from .documents import as_document, dig
+from .errors import PlanningError
+from .framework import Plugin, PlanContext, SshKeyFactory, run_planning
+from .info import build_info
+from .observed import ObservedState
+from .plugins import REGISTRY
+from .quantity import QuantityError
+from .resolution import ResolvedRuntime, RuntimeLookupError, SUPPORTED_KEYS, lookup_runtime, \
+    registry_key, unsupported_runtime_message
+from .ssh_keys import new_ssh_key_pair
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The desired objects for one TrainJob, in apply order, and their hash."""
+
+    trainjob: tuple[str, str]  # (namespace, name)
+    generation: int | None
+    objects: tuple[dict[str, Any], ...]
+    hash: str
+    warnings: tuple[str, ...] = field(default=())
+
+
+def canonical_json(objects: Sequence[dict[str, Any]]) -> bytes:
+    """Stable bytes for hashing: sorted keys, no whitespace."""
+    return json.dumps(list(objects), sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def plan_hash(objects: Sequence[dict[str, Any]]) -> str:
+    return "sha256:" + hashlib.sha256(canonical_json(objects)).hexdigest()
+
+
+def resolve(trainjob: dict[str, Any], observed: ObservedState) -> ResolvedRuntime:
+    """Find the referenced runtime (spec §2); PlanningError with upstream's texts if not."""
+    message = unsupported_runtime_message(trainjob)
+    if message is not None:
+        from .names import REASON_RUNTIME_NOT_SUPPORTED
+        raise PlanningError(message, reason=REASON_RUNTIME_NOT_SUPPORTED)
+    try:
+        document = lookup_runtime(trainjob, observed)
+    except RuntimeLookupError as err:
+        raise err.planning_error() from None
+    return ResolvedRuntime(SUPPORTED_KEYS[registry_key(trainjob)], runtime_with_defaults(as_document(document)))
+
+
+def plan(trainjob: Any, runtime: Any | None = None, observed: Iterable[Any] | ObservedState = (),
+         *, new_ssh_key: SshKeyFactory = new_ssh_key_pair,
+         plugins: Sequence[Plugin] = REGISTRY) -> Plan:
+    """Plan the objects upstream's controller would apply for ``trainjob``.
+
+    ``runtime`` is the referenced TrainingRuntime / ClusterTrainingRuntime; when None it is
+    looked up in ``observed`` the way upstream does (§2.2). ``observed`` holds the cluster
+    objects planning reads (existing JobSet, PodGroups, MPI Secret). Raises PlanningError
+    with upstream's error text when no objects can be planned.
+    """
+    job = trainjob_with_defaults(as_document(trainjob))
+    state = observed if isinstance(observed, ObservedState) else ObservedState.of(observed)
+    if runtime is None:
+        resolved = resolve(job, state)
+    else:
+        message = unsupported_runtime_message(job)
+        if message is not None:
+            from .names import REASON_RUNTIME_NOT_SUPPORTED
+            raise PlanningError(message, reason=REASON_RUNTIME_NOT_SUPPORTED)
+        resolved = ResolvedRuntime(SUPPORTED_KEYS[registry_key(job)], runtime_with_defaults(as_document(runtime)))
+    try:
+        info = build_info(job, resolved.spec)
+        ctx = PlanContext(trainjob=job, runtime=resolved, info=info, observed=state, new_ssh_key=new_ssh_key)
+        objects = run_planning(plugins, ctx)
+    except QuantityError as err:
+        raise PlanningError(str(err)) from None
+    generation = dig(job, "metadata", "generation")
+    return Plan(
+        trainjob=(ctx.namespace, ctx.name),
+        generation=generation if isinstance(generation, int) else None,
+        objects=tuple(objects),
+        hash=plan_hash(objects),
+    )

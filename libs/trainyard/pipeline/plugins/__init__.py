@@ -1,0 +1,20 @@
+"""The plugin registry: one line per plugin.
+
+This order is the order inside every phase (upstream iterates a Go map, so its order is
+random): ML policy plugins run before the JobSet plugin reads their results, and builders
+emit PodGroups, then the MPI Secret and ConfigMap, then the JobSet, so that what the
+JobSet's Pods reference exists first when the objects are applied in plan order.
+"""
+from __future__ import annotations
+
+from ..framework import Plugin
+from . import coscheduling, jobset, mpi, plainml, torch, volcano
+
+REGISTRY: tuple[Plugin, ...] = (
+    coscheduling.PLUGIN,
+    volcano.PLUGIN,
+    torch.PLUGIN,
+    mpi.PLUGIN,
+    plainml.PLUGIN,
+    jobset.PLUGIN,
+)

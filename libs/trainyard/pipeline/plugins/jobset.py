@@ -1,0 +1,215 @@
+"""JobSet: endpoints, the JobSet document, and the JobSet-related admission rules (§4.6)."""
+from __future__ import annotations
+
+from typing import Any
+
+from .. import names
+from ..documents import dig, ensure_list, ensure_mapping, items, mapping
+from ..errors import FieldError, PlanningError, forbidden, internal, invalid
+from ..framework import PlanContext, Plugin, ValidationContext, Verdict
+from ..observed import ReadError
+from ..upsert import api_env_var, upsert_env
+from .shared import is_int
+
+_RESERVED_OVERRIDE_CONTAINERS = (names.NODE, names.DATASET_INITIALIZER, names.MODEL_INITIALIZER)
+
+
+def identify_pod_network(ctx: PlanContext) -> None:
+    subdomain = dig(ctx.info.jobset_spec, "network", "subdomain") or ctx.name
+    for pod_set in ctx.info.pod_sets:
+        prefix = f"{ctx.name}-{pod_set.name}-0-"
+        pod_set.endpoints = [f"{prefix}{index}.{subdomain}" for index in range(max(pod_set.count, 0))]
+
+
+def build(ctx: PlanContext) -> list[dict[str, Any]]:
+    try:
+        existing = ctx.observed.get(names.JOBSET_API_VERSION, names.JOBSET_KIND, ctx.namespace, ctx.name)
+    except ReadError as err:
+        raise PlanningError(str(err)) from None
+    if existing is not None and ctx.spec.get("suspend") is not True \
+            and dig(existing, "spec", "suspend") is not True:
+        return []  # a running JobSet is never modified
+    return [jobset_document(ctx)]
+
+
+def jobset_document(ctx: PlanContext) -> dict[str, Any]:
+    spec = ctx.info.jobset_spec
+    for pod_set in ctx.info.pod_sets:
+        job_spec = ensure_mapping(ensure_mapping(pod_set.job, "template"), "spec")
+        job_spec["parallelism"] = pod_set.count
+        job_spec["completions"] = pod_set.count
+    _apply_initializers(ctx)
+    _apply_trainer(ctx)
+    _apply_pod_metadata(ctx)
+    spec["suspend"] = ctx.spec.get("suspend") is True
+    metadata: dict[str, Any] = {"name": ctx.name, "namespace": ctx.namespace}
+    if ctx.info.labels:
+        metadata["labels"] = dict(ctx.info.labels)
+    if ctx.info.annotations:
+        metadata["annotations"] = dict(ctx.info.annotations)
+    metadata["ownerReferences"] = [ctx.owner_reference()]
+    return {"apiVersion": names.JOBSET_API_VERSION, "kind": names.JOBSET_KIND, "metadata": metadata, "spec": spec}
+
+
+def _apply_initializers(ctx: PlanContext) -> None:
+    initializer = mapping(ctx.spec.get("initializer"))
+    for ancestor, section in ((names.ANCESTOR_DATASET, "dataset"), (names.ANCESTOR_MODEL, "model")):
+        settings = initializer.get(section)
+        for pod_set in ctx.info.pod_sets:
+            if pod_set.ancestor != ancestor:
+                continue
+            pod_set.job["replicas"] = 1
+            container = pod_set.container(ancestor)
+            if container is None or not isinstance(settings, dict):
+                continue
+            env = ensure_list(container, "env") if settings.get("storageUri") or settings.get("env") else None
+            if settings.get("storageUri"):
+                upsert_env(env, {"name": names.ENV_STORAGE_URI, "value": settings["storageUri"]})
+            for entry in items(settings.get("env")):
+                if isinstance(entry, dict):
+                    upsert_env(env, api_env_var(entry))
+            secret_ref = settings.get("secretRef")
+            if isinstance(secret_ref, dict):
+                ensure_list(container, "envFrom").append({"secretRef": {"name": secret_ref.get("name")}})
+
+
+def _apply_trainer(ctx: PlanContext) -> None:
+    trainer = ctx.trainer
+    if trainer is None:
+        return
+    mpi = ctx.info.mpi_policy
+    launcher_as_node = bool(mpi) and mpi.get("runLauncherAsNode") is True
+    resources = trainer.get("resourcesPerNode")
+    for pod_set in ctx.info.pod_sets:
+        is_trainer = pod_set.ancestor == names.ANCESTOR_TRAINER
+        if is_trainer:
+            pod_set.job["replicas"] = 1
+        if not is_trainer and not (launcher_as_node and pod_set.name == names.NODE):
+            continue
+        container = pod_set.container(names.NODE)
+        if container is None:
+            continue
+        if is_trainer:
+            if trainer.get("image") is not None:
+                container["image"] = trainer["image"]
+            command = ctx.info.torchtune_command or trainer.get("command")
+            if command is not None:
+                container["command"] = list(command)
+            if trainer.get("args") is not None:
+                container["args"] = list(trainer["args"])
+        if isinstance(resources, dict) and (resources.get("limits") is not None or resources.get("requests") is not None):
+            container["resources"] = {k: resources[k] for k in ("limits", "requests") if resources.get(k) is not None}
+        if trainer.get("env"):
+            env = ensure_list(container, "env")
+            for entry in items(trainer.get("env")):
+                if isinstance(entry, dict):
+                    upsert_env(env, api_env_var(entry))
+
+
+def _apply_pod_metadata(ctx: PlanContext) -> None:
+    if not ctx.info.pod_labels and not ctx.info.pod_annotations:
+        return
+    for pod_set in ctx.info.pod_sets:
+        job_spec = ensure_mapping(ensure_mapping(pod_set.job, "template"), "spec")
+        pod_meta = ensure_mapping(ensure_mapping(job_spec, "template"), "metadata")
+        if ctx.info.pod_labels:
+            ensure_mapping(pod_meta, "labels").update(ctx.info.pod_labels)
+        if ctx.info.pod_annotations:
+            ensure_mapping(pod_meta, "annotations").update(ctx.info.pod_annotations)
+
+
+# --- validation (§6.1.4) ---
+
+def _container_names_by_job(jobset_spec: dict[str, Any]) -> dict[str, set[str]]:
+    by_job: dict[str, set[str]] = {}
+    for job in items(jobset_spec.get("replicatedJobs")):
+        if not isinstance(job, dict):
+            continue
+        pod_spec = mapping(dig(job, "template", "spec", "template", "spec"))
+        found = by_job.setdefault(str(job.get("name")), set())
+        for key in ("initContainers", "containers"):
+            found.update(str(c.get("name")) for c in items(pod_spec.get(key)) if isinstance(c, dict))
+    return by_job
+
+
+def validate(ctx: ValidationContext) -> Verdict:
+    verdict = Verdict()
+    if ctx.info is None:
+        return verdict
+    # Deviation (docs/compatibility.md): container names are checked against the runtime
+    # template *before* the overrides are merged, so an unknown container is reported
+    # (upstream merges first and then cannot see it).
+    runtime_jobset = mapping(dig(ctx.runtime.spec, "template", "spec"))
+    containers_by_job = _container_names_by_job(runtime_jobset)
+    runtime_ref = ctx.spec.get("runtimeRef")
+    initializer = mapping(ctx.spec.get("initializer"))
+    for section, job_name, config in (("dataset", names.DATASET_INITIALIZER, "datasetConfig"),
+                                      ("model", names.MODEL_INITIALIZER, "modelConfig")):
+        if initializer.get(section) is None:
+            continue
+        if job_name not in containers_by_job:
+            verdict.errors.append(invalid("spec.runtimeRef", runtime_ref,
+                                          f"must have {job_name} job when trainJob is configured with input {config}"))
+        elif job_name not in containers_by_job[job_name]:
+            verdict.errors.append(invalid("spec.runtimeRef", runtime_ref,
+                                          f"must have container with name - {job_name} in the {job_name} job"))
+    verdict.errors.extend(_override_mutation_errors(ctx))
+    verdict.errors.extend(_override_errors(ctx, containers_by_job))
+    return verdict
+
+
+def _override_mutation_errors(ctx: ValidationContext) -> list[FieldError]:
+    if ctx.old is None:
+        return []
+    old_overrides = mapping(ctx.old.get("spec")).get("podTemplateOverrides")
+    new_overrides = ctx.spec.get("podTemplateOverrides")
+    if (old_overrides or None) == (new_overrides or None):
+        return []
+    field = "spec.podTemplateOverrides"
+    if ctx.spec.get("suspend") is not True:
+        return [forbidden(field, "PodTemplateOverrides can only be modified when the TrainJob is suspended")]
+    name = str(dig(ctx.trainjob, "metadata", "name") or "")
+    namespace = str(dig(ctx.trainjob, "metadata", "namespace") or "")
+    try:
+        jobset = ctx.observed.get(names.JOBSET_API_VERSION, names.JOBSET_KIND, namespace, name)
+    except ReadError as err:
+        return [internal(field, str(err))]
+    if jobset is None:
+        return []
+    return [forbidden(field, f"PodTemplateOverrides cannot be modified when the JobSet's ReplicatedJob "
+                             f"{status.get('name')} is still active")
+            for status in items(dig(jobset, "status", "replicatedJobsStatus"))
+            if isinstance(status, dict) and is_int(status.get("active")) and status["active"] > 0]
+
+
+def _override_errors(ctx: ValidationContext, containers_by_job: dict[str, set[str]]) -> list[FieldError]:
+    errors: list[FieldError] = []
+    field = "spec.podTemplateOverrides"
+    overrides = ctx.spec.get("podTemplateOverrides")
+    for override in items(overrides):
+        if not isinstance(override, dict):
+            continue
+        override_spec = mapping(override.get("spec"))
+        for target in items(override.get("targetJobs")):
+            job = str(mapping(target).get("name"))
+            if job not in containers_by_job:
+                errors.append(invalid(field, overrides,
+                                      "must not have targetJob that doesn't exist in the runtime job template"))
+            known = containers_by_job.get(job, set())
+            for init in items(override_spec.get("initContainers")):
+                if mapping(init).get("name") not in known:
+                    errors.append(invalid(field, overrides,
+                                          f"must not have initContainer that doesn't exist in the runtime job {job}"))
+            for container in items(override_spec.get("containers")):
+                container = mapping(container)
+                if container.get("name") not in known:
+                    errors.append(invalid(field, overrides,
+                                          f"must not have container that doesn't exist in the runtime job {job}"))
+                elif container.get("name") in _RESERVED_OVERRIDE_CONTAINERS and container.get("env"):
+                    errors.append(invalid(field, overrides, "must not have envs for the dataset-initializer, "
+                                                            "model-initializer, node containers"))
+    return errors
+
+
+PLUGIN = Plugin(name="JobSet", identify_pod_network=identify_pod_network, build=build, validate=validate,
+                watches=("jobset.x-k8s.io/v1alpha2/JobSet",))

@@ -1,0 +1,162 @@
+"""MPI (OpenMPI): launcher/node counts, SSH auth Secret, hostfile ConfigMap (spec §4.4)."""
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from .. import names
+from ..documents import ensure_list, items
+from ..errors import PlanningError, invalid
+from ..framework import PlanContext, Plugin, ValidationContext, Verdict
+from ..observed import ReadError
+from ..resources import gpu_count
+from ..upsert import upsert_env, upsert_volume_mount
+from .shared import effective_resources_per_node, is_int
+
+
+def _run_launcher_as_node(mpi: dict[str, Any]) -> bool:
+    return mpi.get("runLauncherAsNode") is True
+
+
+def enforce_ml_policy(ctx: PlanContext) -> None:
+    mpi = ctx.info.mpi_policy
+    if mpi is None:
+        return
+    trainer = ctx.trainer or {}
+    node_set = ctx.info.pod_set_by_name(names.NODE)
+    if is_int(trainer.get("numNodes")) and node_set is not None:
+        num_nodes = int(trainer["numNodes"])
+        node_set.count = max(num_nodes - 1, 1) if _run_launcher_as_node(mpi) else num_nodes
+    slots = _slots(ctx, mpi)
+    mpi["numProcPerNode"] = slots  # the info's policy carries the effective value (as upstream)
+    ssh_volume = {
+        "name": names.MPI_SSH_AUTH_VOLUME,
+        "secret": {
+            "secretName": f"{ctx.name}{names.MPI_SSH_AUTH_SUFFIX}",
+            "items": [
+                {"key": names.MPI_SSH_PRIVATE_KEY, "path": "id_rsa"},
+                {"key": names.MPI_SSH_PUBLIC_KEY, "path": "id_rsa.pub"},
+                {"key": names.MPI_SSH_PUBLIC_KEY, "path": "authorized_keys"},
+            ],
+        },
+    }
+    hostfile_volume = {
+        "name": names.MPI_HOSTFILE_VOLUME,
+        "configMap": {
+            "name": f"{ctx.name}{names.MPI_HOSTFILE_SUFFIX}",
+            "items": [{"key": names.MPI_HOSTFILE_KEY, "path": names.MPI_HOSTFILE_KEY,
+                       "mode": names.MPI_HOSTFILE_MODE}],
+        },
+    }
+    mount_path = mpi.get("sshAuthMountPath") or names.MPI_DEFAULT_SSH_MOUNT_PATH
+    for pod_set in ctx.info.pod_sets:
+        if pod_set.name not in (names.NODE, names.LAUNCHER):
+            continue
+        is_launcher = pod_set.name == names.LAUNCHER
+        pod_set.upsert_volume(dict(ssh_volume))
+        if is_launcher:
+            pod_set.upsert_volume(dict(hostfile_volume))
+        container = pod_set.container(names.NODE)
+        if container is None:
+            continue
+        mounts = ensure_list(container, "volumeMounts")
+        upsert_volume_mount(mounts, {"name": names.MPI_SSH_AUTH_VOLUME, "mountPath": mount_path})
+        if is_launcher:
+            upsert_volume_mount(mounts, {"name": names.MPI_HOSTFILE_VOLUME, "mountPath": names.MPI_HOSTFILE_DIR})
+            implementation = mpi.get("mpiImplementation")
+            if implementation != names.MPI_OPENMPI:
+                raise PlanningError(f"MPI implementation for {implementation} doesn't supported")
+            env = ensure_list(container, "env")
+            upsert_env(env, {"name": names.ENV_OMPI_HOSTFILE, "value": names.MPI_HOSTFILE_PATH})
+            upsert_env(env, {"name": names.ENV_OMPI_KEEP_FQDN, "value": "true"})
+            upsert_env(env, {"name": names.ENV_OMPI_SLOTS, "value": str(slots)})
+            upsert_env(env, {"name": names.ENV_OMPI_RSH_ARGS, "value": "-o ConnectionAttempts=10"})
+
+
+def _slots(ctx: PlanContext, mpi: dict[str, Any]) -> int:
+    trainer = ctx.trainer or {}
+    if is_int(trainer.get("numProcPerNode")):
+        return int(trainer["numProcPerNode"])
+    runtime_slots = mpi.get("numProcPerNode", 1)
+    runtime_slots = int(runtime_slots) if is_int(runtime_slots) else 1
+    if runtime_slots == 1:
+        gpus = gpu_count(effective_resources_per_node(ctx.trainjob, ctx.info))
+        if gpus > 1:
+            return gpus
+    return runtime_slots
+
+
+def build(ctx: PlanContext) -> list[dict[str, Any]]:
+    mpi = ctx.info.mpi_policy
+    if mpi is None:
+        return []
+    objects: list[dict[str, Any]] = []
+    secret_name = f"{ctx.name}{names.MPI_SSH_AUTH_SUFFIX}"
+    try:
+        existing = ctx.observed.get("v1", "Secret", ctx.namespace, secret_name)
+    except ReadError as err:
+        raise PlanningError(str(err)) from None
+    if existing is None:
+        objects.append(_ssh_secret(ctx, secret_name))
+    objects.append(_hostfile_config_map(ctx, mpi))
+    return objects
+
+
+def _ssh_secret(ctx: PlanContext, name: str) -> dict[str, Any]:
+    try:
+        private_key, public_key = ctx.new_ssh_key()
+    except Exception as err:  # key generation failure (cryptography backend)
+        raise PlanningError(f"failed to build SSH Auth secret: {err}") from None
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": ctx.namespace, "ownerReferences": [ctx.owner_reference()]},
+        "type": names.MPI_SECRET_TYPE,
+        "immutable": True,
+        "data": {
+            names.MPI_SSH_PRIVATE_KEY: base64.b64encode(private_key).decode("ascii"),
+            names.MPI_SSH_PUBLIC_KEY: base64.b64encode(public_key).decode("ascii"),
+        },
+    }
+
+
+def _hostfile_config_map(ctx: PlanContext, mpi: dict[str, Any]) -> dict[str, Any]:
+    slots = mpi.get("numProcPerNode", 1)
+    lines: list[str] = []
+    if mpi.get("mpiImplementation") == names.MPI_OPENMPI:
+        for pod_set in ctx.info.pod_sets:
+            is_host = pod_set.name == names.NODE or (
+                _run_launcher_as_node(mpi) and pod_set.name == names.LAUNCHER)
+            if is_host:
+                lines.extend(f"{endpoint} slots={slots}\n" for endpoint in pod_set.endpoints)
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": f"{ctx.name}{names.MPI_HOSTFILE_SUFFIX}", "namespace": ctx.namespace,
+                     "ownerReferences": [ctx.owner_reference()]},
+        "data": {names.MPI_HOSTFILE_KEY: "".join(lines)},
+    }
+
+
+def validate(ctx: ValidationContext) -> Verdict:
+    verdict = Verdict()
+    if ctx.info is None or ctx.info.mpi_policy is None:
+        return verdict
+    trainer = ctx.trainer
+    if trainer is None:
+        return verdict
+    raw = trainer.get("numProcPerNode")
+    if raw is not None and isinstance(raw, str):
+        verdict.errors.append(invalid("spec.trainer.numProcPerNode", raw, "must have an int value for MPI TrainJob"))
+    num_nodes = trainer.get("numNodes") if is_int(trainer.get("numNodes")) else 1
+    job_names = {p.name for p in ctx.info.pod_sets}
+    if (num_nodes >= 2 and _run_launcher_as_node(ctx.info.mpi_policy)
+            and not {names.LAUNCHER, names.NODE} <= job_names):
+        verdict.errors.append(invalid(
+            "spec.trainer.numNodes", num_nodes,
+            "must have 1 when MPI trainingRuntime with enabled runLauncherAsNode does not have either launcher and node"))
+    return verdict
+
+
+PLUGIN = Plugin(name="MPI", enforce_ml_policy=enforce_ml_policy, build=build, validate=validate,
+                watches=("v1/ConfigMap", "v1/Secret"))

@@ -1,0 +1,30 @@
+"""PlainML: node count and trainer env for runtimes without torch/mpi policy (spec §4.5)."""
+from __future__ import annotations
+
+from .. import names
+from ..documents import ensure_list, items
+from ..framework import PlanContext, Plugin
+from ..upsert import api_env_var, upsert_env
+from .shared import is_int
+
+
+def enforce_ml_policy(ctx: PlanContext) -> None:
+    if ctx.info.torch_policy is not None or ctx.info.mpi_policy is not None:
+        return
+    trainer = ctx.trainer
+    if trainer is None:
+        return
+    trainer_set = ctx.info.pod_set_by_ancestor(names.ANCESTOR_TRAINER)
+    if trainer_set is None:
+        return
+    if is_int(trainer.get("numNodes")):
+        trainer_set.count = int(trainer["numNodes"])
+    container = trainer_set.container(names.NODE)
+    if container is not None and trainer.get("env"):
+        env = ensure_list(container, "env")
+        for entry in items(trainer.get("env")):
+            if isinstance(entry, dict):
+                upsert_env(env, api_env_var(entry))
+
+
+PLUGIN = Plugin(name="PlainML", enforce_ml_policy=enforce_ml_policy)

@@ -1,0 +1,95 @@
+"""Runtime resolution (spec §2): registry key, lookup, not-found texts, deprecation."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from . import names
+from .documents import dig, mapping
+from .errors import FieldError, PlanningError, invalid
+from .observed import ObservedState, ReadError, not_found_text
+
+SUPPORTED_KEYS = {
+    f"{names.TRAINING_RUNTIME_KIND}.{names.API_GROUP}": names.TRAINING_RUNTIME_KIND,
+    f"{names.CLUSTER_TRAINING_RUNTIME_KIND}.{names.API_GROUP}": names.CLUSTER_TRAINING_RUNTIME_KIND,
+}
+
+
+@dataclass(frozen=True)
+class ResolvedRuntime:
+    kind: str  # TrainingRuntime or ClusterTrainingRuntime
+    document: dict[str, Any]  # defaulted runtime document
+
+    @property
+    def name(self) -> str:
+        return str(dig(self.document, "metadata", "name") or "")
+
+    @property
+    def spec(self) -> dict[str, Any]:
+        return mapping(self.document.get("spec"))
+
+
+def registry_key(trainjob: dict[str, Any]) -> str:
+    """``<kind>.<apiGroup>``, or just ``<kind>`` when apiGroup is empty (GroupKind form)."""
+    ref = mapping(dig(trainjob, "spec", "runtimeRef"))
+    kind = ref.get("kind") or ""
+    group = ref.get("apiGroup") or ""
+    return f"{kind}.{group}" if group else str(kind)
+
+
+def unsupported_runtime_message(trainjob: dict[str, Any]) -> str | None:
+    key = registry_key(trainjob)
+    return None if key in SUPPORTED_KEYS else f"unsupported runtime: {key}"
+
+
+class RuntimeLookupError(Exception):
+    """The referenced runtime could not be read; carries the API error text."""
+
+    def __init__(self, kind: str, api_error: str) -> None:
+        super().__init__(api_error)
+        self.kind = kind
+        self.api_error = api_error
+
+    def planning_error(self) -> PlanningError:
+        if self.kind == names.TRAINING_RUNTIME_KIND:
+            return PlanningError(f"TrainingRuntime specified in TrainJob is not found: {self.api_error}")
+        return PlanningError(f"not found ClusterTrainingRuntime specified in TrainJob: {self.api_error}")
+
+    def field_error(self, runtime_ref: Any) -> FieldError:
+        if self.kind == names.TRAINING_RUNTIME_KIND:
+            return invalid("spec.runtimeRef", runtime_ref, f"{self.api_error}: specified trainingRuntime "
+                           "must be created before the TrainJob is created")
+        # Upstream quirk kept verbatim: capital R in the field path.
+        return invalid("spec.RuntimeRef", runtime_ref, f"{self.api_error}: specified clusterTrainingRuntime "
+                       "must be created before the TrainJob is created")
+
+
+def lookup_runtime(trainjob: dict[str, Any], observed: ObservedState) -> dict[str, Any]:
+    """The runtime document the TrainJob references (supported key assumed).
+
+    TrainingRuntime: in the TrainJob's namespace; ClusterTrainingRuntime: cluster scope.
+    """
+    kind = SUPPORTED_KEYS[registry_key(trainjob)]
+    name = str(dig(trainjob, "spec", "runtimeRef", "name") or "")
+    namespace = str(dig(trainjob, "metadata", "namespace") or "") if kind == names.TRAINING_RUNTIME_KIND else ""
+    try:
+        runtime = observed.get(names.API_VERSION, kind, namespace, name)
+    except ReadError as err:
+        raise RuntimeLookupError(kind, str(err)) from None
+    if runtime is None:
+        raise RuntimeLookupError(kind, not_found_text(names.API_VERSION, kind, name))
+    return runtime
+
+
+def is_deprecated(runtime: dict[str, Any]) -> bool:
+    return mapping(dig(runtime, "metadata", "labels")).get(names.LABEL_SUPPORT) == names.SUPPORT_DEPRECATED
+
+
+def referenced_deprecation_warning(runtime_name: str) -> str:
+    return (f'Referenced ClusterTrainingRuntime "{runtime_name}" is deprecated and will be removed in a '
+            f"future release of Kubeflow Trainer. See runtime deprecation policy: {names.DEPRECATION_POLICY_URL}")
+
+
+def created_deprecation_warning(runtime_name: str) -> str:
+    return (f'ClusterTrainingRuntime "{runtime_name}" is deprecated and will be removed in a future '
+            f"release of Kubeflow Trainer. See runtime deprecation policy: {names.DEPRECATION_POLICY_URL}")

@@ -1,0 +1,92 @@
+"""TrainJob status from the TrainJob and its JobSet (spec §4.6.6, §5.2 steps 3-6, §5.8)."""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from . import names
+from .documents import as_document, clone, dig, items, mapping
+from .resolution import unsupported_runtime_message
+
+_JOB_STATUS_FIELDS = ("ready", "succeeded", "failed", "active", "suspended")
+
+
+def format_time(now: datetime | str) -> str:
+    if isinstance(now, str):
+        return now
+    if now.tzinfo is not None:
+        now = now.astimezone(timezone.utc)
+    return now.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def set_condition(conditions: list[dict[str, Any]], new: dict[str, Any], now: str) -> None:
+    """Kubernetes ``meta.SetStatusCondition``: append, or update in place; the transition
+    time moves only when the status changes."""
+    for existing in conditions:
+        if existing.get("type") == new["type"]:
+            if existing.get("status") != new["status"]:
+                existing["status"] = new["status"]
+                existing["lastTransitionTime"] = new.get("lastTransitionTime") or now
+            existing["reason"] = new.get("reason", "")
+            existing["message"] = new.get("message", "")
+            if new.get("observedGeneration") is not None:
+                existing["observedGeneration"] = new["observedGeneration"]
+            else:
+                existing.pop("observedGeneration", None)
+            return
+    condition = {"type": new["type"], "status": new["status"]}
+    if new.get("observedGeneration") is not None:
+        condition["observedGeneration"] = new["observedGeneration"]
+    condition["lastTransitionTime"] = new.get("lastTransitionTime") or now
+    condition["reason"] = new.get("reason", "")
+    condition["message"] = new.get("message", "")
+    conditions.append(condition)
+
+
+def _condition(conditions: list[Any], condition_type: str) -> dict[str, Any] | None:
+    return next((c for c in conditions if isinstance(c, dict) and c.get("type") == condition_type), None)
+
+
+def compute_trainjob_status(trainjob: Any, jobset: Any | None, now: datetime | str) -> dict[str, Any]:
+    """The TrainJob ``status`` after one reconcile, given the observed JobSet (or None).
+
+    Steps: drop ``Failed``; an unsupported runtime sets ``Failed``/``TrainingRuntimeNotSupported``
+    (persisted here, unlike upstream which panics); ``Suspended`` from ``spec.suspend``;
+    then ``Complete``/``Failed`` and ``jobsStatus`` copied from the JobSet. Without a JobSet
+    the status keeps the first steps' result. An empty status is returned as ``{}``.
+    """
+    job = as_document(trainjob)
+    moment = format_time(now)
+    status = clone(mapping(job.get("status")))
+    conditions = [c for c in items(status.get("conditions")) if mapping(c).get("type") != names.CONDITION_FAILED]
+    unsupported = unsupported_runtime_message(job)
+    if unsupported is not None:
+        set_condition(conditions, {"type": names.CONDITION_FAILED, "status": "True",
+                                   "reason": names.REASON_RUNTIME_NOT_SUPPORTED, "message": unsupported}, moment)
+    if dig(job, "spec", "suspend") is True:
+        set_condition(conditions, {"type": names.CONDITION_SUSPENDED, "status": "True",
+                                   "reason": names.REASON_SUSPENDED, "message": names.MESSAGE_SUSPENDED}, moment)
+    elif mapping(_condition(conditions, names.CONDITION_SUSPENDED)).get("status") == "True":
+        set_condition(conditions, {"type": names.CONDITION_SUSPENDED, "status": "False",
+                                   "reason": names.REASON_RESUMED, "message": names.MESSAGE_RESUMED}, moment)
+    if unsupported is None and jobset is not None:
+        jobset_doc = as_document(jobset)
+        jobset_conditions = items(dig(jobset_doc, "status", "conditions"))
+        for source, target in ((names.JOBSET_CONDITION_COMPLETED, names.CONDITION_COMPLETE),
+                               (names.JOBSET_CONDITION_FAILED, names.CONDITION_FAILED)):
+            found = _condition(jobset_conditions, source)
+            if found is not None and found.get("status") == "True":
+                set_condition(conditions, {**found, "type": target}, moment)
+        jobs_status = [
+            {"name": entry.get("name"), **{key: entry.get(key, 0) for key in _JOB_STATUS_FIELDS}}
+            for entry in items(dig(jobset_doc, "status", "replicatedJobsStatus")) if isinstance(entry, dict)
+        ]
+        if jobs_status:
+            status["jobsStatus"] = jobs_status
+        else:
+            status.pop("jobsStatus", None)
+    if conditions:
+        status["conditions"] = conditions
+    else:
+        status.pop("conditions", None)
+    return status

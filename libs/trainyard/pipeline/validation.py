@@ -1,0 +1,323 @@
+"""Admission validation: the CRD schema/CEL rules and the validating webhooks (spec §1, §6).
+
+``validate_trainjob`` and ``validate_runtime`` answer what the API server would: schema
+and CEL violations first (HTTP 422, the webhook is not called), then the webhook's
+verdict (HTTP 403 when denied, warnings in both cases).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Sequence
+
+from . import names
+from .defaults import runtime_with_defaults, trainjob_with_defaults
+from .documents import as_document, dig, items, mapping
+from .errors import ErrorType, FieldError, PlanningError, aggregate_message, internal, invalid, not_supported
+from .framework import Plugin, ValidationContext, run_validation
+from .info import build_info
+from .observed import ObservedState
+from .plugins import REGISTRY
+from .quantity import QuantityError
+from .resolution import (SUPPORTED_KEYS, ResolvedRuntime, RuntimeLookupError, created_deprecation_warning,
+                         is_deprecated, lookup_runtime, referenced_deprecation_warning, registry_key,
+                         unsupported_runtime_message)
+
+_RFC1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_ANCESTOR_CONTAINERS = {
+    names.ANCESTOR_TRAINER: names.NODE,
+    names.ANCESTOR_DATASET: names.DATASET_INITIALIZER,
+    names.ANCESTOR_MODEL: names.MODEL_INITIALIZER,
+}
+TRAINJOB_WEBHOOK = "validator.trainjob.trainer.kubeflow.org"
+TRAINING_RUNTIME_WEBHOOK = "validator.trainingruntime.trainer.kubeflow.org"
+CLUSTER_TRAINING_RUNTIME_WEBHOOK = "validator.clustertrainingruntime.trainer.kubeflow.org"
+
+# Schema checks supplied by the API models (type errors as "path: message" texts).
+SchemaCheck = Callable[[dict[str, Any]], list[FieldError]]
+
+
+@dataclass
+class ValidationResult:
+    """The admission answer for one object.
+
+    ``code``: 200 allowed, 422 rejected by the schema/CEL rules, 403 denied by the webhook.
+    ``errors`` are field errors; ``plain_errors`` are webhook denials without a field path
+    (``unsupported runtime: <key>``).
+    """
+
+    code: int = 200
+    errors: list[FieldError] = field(default_factory=list)
+    plain_errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    webhook: str = ""
+
+    @property
+    def allowed(self) -> bool:
+        return self.code == 200
+
+    def texts(self) -> list[str]:
+        """Every error as Kubernetes renders it, in the order produced."""
+        return [str(e) for e in self.errors] + list(self.plain_errors)
+
+    def kubectl_message(self, kind: str, name: str) -> str:
+        """What kubectl prints after ``Error from server (...)`` for this rejection."""
+        if self.code == 422:
+            texts = self.texts()
+            body = texts[0] if len(texts) == 1 else "\n" + "\n".join(f"* {t}" for t in texts)
+            return f'{kind}.{names.API_GROUP} "{name}" is invalid: {body}'
+        return f'admission webhook "{self.webhook}" denied the request: {aggregate_message(self.texts())}'
+
+
+def _cel_value(value: Any) -> str:
+    # CEL violations show the type of the value, not the value itself.
+    if isinstance(value, dict):
+        return "object"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    return "string"
+
+
+def cel_error(field_path: str, value: Any, message: str) -> FieldError:
+    return FieldError(ErrorType.INVALID, field_path, _cel_value(value), message)
+
+
+# --- TrainJob -----------------------------------------------------------------------------
+
+def trainjob_schema_errors(new: dict[str, Any], old: dict[str, Any] | None) -> list[FieldError]:
+    """The TrainJob CRD's structural and CEL rules (§1.1) on a defaulted object."""
+    errors: list[FieldError] = []
+    name = dig(new, "metadata", "name")
+    if not isinstance(name, str) or not name:
+        errors.append(FieldError(ErrorType.REQUIRED, "metadata.name", detail="name or generateName is required"))
+    else:
+        # Deviation (docs/compatibility.md): shown on metadata.name rather than the root.
+        if not _RFC1035_LABEL.match(name):
+            errors.append(invalid("metadata.name", name, "metadata.name must match RFC 1035 DNS label format"))
+        if len(name) > 63:
+            errors.append(invalid("metadata.name", name, "metadata.name must be no more than 63 characters"))
+    spec = new.get("spec")
+    if spec is None:
+        return errors
+    if not isinstance(spec, dict):
+        return errors + [invalid("spec", spec, "must be of type object")]
+    ref = spec.get("runtimeRef")
+    if not isinstance(ref, dict):
+        errors.append(FieldError(ErrorType.REQUIRED, "spec.runtimeRef"))
+    elif not ref.get("name"):
+        if "name" not in ref:
+            errors.append(FieldError(ErrorType.REQUIRED, "spec.runtimeRef.name"))
+        else:
+            errors.append(invalid("spec.runtimeRef.name", ref.get("name"),
+                                  "spec.runtimeRef.name in body should be at least 1 chars long"))
+    managed_by = spec.get("managedBy")
+    if managed_by is not None and managed_by not in (names.MANAGED_BY_DEFAULT, names.MANAGED_BY_MULTIKUEUE):
+        errors.append(cel_error("spec.managedBy", managed_by, "ManagedBy must be trainer.kubeflow.org/"
+                                "trainjob-controller or kueue.x-k8s.io/multikueue if set"))
+    for index, override in enumerate(items(spec.get("podTemplateOverrides"))):
+        base = f"spec.podTemplateOverrides[{index}]"
+        targets = mapping(override).get("targetJobs")
+        if targets is None:
+            errors.append(FieldError(ErrorType.REQUIRED, f"{base}.targetJobs"))
+        for t_index, target in enumerate(items(targets)):
+            if not mapping(target).get("name"):
+                errors.append(FieldError(ErrorType.REQUIRED, f"{base}.targetJobs[{t_index}].name"))
+        for key in ("initContainers", "containers"):
+            for c_index, container in enumerate(items(dig(override, "spec", key))):
+                if not mapping(container).get("name"):
+                    errors.append(FieldError(ErrorType.REQUIRED, f"{base}.spec.{key}[{c_index}].name"))
+    if old is not None:
+        old_spec = mapping(old.get("spec"))
+        if "runtimeRef" in old_spec and isinstance(ref, dict) and old_spec.get("runtimeRef") != ref:
+            errors.append(cel_error("spec.runtimeRef", ref, "runtimeRef is immutable"))
+        if "managedBy" in old_spec and managed_by is not None and old_spec.get("managedBy") != managed_by:
+            errors.append(cel_error("spec.managedBy", managed_by, "ManagedBy value is immutable"))
+    return errors
+
+
+def validate_trainjob(new: Any, old: Any | None = None, runtime: Any | None = None,
+                      observed: Iterable[Any] | ObservedState = (), *,
+                      schema_check: SchemaCheck | None = None,
+                      plugins: Sequence[Plugin] = REGISTRY) -> ValidationResult:
+    """Admission of a TrainJob create (``old`` None) or update.
+
+    ``runtime`` is the referenced runtime; when None it is looked up in ``observed``, which
+    also holds the objects the rules read (existing JobSet, PriorityClasses).
+    ``schema_check`` adds type errors from the API models (the CLI passes one).
+    """
+    new_doc = trainjob_with_defaults(as_document(new))
+    old_doc = trainjob_with_defaults(as_document(old)) if old is not None else None
+    state = observed if isinstance(observed, ObservedState) else ObservedState.of(observed)
+    schema = list(schema_check(new_doc)) if schema_check else []
+    schema += trainjob_schema_errors(new_doc, old_doc)
+    if schema:
+        return ValidationResult(code=422, errors=schema, webhook=TRAINJOB_WEBHOOK)
+    result = ValidationResult(webhook=TRAINJOB_WEBHOOK)
+    unsupported = unsupported_runtime_message(new_doc)
+    if unsupported is not None:
+        result.code, result.plain_errors = 403, [unsupported]
+        return result
+    kind = SUPPORTED_KEYS[registry_key(new_doc)]
+    try:
+        document = as_document(runtime) if runtime is not None else lookup_runtime(new_doc, state)
+    except RuntimeLookupError as err:
+        result.code, result.errors = 403, [err.field_error(dig(new_doc, "spec", "runtimeRef"))]
+        return result
+    resolved = ResolvedRuntime(kind, runtime_with_defaults(document))
+    if kind == names.CLUSTER_TRAINING_RUNTIME_KIND and is_deprecated(resolved.document):
+        result.warnings.append(referenced_deprecation_warning(resolved.name))
+    try:
+        info = build_info(new_doc, resolved.spec)
+    except (PlanningError, QuantityError) as err:
+        result.code, result.errors = 403, [internal("spec.podTemplateOverrides", str(err))]
+        return result
+    verdict = run_validation(plugins, ValidationContext(new_doc, old_doc, resolved, info, state))
+    result.warnings.extend(verdict.warnings)
+    result.errors.extend(verdict.errors)
+    if result.errors:
+        result.code = 403
+    return result
+
+
+# --- Runtimes -----------------------------------------------------------------------------
+
+_JOBSET_IMMUTABLE_FIELDS = ("failurePolicy", "network", "startupPolicy", "successPolicy")
+
+
+def runtime_schema_errors(new: dict[str, Any], old: dict[str, Any] | None) -> list[FieldError]:
+    """The runtime CRDs' structural and CEL rules (§1.2) on a defaulted object."""
+    errors: list[FieldError] = []
+    if not dig(new, "metadata", "name"):
+        errors.append(FieldError(ErrorType.REQUIRED, "metadata.name", detail="name or generateName is required"))
+    spec = new.get("spec")
+    if not isinstance(spec, dict):
+        return errors
+    if not spec:
+        errors.append(invalid("spec", 0, "spec in body should have at least 1 properties"))
+    ml_policy = spec.get("mlPolicy")
+    if isinstance(ml_policy, dict):
+        torch, mpi = ml_policy.get("torch"), ml_policy.get("mpi")
+        if "numNodes" in ml_policy and isinstance(torch, dict) and "elasticPolicy" in torch:
+            errors.append(cel_error("spec.mlPolicy", ml_policy,
+                                    "numNodes should not be set if torch.elasticPolicy is configured"))
+        if torch is not None and mpi is not None:
+            errors.append(cel_error("spec.mlPolicy", ml_policy, "Only one of the policy can be configured"))
+        if isinstance(torch, dict) and "numProcPerNode" in torch:
+            nproc = torch["numProcPerNode"]
+            valid = (isinstance(nproc, int) and not isinstance(nproc, bool) and nproc > 0) or nproc in ("auto", "cpu", "gpu")
+            if not valid:
+                errors.append(cel_error("spec.mlPolicy.torch.numProcPerNode", nproc,
+                                        "NumProcPerNode must be equal to auto, cpu, gpu, or int value"))
+        if isinstance(mpi, dict) and mpi.get("mpiImplementation") not in (None, names.MPI_OPENMPI, ""):
+            errors.append(not_supported("spec.mlPolicy.mpi.mpiImplementation", mpi.get("mpiImplementation"),
+                                        [names.MPI_OPENMPI, ""]))
+    topology = dig(spec, "podGroupPolicy", "volcano", "networkTopology")
+    if isinstance(topology, dict) and topology.get("mode") not in (None, "hard", "soft"):
+        errors.append(not_supported("spec.podGroupPolicy.volcano.networkTopology.mode", topology.get("mode"),
+                                    ["hard", "soft"]))
+    template = spec.get("template")
+    if isinstance(template, dict) and not template:
+        errors.append(invalid("spec.template", 0, "spec.template in body should have at least 1 properties"))
+    jobset_spec = mapping(dig(spec, "template", "spec"))
+    errors.extend(_jobset_spec_errors(jobset_spec))
+    if old is not None:
+        old_jobset = mapping(dig(old, "spec", "template", "spec"))
+        for key in _JOBSET_IMMUTABLE_FIELDS:
+            if key in old_jobset and key in jobset_spec and old_jobset[key] != jobset_spec[key]:
+                errors.append(cel_error(f"spec.template.spec.{key}", jobset_spec[key], "Value is immutable"))
+        old_jobs = {mapping(j).get("name"): mapping(j) for j in items(old_jobset.get("replicatedJobs"))}
+        for index, job in enumerate(items(jobset_spec.get("replicatedJobs"))):
+            before = old_jobs.get(mapping(job).get("name"))
+            if before and "dependsOn" in before and "dependsOn" in mapping(job) \
+                    and before["dependsOn"] != job["dependsOn"]:
+                errors.append(cel_error(f"spec.template.spec.replicatedJobs[{index}].dependsOn",
+                                        job["dependsOn"], "Value is immutable"))
+    return errors
+
+
+def _jobset_spec_errors(jobset_spec: dict[str, Any]) -> list[FieldError]:
+    errors: list[FieldError] = []
+    base = "spec.template.spec"
+    jobs = items(jobset_spec.get("replicatedJobs"))
+    order = dig(jobset_spec, "startupPolicy", "startupPolicyOrder")
+    if order == "InOrder" and any(isinstance(j, dict) and "dependsOn" in j for j in jobs):
+        errors.append(cel_error(base, jobset_spec, "StartupPolicy and DependsOn APIs are mutually exclusive"))
+    if order is not None and order not in ("AnyOrder", "InOrder"):
+        errors.append(not_supported(f"{base}.startupPolicy.startupPolicyOrder", order, ["AnyOrder", "InOrder"]))
+    operator = dig(jobset_spec, "successPolicy", "operator")
+    if operator is not None and operator not in ("All", "Any"):
+        errors.append(not_supported(f"{base}.successPolicy.operator", operator, ["All", "Any"]))
+    ttl = jobset_spec.get("ttlSecondsAfterFinished")
+    if isinstance(ttl, int) and ttl < 0:
+        errors.append(invalid(f"{base}.ttlSecondsAfterFinished", ttl,
+                              f"{base}.ttlSecondsAfterFinished in body should be greater than or equal to 0"))
+    actions = ["FailJobSet", "RestartJobSet", "RestartJobSetAndIgnoreMaxRestarts"]
+    for index, rule in enumerate(items(dig(jobset_spec, "failurePolicy", "rules"))):
+        action = mapping(rule).get("action")
+        if action not in actions:
+            errors.append(not_supported(f"{base}.failurePolicy.rules[{index}].action", action, actions))
+    seen: set[Any] = set()
+    for index, job in enumerate(jobs):
+        job = mapping(job)
+        path = f"{base}.replicatedJobs[{index}]"
+        if not job.get("name"):
+            errors.append(FieldError(ErrorType.REQUIRED, f"{path}.name"))
+        elif job["name"] in seen:
+            errors.append(FieldError(ErrorType.DUPLICATE, f"{path}", {"name": job["name"]}))
+        seen.add(job.get("name"))
+        depends_on = items(job.get("dependsOn"))
+        if len(depends_on) > 5:
+            errors.append(FieldError(ErrorType.TOO_MANY, f"{path}.dependsOn", len(depends_on),
+                                     "must have at most 5 items"))
+        for d_index, dependency in enumerate(depends_on):
+            status = mapping(dependency).get("status")
+            if status not in ("Ready", "Complete"):
+                errors.append(not_supported(f"{path}.dependsOn[{d_index}].status", status, ["Ready", "Complete"]))
+    return errors
+
+
+def replicated_job_errors(runtime: dict[str, Any]) -> list[FieldError]:
+    """The runtime webhooks' replicated-job rules (§6.4)."""
+    errors: list[FieldError] = []
+    for index, job in enumerate(items(dig(runtime, "spec", "template", "spec", "replicatedJobs"))):
+        job = mapping(job)
+        labels = dig(job, "template", "metadata", "labels")
+        if not isinstance(labels, dict) or labels.get(names.LABEL_ANCESTOR) not in _ANCESTOR_CONTAINERS:
+            continue
+        ancestor = labels[names.LABEL_ANCESTOR]
+        path = f"spec.template.spec.replicatedJobs[{index}]"
+        replicas = job.get("replicas", 1)
+        if replicas != 1:
+            errors.append(invalid(f"{path}.replicas", replicas, "always must be 1"))
+        containers = items(dig(job, "template", "spec", "template", "spec", "containers"))
+        if not any(mapping(c).get("name") == _ANCESTOR_CONTAINERS[ancestor] for c in containers):
+            errors.append(invalid(f"{path}.template.spec.template.spec.containers", containers,
+                                  f"must contain the required container for the ancestor: {ancestor}"))
+    return errors
+
+
+def validate_runtime(new: Any, old: Any | None = None, *,
+                     schema_check: SchemaCheck | None = None) -> ValidationResult:
+    """Admission of a TrainingRuntime / ClusterTrainingRuntime create (``old`` None) or update."""
+    new_doc = runtime_with_defaults(as_document(new))
+    old_doc = runtime_with_defaults(as_document(old)) if old is not None else None
+    kind = str(new_doc.get("kind") or "")
+    webhook = CLUSTER_TRAINING_RUNTIME_WEBHOOK if kind == names.CLUSTER_TRAINING_RUNTIME_KIND \
+        else TRAINING_RUNTIME_WEBHOOK
+    schema = list(schema_check(new_doc)) if schema_check else []
+    schema += runtime_schema_errors(new_doc, old_doc)
+    if schema:
+        return ValidationResult(code=422, errors=schema, webhook=webhook)
+    result = ValidationResult(webhook=webhook)
+    if kind == names.TRAINING_RUNTIME_KIND and old_doc is not None:
+        return result  # the TrainingRuntime webhook does not validate updates
+    if kind == names.CLUSTER_TRAINING_RUNTIME_KIND and old_doc is None and is_deprecated(new_doc):
+        result.warnings.append(created_deprecation_warning(str(dig(new_doc, "metadata", "name") or "")))
+    result.errors = replicated_job_errors(new_doc)
+    if result.errors:
+        result.code = 403
+    return result
