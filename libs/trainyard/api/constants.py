@@ -1,0 +1,325 @@
+"""Constants of upstream Kubeflow Trainer v2.1.0 (spec §7), spelled exactly as upstream.
+
+Grouped as the spec groups them: labels/annotations/finalizers, names, environment variables,
+numbers, TorchTune strings, kinds/groups/managers, conditions and messages.
+"""
+from __future__ import annotations
+
+# The root-level workspace directory of the training containers (spec: "{WS}").
+WORKSPACE_DIR = "/" + "workspace"
+
+# --- 7.1 Labels, annotations, finalizers --------------------------------------------------
+LABEL_TRAINJOB_ANCESTOR = "trainer.kubeflow.org/trainjob-ancestor-step"
+LABEL_SUPPORT = "trainer.kubeflow.org/support"
+SUPPORT_DEPRECATED = "deprecated"
+LABEL_FRAMEWORK = "trainer.kubeflow.org/framework"
+FINALIZER_RESOURCE_IN_USE = "trainer.kubeflow.org/resource-in-use"
+LABEL_COSCHEDULING_POD_GROUP = "scheduling.x-k8s.io/pod-group"
+ANNOTATION_VOLCANO_GROUP_NAME = "scheduling.k8s.io/group-name"
+ANNOTATION_VOLCANO_QUEUE_NAME = "scheduling.volcano.sh/queue-name"
+ANNOTATION_JOB_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+LABEL_JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
+
+# Values of the ancestor label.
+ANCESTOR_DATASET_INITIALIZER = "dataset-initializer"
+ANCESTOR_MODEL_INITIALIZER = "model-initializer"
+ANCESTOR_TRAINER = "trainer"
+
+# --- 7.2 Names and name patterns ----------------------------------------------------------
+NODE = "node"  # trainer job and container name
+LAUNCHER = "launcher"  # MPI launcher job name
+DATASET_INITIALIZER = "dataset-initializer"  # job and container name
+MODEL_INITIALIZER = "model-initializer"  # job and container name
+MPI_SSH_AUTH_SECRET_SUFFIX = "-mpi-ssh-auth"
+MPI_HOSTFILE_CONFIGMAP_SUFFIX = "-mpi-hostfile"
+MPI_SSH_AUTH_VOLUME_NAME = "mpi-ssh-auth"
+MPI_HOSTFILE_VOLUME_NAME = "mpi-hostfile"
+MPI_SSH_PRIVATE_KEY = "ssh-privatekey"
+MPI_SSH_PUBLIC_KEY = "ssh-publickey"
+MPI_SSH_SECRET_TYPE = "kubernetes.io/ssh-auth"
+MPI_SSH_PRIVATE_KEY_FILE = "id_rsa"
+MPI_SSH_PUBLIC_KEY_FILE = "id_rsa.pub"
+MPI_SSH_AUTHORIZED_KEYS_FILE = "authorized_keys"
+MPI_HOSTFILE_DIR = "/etc/mpi"
+MPI_HOSTFILE_NAME = "hostfile"
+MPI_HOSTFILE_PATH = "/etc/mpi/hostfile"
+MPI_HOSTFILE_MODE = 0o444
+DEFAULT_SSH_AUTH_MOUNT_PATH = "/root/.ssh"
+# Declared upstream but unused by the v2.1.0 controller.
+DATASET_MOUNT_PATH = WORKSPACE_DIR + "/dataset"
+MODEL_MOUNT_PATH = WORKSPACE_DIR + "/model"
+INITIALIZER_VOLUME_NAME = "initializer"
+
+
+def jobset_name(trainjob_name: str) -> str:
+    return trainjob_name
+
+
+def pod_group_name(trainjob_name: str) -> str:
+    return trainjob_name
+
+
+def mpi_ssh_auth_secret_name(trainjob_name: str) -> str:
+    return trainjob_name + MPI_SSH_AUTH_SECRET_SUFFIX
+
+
+def mpi_hostfile_configmap_name(trainjob_name: str) -> str:
+    return trainjob_name + MPI_HOSTFILE_CONFIGMAP_SUFFIX
+
+
+def pod_endpoint(trainjob_name: str, replicated_job: str, pod_index: int, subdomain: str) -> str:
+    """``<trainJob>-<replicatedJob>-0-<podIndex>.<subdomain>``."""
+    return f"{trainjob_name}-{replicated_job}-0-{pod_index}.{subdomain}"
+
+
+def torch_master_address(trainjob_name: str) -> str:
+    """``<trainJob>-node-0-0.<trainJob>``."""
+    return pod_endpoint(trainjob_name, NODE, 0, trainjob_name)
+
+
+# --- 7.3 Environment variables ------------------------------------------------------------
+ENV_PET_NNODES = "PET_NNODES"
+ENV_PET_NPROC_PER_NODE = "PET_NPROC_PER_NODE"
+ENV_PET_NODE_RANK = "PET_NODE_RANK"
+ENV_PET_MASTER_ADDR = "PET_MASTER_ADDR"
+ENV_PET_MASTER_PORT = "PET_MASTER_PORT"
+ENV_STORAGE_URI = "STORAGE_URI"
+ENV_OMPI_HOSTFILE = "OMPI_MCA_orte_default_hostfile"
+ENV_OMPI_KEEP_FQDN_HOSTNAMES = "OMPI_MCA_orte_keep_fqdn_hostnames"
+ENV_OMPI_SET_DEFAULT_SLOTS = "OMPI_MCA_orte_set_default_slots"
+ENV_OMPI_PLM_RSH_ARGS = "OMPI_MCA_plm_rsh_args"
+OMPI_PLM_RSH_ARGS_VALUE = "-o ConnectionAttempts=10"
+TORCH_RESERVED_ENV_NAMES = (
+    ENV_PET_NNODES,
+    ENV_PET_NPROC_PER_NODE,
+    ENV_PET_NODE_RANK,
+    ENV_PET_MASTER_ADDR,
+    ENV_PET_MASTER_PORT,
+)
+# fieldRef path of PET_NODE_RANK.
+JOB_COMPLETION_INDEX_FIELD_PATH = f"metadata.annotations['{ANNOTATION_JOB_COMPLETION_INDEX}']"
+
+# --- 7.4 Numbers --------------------------------------------------------------------------
+CONTAINER_TRAINER_PORT = 29500  # trainer container port, master port, rendezvous port
+ANCESTOR_JOB_REPLICAS = 1
+DEFAULT_SCHEDULE_TIMEOUT_SECONDS = 60
+MPI_NUM_PROC_PER_NODE_DEFAULT = 1
+DEFAULT_NUM_NODES = 1
+EVENT_MESSAGE_MAX_CHARS = 950
+EVENT_MESSAGE_TRUNCATION_SUFFIX = " ..."
+RUNTIME_ENQUEUE_DELAY_SECONDS = 1
+RUNTIME_NOTIFICATION_BUFFER = 10
+MAX_TRAIN_JOB_NAME_LENGTH = 63
+TORCH_NUM_PROC_PER_NODE_DEFAULT = "auto"
+TORCH_NUM_PROC_PER_NODE_KEYWORDS = ("auto", "cpu", "gpu")
+
+# --- 7.5 TorchTune strings ----------------------------------------------------------------
+TORCHTUNE_ENTRYPOINT = ("tune", "run")
+TORCHTUNE_CONFIG_FLAG = "--config"
+TORCHTUNE_RDZV_ENDPOINT_FLAG = "--rdzv_endpoint"
+TORCHTUNE_RECIPE_FULL_SINGLE_DEVICE = "full_finetune_single_device"
+TORCHTUNE_RECIPE_FULL_DISTRIBUTED = "full_finetune_distributed"
+TORCHTUNE_RECIPE_LORA_SINGLE_DEVICE = "lora_finetune_single_device"
+TORCHTUNE_RECIPE_LORA_DISTRIBUTED = "lora_finetune_distributed"
+TORCHTUNE_CONFIG_SUFFIX_FULL_SINGLE_DEVICE = "_full_single_device"
+TORCHTUNE_CONFIG_SUFFIX_FULL = "_full"
+TORCHTUNE_CONFIG_SUFFIX_FULL_MULTINODE = "_full_multinode"
+TORCHTUNE_CONFIG_SUFFIX_LORA_SINGLE_DEVICE = "_lora_single_device"
+TORCHTUNE_CONFIG_SUFFIX_QLORA_SINGLE_DEVICE = "_qlora_single_device"
+TORCHTUNE_CONFIG_SUFFIX_LORA = "_lora"
+TORCHTUNE_CONFIG_SUFFIX_QLORA = "_qlora"
+TORCHTUNE_ARG_LORA = "model.lora_attn_modules"
+TORCHTUNE_ARG_QLORA = "model.quantize_base"
+TORCHTUNE_ARG_DORA = "model.use_dora"
+TORCHTUNE_COPIED_CONFIG_KEYS = (
+    "output_dir",
+    "tokenizer.path",
+    "checkpointer.checkpoint_dir",
+    "tokenizer.merges_file",
+)
+TORCHTUNE_SUPPORTED_MODELS = ("llama3_2/1B", "llama3_2/3B", "llama3_3/70B", "qwen2_5/1.5B")
+
+# --- 7.6 Kinds, API groups, managers ------------------------------------------------------
+TRAINER_API_GROUP = "trainer.kubeflow.org"
+TRAINER_API_VERSION_NAME = "v1alpha1"
+TRAINER_API_VERSION = f"{TRAINER_API_GROUP}/{TRAINER_API_VERSION_NAME}"
+TRAIN_JOB_KIND = "TrainJob"
+TRAINING_RUNTIME_KIND = "TrainingRuntime"
+CLUSTER_TRAINING_RUNTIME_KIND = "ClusterTrainingRuntime"
+REGISTRY_KEY_TRAINING_RUNTIME = f"{TRAINING_RUNTIME_KIND}.{TRAINER_API_GROUP}"
+REGISTRY_KEY_CLUSTER_TRAINING_RUNTIME = f"{CLUSTER_TRAINING_RUNTIME_KIND}.{TRAINER_API_GROUP}"
+JOBSET_API_GROUP = "jobset.x-k8s.io"
+JOBSET_API_VERSION = "jobset.x-k8s.io/v1alpha2"
+JOBSET_KIND = "JobSet"
+COSCHEDULING_API_GROUP = "scheduling.x-k8s.io"
+COSCHEDULING_API_VERSION = "scheduling.x-k8s.io/v1alpha1"
+VOLCANO_API_GROUP = "scheduling.volcano.sh"
+VOLCANO_API_VERSION = "scheduling.volcano.sh/v1beta1"
+POD_GROUP_KIND = "PodGroup"
+VOLCANO_QUEUE_KIND = "Queue"
+FIELD_MANAGER = "trainer"
+MANAGED_BY_TRAINER = "trainer.kubeflow.org/trainjob-controller"
+MANAGED_BY_MULTIKUEUE = "kueue.x-k8s.io/multikueue"
+PLUGIN_COSCHEDULING = "CoScheduling"
+PLUGIN_VOLCANO = "Volcano"
+PLUGIN_MPI = "MPI"
+PLUGIN_PLAIN_ML = "PlainML"
+PLUGIN_TORCH = "Torch"
+PLUGIN_JOBSET = "JobSet"
+MPI_IMPLEMENTATION_OPENMPI = "OpenMPI"
+MPI_IMPLEMENTATION_INTEL = "Intel"
+MPI_IMPLEMENTATION_MPICH = "MPICH"
+VOLCANO_SYSTEM_PRIORITY_CLASSES = ("system-cluster-critical", "system-node-critical")
+RUNTIME_DEPRECATION_POLICY_URL = (
+    "https://www.kubeflow.org/docs/components/trainer/operator-guides/runtime/"
+    "#runtime-deprecation-policy"
+)
+INDEX_TRAINJOB_TRAINING_RUNTIME = ".spec.runtimeRef.kind=trainingRuntime"
+INDEX_TRAINJOB_CLUSTER_TRAINING_RUNTIME = ".spec.runtimeRef.kind=clusterTrainingRuntime"
+INDEX_TRAINING_RUNTIME_CLASS = (
+    ".trainingRuntimeSpec.jobSetTemplateSpec.replicatedJobs.podTemplateSpec.runtimeClassName"
+)
+INDEX_CLUSTER_TRAINING_RUNTIME_CLASS = (
+    ".clusterTrainingRuntimeSpec.jobSetTemplateSpec.replicatedJobs.podTemplateSpec.runtimeClassName"
+)
+
+# --- 7.7 Conditions, reasons, messages, events --------------------------------------------
+CONDITION_SUSPENDED = "Suspended"
+CONDITION_COMPLETE = "Complete"
+CONDITION_FAILED = "Failed"
+REASON_SUSPENDED = "Suspended"
+REASON_RESUMED = "Resumed"
+REASON_TRAINING_RUNTIME_NOT_SUPPORTED = "TrainingRuntimeNotSupported"
+MESSAGE_SUSPENDED = "TrainJob is suspended"
+MESSAGE_RESUMED = "TrainJob is resumed"
+# JobSet condition types, reasons and messages the status plugin copies.
+JOBSET_CONDITION_COMPLETED = "Completed"
+JOBSET_CONDITION_FAILED = "Failed"
+JOBSET_CONDITION_SUSPENDED = "Suspended"
+JOBSET_REASON_ALL_JOBS_COMPLETED = "AllJobsCompleted"
+JOBSET_MESSAGE_COMPLETED = "jobset completed successfully"
+JOBSET_REASON_FAILED_JOBS = "FailedJobs"
+JOBSET_REASON_REACHED_MAX_RESTARTS = "ReachedMaxRestarts"
+JOBSET_REASON_FAIL_POLICY_ACTION = "FailJobSetFailurePolicyAction"
+JOBSET_MESSAGE_FAILED_JOBS = "jobset failed due to one or more job failures"
+EVENT_TYPE_WARNING = "Warning"
+EVENT_TYPE_NORMAL = "Normal"
+EVENT_REASON_RESOURCES_CREATION_FAILED = "TrainJobResourcesCreationFailed"
+EVENT_MESSAGE_RESOURCES_CREATION_FAILED = "TrainJob resources reconciliation failed: "
+
+
+def unsupported_runtime_message(registry_key: str) -> str:
+    """``unsupported runtime: <key>`` (the key may be empty)."""
+    return f"unsupported runtime: {registry_key}"
+
+
+def resources_creation_failed_message(error: str) -> str:
+    """The Warning event message: the error cut to 950 characters, then `` ...``."""
+    if len(error) > EVENT_MESSAGE_MAX_CHARS:
+        error = error[:EVENT_MESSAGE_MAX_CHARS] + EVENT_MESSAGE_TRUNCATION_SUFFIX
+    return EVENT_MESSAGE_RESOURCES_CREATION_FAILED + error
+
+
+# CEL rule messages of the CRDs (verbatim).
+MESSAGE_RUNTIME_REF_IMMUTABLE = "runtimeRef is immutable"
+MESSAGE_MANAGED_BY_VALUES = (
+    "ManagedBy must be trainer.kubeflow.org/trainjob-controller or kueue.x-k8s.io/multikueue if set"
+)
+MESSAGE_MANAGED_BY_IMMUTABLE = "ManagedBy value is immutable"
+MESSAGE_NAME_RFC1035 = "metadata.name must match RFC 1035 DNS label format"
+MESSAGE_NAME_TOO_LONG = "metadata.name must be no more than 63 characters"
+MESSAGE_NUM_NODES_WITH_ELASTIC = "numNodes should not be set if torch.elasticPolicy is configured"
+MESSAGE_ONE_POLICY = "Only one of the policy can be configured"
+MESSAGE_NUM_PROC_PER_NODE = "NumProcPerNode must be equal to auto, cpu, gpu, or int value"
+MESSAGE_STARTUP_DEPENDS_ON = "StartupPolicy and DependsOn APIs are mutually exclusive"
+MESSAGE_VALUE_IMMUTABLE = "Value is immutable"
+
+# --- 7.8 Error and warning texts (webhooks, planning) -------------------------------------
+ERR_TRAINING_RUNTIME_MUST_EXIST = (
+    "specified trainingRuntime must be created before the TrainJob is created"
+)
+ERR_CLUSTER_TRAINING_RUNTIME_MUST_EXIST = (
+    "specified clusterTrainingRuntime must be created before the TrainJob is created"
+)
+ERR_TRAINING_RUNTIME_NOT_FOUND = "TrainingRuntime specified in TrainJob is not found: "
+ERR_CLUSTER_TRAINING_RUNTIME_NOT_FOUND = "not found ClusterTrainingRuntime specified in TrainJob: "
+ERR_ALWAYS_ONE = "always must be 1"
+ERR_MISSING_ANCESTOR_CONTAINER = "must contain the required container for the ancestor: "
+ERR_TORCH_NUM_PROC_PER_NODE = "must have an int value or [auto cpu gpu]"
+ERR_TORCH_RESERVED_ENVS = "must not have reserved envs, invalid envs configured: "
+ERR_TORCHTUNE_UNSUPPORTED_MODEL = "must have a supported pretrained model, invalid model configured: "
+ERR_MPI_NUM_PROC_PER_NODE = "must have an int value for MPI TrainJob"
+ERR_MPI_RUN_LAUNCHER_AS_NODE = (
+    "must have 1 when MPI trainingRuntime with enabled runLauncherAsNode does not have either"
+    " launcher and node"
+)
+ERR_DATASET_INITIALIZER_JOB = (
+    "must have dataset-initializer job when trainJob is configured with input datasetConfig"
+)
+ERR_DATASET_INITIALIZER_CONTAINER = (
+    "must have container with name - dataset-initializer in the dataset-initializer job"
+)
+ERR_MODEL_INITIALIZER_JOB = (
+    "must have model-initializer job when trainJob is configured with input modelConfig"
+)
+ERR_MODEL_INITIALIZER_CONTAINER = (
+    "must have container with name - model-initializer in the model-initializer job"
+)
+ERR_TARGET_JOB_NOT_FOUND = "must not have targetJob that doesn't exist in the runtime job template"
+ERR_OVERRIDE_ENVS = "must not have envs for the dataset-initializer, model-initializer, node containers"
+ERR_OVERRIDES_NOT_SUSPENDED = "PodTemplateOverrides can only be modified when the TrainJob is suspended"
+ERR_VOLCANO_EMPTY_QUEUE = "Volcano queue name must not be empty"
+ERR_RUNTIME_INFO_MISSING = "runtime info or object is missing"
+ERR_TOO_MANY_STATUS_PLUGINS = "too many TrainJobStatus plugins are registered"
+ERR_JOBSET_CRDS_MISSING = "JobSet CRDs must be installed in advance"
+ERR_PODGROUP_CRDS_MISSING = "PodGroup CRDs must be installed in advance"
+
+
+def deprecated_runtime_warning(name: str, *, referenced: bool) -> str:
+    """The deprecation warning of the TrainJob webhook (``referenced``) or the runtime webhook."""
+    prefix = "Referenced " if referenced else ""
+    return (
+        f'{prefix}ClusterTrainingRuntime "{name}" is deprecated and will be removed in a future'
+        f" release of Kubeflow Trainer. See runtime deprecation policy:"
+        f" {RUNTIME_DEPRECATION_POLICY_URL}"
+    )
+
+
+def missing_init_container_message(job: str) -> str:
+    return f"must not have initContainer that doesn't exist in the runtime job {job}"
+
+
+def missing_container_message(job: str) -> str:
+    return f"must not have container that doesn't exist in the runtime job {job}"
+
+
+def overrides_active_job_message(job: str) -> str:
+    return f"PodTemplateOverrides cannot be modified when the JobSet's ReplicatedJob {job} is still active"
+
+
+def torchtune_single_node_message(model: str) -> str:
+    return f"must be 1 for {model} model"
+
+
+def torchtune_qlora_unsupported_message(model: str) -> str:
+    return f"QLoRA is not supported for {model} model"
+
+
+def torchtune_qlora_num_proc_message(model: str) -> str:
+    return f"must be auto or 1 for {model} model when using QLoRA"
+
+
+def torchtune_qlora_gpu_message(model: str) -> str:
+    return f"must have gpu resource with value 1 for {model} model when using QLoRA"
+
+
+def mpi_implementation_unsupported_message(value: str) -> str:
+    return f"MPI implementation for {value} doesn't supported"
+
+
+def volcano_priority_class_missing_message(name: str, api_error: str) -> str:
+    return f'PriorityClass "{name}" doesn\'t exist: {api_error}'
+
+
+def ssh_auth_secret_build_failed_message(error: str) -> str:
+    return f"failed to build SSH Auth secret: {error}"
