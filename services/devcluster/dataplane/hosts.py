@@ -1,0 +1,113 @@
+"""Pod DNS names as hosts-file entries (pure rendering) and the per-pod files kept current.
+
+For a pod with hostname ``h`` and subdomain ``s`` in namespace ``ns`` (a headless Service
+``s`` exists), ``h.s.ns.svc.cluster.local`` and its short forms ``h.s.ns.svc``, ``h.s.ns``,
+``h.s`` name the pod's address; ``s.ns.svc.cluster.local`` (and short forms) names every
+such pod. Each pod's own file also maps its bare hostname. The files are rewritten in place
+(same inode) so a bind mount over /etc/hosts sees every update.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+CLUSTER_DOMAIN = "cluster.local"
+HEADER = ("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+          "# Kubernetes-managed hosts file (trainyard devcluster).\n")
+
+
+@dataclass(frozen=True)
+class PodRecord:
+    namespace: str
+    hostname: str
+    subdomain: str
+    ip: str
+
+
+def pod_names(record: PodRecord) -> list[str]:
+    fqdn = f"{record.hostname}.{record.subdomain}.{record.namespace}.svc.{CLUSTER_DOMAIN}"
+    base = f"{record.hostname}.{record.subdomain}"
+    return [fqdn, f"{base}.{record.namespace}.svc", f"{base}.{record.namespace}", base]
+
+
+def service_names(namespace: str, service: str) -> list[str]:
+    return [f"{service}.{namespace}.svc.{CLUSTER_DOMAIN}", f"{service}.{namespace}.svc",
+            f"{service}.{namespace}"]
+
+
+def render_hosts(own_ip: str, own_hostname: str, own_fqdn: str | None,
+                 records: list[PodRecord]) -> str:
+    """One pod's hosts file: its own names first, then every published pod and service."""
+    lines = [HEADER]
+    own = [own_fqdn] if own_fqdn else []
+    lines.append(f"{own_ip}\t{' '.join(own + [own_hostname])}\n")
+    services: dict[tuple[str, str], list[str]] = {}
+    for record in sorted(records, key=lambda r: (r.namespace, r.subdomain, r.hostname)):
+        lines.append(f"{record.ip}\t{' '.join(pod_names(record))}\n")
+        services.setdefault((record.namespace, record.subdomain), []).append(record.ip)
+    for (namespace, service), ips in sorted(services.items()):
+        for ip in ips:
+            lines.append(f"{ip}\t{' '.join(service_names(namespace, service))}\n")
+    return "".join(lines)
+
+
+def write_in_place(path: Path, content: str) -> None:
+    """Rewrite a file keeping its inode (bind mounts of it see the new content)."""
+    data = content.encode()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        # Write first, then cut: a reader never sees an empty file.
+        os.pwrite(fd, data, 0)
+        os.ftruncate(fd, len(data))
+    finally:
+        os.close(fd)
+
+
+class HostsTable:
+    """Every running pod's DNS record, and the hosts file of each pod kept in sync."""
+
+    def __init__(self) -> None:
+        self.records: dict[str, PodRecord] = {}
+        self.files: dict[str, tuple[Path, str, str, str | None]] = {}
+        self.services: set[tuple[str, str]] | None = None  # None: every subdomain published
+
+    def published(self) -> list[PodRecord]:
+        # A replacement pod with the same hostname was added later: its record wins.
+        latest: dict[tuple[str, str, str], PodRecord] = {}
+        for record in self.records.values():
+            if self.services is None or (record.namespace, record.subdomain) in self.services:
+                latest[(record.namespace, record.subdomain, record.hostname)] = record
+        return list(latest.values())
+
+    def add_pod(self, uid: str, path: Path, ip: str, hostname: str, namespace: str,
+                subdomain: str | None) -> None:
+        fqdn = None
+        if subdomain:
+            record = PodRecord(namespace=namespace, hostname=hostname, subdomain=subdomain, ip=ip)
+            self.records[uid] = record
+            fqdn = pod_names(record)[0]
+        self.files[uid] = (path, ip, hostname, fqdn)
+        self.refresh()
+
+    def drop_record(self, uid: str) -> None:
+        """The pod stops being published (terminal or deleted); its own file stays usable."""
+        if self.records.pop(uid, None) is not None:
+            self.refresh()
+
+    def remove_pod(self, uid: str) -> None:
+        self.files.pop(uid, None)
+        self.drop_record(uid)
+
+    def set_services(self, services: set[tuple[str, str]]) -> None:
+        if services != self.services:
+            self.services = set(services)
+            self.refresh()
+
+    def refresh(self) -> None:
+        records = self.published()
+        for path, ip, hostname, fqdn in list(self.files.values()):
+            try:
+                write_in_place(path, render_hosts(ip, hostname, fqdn, records))
+            except OSError:
+                continue

@@ -1,0 +1,180 @@
+"""Pod volumes as host directories, and the mount plan that makes them appear at mountPath."""
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .podenv import ContainerConfigError, PodContext, configmap_items, field_value, secret_items
+
+
+class VolumeError(Exception):
+    """A volume type or mount the local runner cannot provide (CreateContainerError)."""
+
+
+@dataclass(frozen=True)
+class Mount:
+    source: str
+    target: str
+    read_only: bool = False
+
+
+def _write_items(directory: Path, items: dict[str, bytes], selection: list[dict[str, Any]] | None,
+                 mode: int, what: str, optional: bool) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    chosen: list[tuple[str, bytes, int]] = []
+    if selection:
+        for item in selection:
+            key = item.get("key", "")
+            if key not in items:
+                if optional:
+                    continue
+                raise ContainerConfigError(f"couldn't find key {key} in {what}")
+            chosen.append((item.get("path") or key, items[key], int(item.get("mode") or mode)))
+    else:
+        chosen = [(key, value, mode) for key, value in items.items()]
+    for path, value, file_mode in chosen:
+        target = directory / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(value)
+        os.chmod(target, file_mode)
+
+
+def materialize_volumes(pod: dict[str, Any], ctx: PodContext, volumes_dir: Path,
+                        claims_dir: Path) -> dict[str, Path]:
+    """Create every pod volume as a directory (or host path); name -> host path."""
+    namespace = (pod.get("metadata") or {}).get("namespace", "default")
+    made: dict[str, Path] = {}
+    for volume in (pod.get("spec") or {}).get("volumes") or []:
+        name = volume.get("name", "")
+        directory = volumes_dir / name
+        if "emptyDir" in volume:
+            directory.mkdir(parents=True, exist_ok=True)
+        elif "configMap" in volume:
+            source = volume["configMap"] or {}
+            found = ctx.configmaps.get(source.get("name", ""))
+            if found is None and not source.get("optional"):
+                raise ContainerConfigError(f'configmap "{source.get("name", "")}" not found')
+            _write_items(directory, configmap_items(found or {}), source.get("items"),
+                         int(source.get("defaultMode") or 0o644),
+                         f"ConfigMap {namespace}/{source.get('name', '')}", bool(source.get("optional")))
+        elif "secret" in volume:
+            source = volume["secret"] or {}
+            found = ctx.secrets.get(source.get("secretName", ""))
+            if found is None and not source.get("optional"):
+                raise ContainerConfigError(f'secret "{source.get("secretName", "")}" not found')
+            _write_items(directory, secret_items(found or {}), source.get("items"),
+                         int(source.get("defaultMode") or 0o644),
+                         f"Secret {namespace}/{source.get('secretName', '')}", bool(source.get("optional")))
+        elif "downwardAPI" in volume:
+            items = {item.get("path", ""): field_value(pod, (item.get("fieldRef") or {}).get("fieldPath", ""), ctx).encode()
+                     for item in (volume["downwardAPI"] or {}).get("items") or [] if item.get("fieldRef")}
+            _write_items(directory, items, None, 0o644, "downwardAPI", True)
+        elif "projected" in volume:
+            directory.mkdir(parents=True, exist_ok=True)
+            for projection in (volume["projected"] or {}).get("sources") or []:
+                if "configMap" in projection:
+                    source = projection["configMap"] or {}
+                    found = ctx.configmaps.get(source.get("name", ""))
+                    if found is None and not source.get("optional"):
+                        raise ContainerConfigError(f'configmap "{source.get("name", "")}" not found')
+                    _write_items(directory, configmap_items(found or {}), source.get("items"), 0o644,
+                                 f"ConfigMap {namespace}/{source.get('name', '')}", bool(source.get("optional")))
+                elif "secret" in projection:
+                    source = projection["secret"] or {}
+                    found = ctx.secrets.get(source.get("name", ""))
+                    if found is None and not source.get("optional"):
+                        raise ContainerConfigError(f'secret "{source.get("name", "")}" not found')
+                    _write_items(directory, secret_items(found or {}), source.get("items"), 0o644,
+                                 f"Secret {namespace}/{source.get('name', '')}", bool(source.get("optional")))
+                elif "downwardAPI" in projection:
+                    items = {item.get("path", ""): field_value(pod, (item.get("fieldRef") or {}).get("fieldPath", ""), ctx).encode()
+                             for item in projection["downwardAPI"].get("items") or [] if item.get("fieldRef")}
+                    _write_items(directory, items, None, 0o644, "downwardAPI", True)
+        elif "hostPath" in volume:
+            directory = Path((volume["hostPath"] or {}).get("path", "/"))
+            if (volume["hostPath"] or {}).get("type") in ("DirectoryOrCreate",):
+                directory.mkdir(parents=True, exist_ok=True)
+        elif "persistentVolumeClaim" in volume:
+            claim = (volume["persistentVolumeClaim"] or {}).get("claimName", "")
+            directory = claims_dir / namespace / claim
+            directory.mkdir(parents=True, exist_ok=True)
+        else:
+            kinds = sorted(set(volume) - {"name"})
+            raise VolumeError(f"volume {name!r}: type {kinds[0] if kinds else '?'} is not supported "
+                              "by the devcluster pod runner")
+        made[name] = directory
+    return made
+
+
+def container_mounts(container: dict[str, Any], volume_paths: dict[str, Path]) -> list[Mount]:
+    mounts = []
+    for mount in container.get("volumeMounts") or []:
+        name = mount.get("name", "")
+        if name not in volume_paths:
+            raise VolumeError(f"volumeMount {name!r} of container {container.get('name')!r} "
+                              "names no pod volume")
+        source = volume_paths[name]
+        if mount.get("subPath"):
+            source = source / mount["subPath"]
+            if not source.exists():
+                source.mkdir(parents=True, exist_ok=True)
+        mounts.append(Mount(source=str(source), target=mount.get("mountPath", ""),
+                            read_only=bool(mount.get("readOnly"))))
+    return mounts
+
+
+class MountpointRegistry:
+    """Mount targets the runner had to create on the host filesystem, reference counted.
+
+    A bind mount needs an existing target; a target created for a pod is removed when the
+    last pod using it stops, so nothing is left behind in the host's tree.
+    """
+
+    def __init__(self) -> None:
+        self._counts: dict[str, int] = {}
+        self._created: dict[str, list[Path]] = {}
+
+    def acquire(self, target: str, is_file: bool) -> None:
+        path = Path(target)
+        if target in self._counts:
+            self._counts[target] += 1
+            return
+        created: list[Path] = []
+        if not path.exists():
+            missing = path
+            chain = []
+            while not missing.exists():
+                chain.append(missing)
+                missing = missing.parent
+            for part in reversed(chain[1:]):
+                part.mkdir()
+                created.append(part)
+            if is_file:
+                path.touch()
+            else:
+                path.mkdir()
+            created.append(path)
+        self._counts[target] = 1
+        self._created[target] = created
+
+    def release(self, target: str) -> None:
+        count = self._counts.get(target, 0) - 1
+        if count > 0:
+            self._counts[target] = count
+            return
+        self._counts.pop(target, None)
+        for path in reversed(self._created.pop(target, [])):
+            try:
+                if path.is_dir():
+                    path.rmdir()
+                else:
+                    path.unlink()
+            except OSError:
+                pass
+
+
+def remove_tree(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)

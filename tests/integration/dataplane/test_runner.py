@@ -1,0 +1,179 @@
+"""The pod runner on its own: real processes, namespaces and files; no API server."""
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+
+from fixtures.dataplane import make_pod
+
+PY = "python3"
+
+
+def terminated(status: dict, index: int = 0) -> dict:
+    return status["containerStatuses"][index]["state"].get("terminated") or {}
+
+
+async def test_env_field_refs_and_var_expansion(runner_harness):
+    pod = make_pod("js-w-0-1-abcde", [{
+        "name": "w",
+        "command": ["echo", "$(R)", "$(N)", "$(UNDEFINED)", "$$(R)", "$(POD)", "$(IP)"],
+        "env": [
+            {"name": "R", "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}},
+            {"name": "N", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['jobset.sigs.k8s.io/jobset-name']"}}},
+            {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            {"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        ]}], annotations={"batch.kubernetes.io/job-completion-index": "1"},
+        labels={"jobset.sigs.k8s.io/jobset-name": "js"}, hostname="js-w-0-1", subdomain="js")
+    runner = runner_harness.start(pod)
+    status = await runner_harness.finished(runner)
+    assert status["phase"] == "Succeeded"
+    assert terminated(status) ["reason"] == "Completed"
+    pod_ip = status["podIP"]
+    assert runner_harness.log(pod, "w") == f"1 js $(UNDEFINED) $(R) js-w-0-1-abcde {pod_ip}\n"
+
+
+async def test_hostname_python_and_gpu_free_env(runner_harness):
+    pod = make_pod("p1", [{"name": "c", "command": ["sh", "-c", "hostname; echo $HOSTNAME; python -c 'import sys; print(sys.prefix)'"]}],
+                   hostname="js-w-0-0", subdomain="js")
+    runner = runner_harness.start(pod)
+    await runner_harness.finished(runner)
+    lines = runner_harness.log(pod, "c").splitlines()
+    expected_host = "js-w-0-0" if runner_harness.network.isolated else lines[0]
+    assert lines[0] == expected_host
+    assert lines[1] == "js-w-0-0"
+    assert lines[2] == os.path.dirname(os.path.dirname(runner_harness.config.bin_dir)) or lines[2].endswith(".venv")
+
+
+async def test_two_pods_share_port_29500_and_resolve_by_dns_name(runner_harness):
+    if not runner_harness.network.isolated:
+        return  # shared-network fallback: ports are shared by design
+    server = make_pod("js-w-0-0-aaaaa", [{"name": "w", "command": [PY, "-c",
+        "import socket\ns=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+        "s.bind(('0.0.0.0', 29500)); s.listen()\nc,_=s.accept(); print('got', c.recv(5).decode())"]}],
+        hostname="js-w-0-0", subdomain="js")
+    other = make_pod("other-0-aaaaa", [{"name": "w", "command": [PY, "-c",
+        "import socket,time\ns=socket.socket(); s.bind(('0.0.0.0', 29500)); s.listen(); print('bound'); time.sleep(0.5)"]}],
+        hostname="other-0", subdomain="other")
+    first = runner_harness.start(server)
+    second = runner_harness.start(other)
+    await runner_harness.wait_status(first, lambda s: s["phase"] == "Running")
+    client = make_pod("js-w-0-1-bbbbb", [{"name": "w", "command": ["sh", "-c",
+        "getent hosts js-w-0-0.js.ns1.svc.cluster.local && "
+        "python3 -c \"import socket,time\nfor _ in range(50):\n  try:\n    s=socket.create_connection(('js-w-0-0.js', 29500)); break\n  except OSError: time.sleep(0.1)\ns.send(b'hello')\""]}],
+        hostname="js-w-0-1", subdomain="js")
+    third = runner_harness.start(client)
+    for runner in (first, second, third):
+        status = await runner_harness.finished(runner)
+        assert status["phase"] == "Succeeded", status
+    assert runner_harness.log(server, "w") == "got hello\n"
+    assert runner_harness.log(other, "w") == "bound\n"
+    resolved = runner_harness.log(client, "w").split()
+    assert resolved[0] == first.status()["podIP"]
+    assert "js-w-0-0.js.ns1.svc.cluster.local" in resolved
+
+
+async def test_volumes_env_from_and_init_containers(runner_harness):
+    runner_harness.configmaps["cfg"] = {"data": {"train.py": "print('from configmap')", "MODE": "fast"}}
+    runner_harness.secrets["sec"] = {"data": {"token": base64.b64encode(b"s3cret").decode()}}
+    pod = make_pod("vols", [{
+        "name": "main", "workingDir": "/workspace",
+        "command": ["sh", "-c", "python3 /opt/ty-test-cfg/train.py; cat /workspace/ready; echo $MODE $TOKEN; cat /opt/ty-test-sec/token; echo; pwd"],
+        "envFrom": [{"configMapRef": {"name": "cfg"}}],
+        "env": [{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "sec", "key": "token"}}}],
+        "volumeMounts": [{"name": "cfg", "mountPath": "/opt/ty-test-cfg"},
+                         {"name": "sec", "mountPath": "/opt/ty-test-sec", "readOnly": True},
+                         {"name": "scratch", "mountPath": "/workspace"}]}],
+        initContainers=[{"name": "init", "image": "local", "command": ["sh", "-c", "echo init-done > /workspace/ready"],
+                         "volumeMounts": [{"name": "scratch", "mountPath": "/workspace"}]}],
+        volumes=[{"name": "cfg", "configMap": {"name": "cfg"}}, {"name": "sec", "secret": {"secretName": "sec"}},
+                 {"name": "scratch", "emptyDir": {}}])
+    runner = runner_harness.start(pod)
+    status = await runner_harness.finished(runner)
+    assert status["phase"] == "Succeeded", status
+    assert status["initContainerStatuses"][0]["state"]["terminated"]["exitCode"] == 0
+    assert runner_harness.log(pod, "main").splitlines() == [
+        "from configmap", "init-done", "fast s3cret", "s3cret", "/workspace"]
+    # Mount targets created on the host for the pod are gone with it.
+    assert not os.path.exists("/opt/ty-test-cfg") and not os.path.exists("/workspace")
+
+
+async def test_missing_configmap_waits_then_starts(runner_harness):
+    pod = make_pod("cfgwait", [{"name": "c", "command": ["sh", "-c", "echo $V"],
+                                "env": [{"name": "V", "valueFrom": {"configMapKeyRef": {"name": "late", "key": "v"}}}]}])
+    runner = runner_harness.start(pod)
+    status = await runner_harness.wait_status(
+        runner, lambda s: s["containerStatuses"][0]["state"].get("waiting", {}).get("reason") == "CreateContainerConfigError")
+    assert status["phase"] == "Pending"
+    assert status["containerStatuses"][0]["state"]["waiting"]["message"] == 'configmap "late" not found'
+    runner_harness.configmaps["late"] = {"data": {"v": "now"}}
+    status = await runner_harness.finished(runner)
+    assert status["phase"] == "Succeeded"
+    assert runner_harness.log(pod, "c") == "now\n"
+
+
+async def test_exit_code_and_missing_command_and_unknown_program(runner_harness):
+    failing = runner_harness.start(make_pod("fail", [{"name": "c", "command": ["sh", "-c", "exit 3"]}]))
+    status = await runner_harness.finished(failing)
+    assert status["phase"] == "Failed"
+    assert terminated(status) == {**terminated(status), "exitCode": 3, "reason": "Error"}
+    ready = {c["type"]: c for c in status["conditions"]}
+    assert ready["Ready"]["reason"] == "PodFailed" and ready["Ready"]["status"] == "False"
+    assert [c["type"] for c in status["conditions"]] == [
+        "PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady", "PodScheduled"]
+
+    no_command = runner_harness.start(make_pod("nocmd", [{"name": "c"}]))
+    status = await runner_harness.finished(no_command)
+    assert status["phase"] == "Failed"
+    assert terminated(status)["reason"] == "StartError" and terminated(status)["exitCode"] == 128
+    assert "no command" in terminated(status)["message"]
+
+    unknown = runner_harness.start(make_pod("unknown", [{"name": "c", "command": ["no-such-program-xyz"]}]))
+    status = await runner_harness.finished(unknown)
+    assert terminated(status)["message"] == 'exec: "no-such-program-xyz": executable file not found in $PATH'
+
+
+async def test_on_failure_restarts_in_place_with_previous_log(runner_harness):
+    pod = make_pod("flaky", [{"name": "c", "command": ["sh", "-c",
+        "if [ -f /state/ran ]; then echo second; exit 0; fi; touch /state/ran; echo first; exit 1"],
+        "volumeMounts": [{"name": "state", "mountPath": "/state"}]}],
+        restart_policy="OnFailure", volumes=[{"name": "state", "emptyDir": {}}])
+    runner = runner_harness.start(pod)
+    status = await runner_harness.finished(runner)
+    container = status["containerStatuses"][0]
+    assert status["phase"] == "Succeeded"
+    assert container["restartCount"] == 1
+    assert container["lastState"]["terminated"]["exitCode"] == 1
+    assert runner_harness.log(pod, "c") == "second\n"
+    assert runner_harness.log(pod, "c", previous=True) == "first\n"
+
+
+async def test_termination_signals_process_group_and_leaves_no_orphan(runner_harness):
+    graceful = runner_harness.start(make_pod("graceful", [{"name": "c", "command": [
+        "sh", "-c", "setsid sleep 300 & trap 'exit 143' TERM; echo started; while true; do sleep 0.1; done"]}]))
+    stubborn = runner_harness.start(make_pod("stubborn", [{"name": "c", "command": [
+        PY, "-c", "import signal,time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('up', flush=True)\ntime.sleep(300)"]}]))
+    for runner in (graceful, stubborn):
+        await runner_harness.wait_status(runner, lambda s: s["phase"] == "Running")
+    await asyncio.sleep(0.3)
+    escaped = [pid for pid in _pids_with_marker(graceful.uid)]
+    assert len(escaped) >= 2  # the shell and the setsid'd sleep
+    await asyncio.gather(graceful.terminate(5), stubborn.terminate(0.5))
+    assert terminated(graceful.status())["exitCode"] == 143
+    assert terminated(stubborn.status())["exitCode"] == 137
+    assert graceful.status()["phase"] == "Failed"
+    assert _pids_with_marker(graceful.uid) == [] and _pids_with_marker(stubborn.uid) == []
+
+
+def _pids_with_marker(uid: str) -> list[int]:
+    needle = f"TRAINYARD_POD_UID={uid}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as handle:
+                    if needle in handle.read().split(b"\0"):
+                        found.append(int(entry))
+            except OSError:
+                pass
+    return found
