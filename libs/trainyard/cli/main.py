@@ -13,6 +13,8 @@ import sys
 from typing import Sequence
 
 COMMANDS: dict[str, str] = {
+    "up": "trainyard.cli.up",
+    "down": "trainyard.cli.down",
 }
 
 
@@ -54,4 +56,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run the imported module's main, not this __main__ copy: commands raise
+    # trainyard.cli.main.UserError, which must be the class main() catches.
+    from trainyard.cli.main import main as _main
+
+    sys.exit(_main())

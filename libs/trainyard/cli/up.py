@@ -1,0 +1,93 @@
+"""`trainyard up`: the whole local stack in one command (NATS, devcluster, runtimes, services)."""
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+from pathlib import Path
+
+HELP = "Start a local trainyard: embedded NATS, devcluster, CRDs and runtimes, and the four services."
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    from trainyard.supervisor.layout import DATA_DIR_ENV, default_data_dir
+    from trainyard.supervisor.ports import (
+        DEFAULT_API_PORT,
+        DEFAULT_NATS_PORT,
+        DEFAULT_SERVICES_PORT,
+        DEFAULT_WEBHOOK_PORT,
+    )
+
+    parser.add_argument("--data-dir", type=Path, default=None,
+                        help=f"where everything is kept; a second `up` on it resumes (default: ${DATA_DIR_ENV} "
+                             f"or {default_data_dir()})")
+    parser.add_argument("--nats-port", type=int, default=DEFAULT_NATS_PORT,
+                        help=f"NATS client port (default {DEFAULT_NATS_PORT}; 0: a free port)")
+    parser.add_argument("--api-port", type=int, default=DEFAULT_API_PORT,
+                        help=f"devcluster API server port (default {DEFAULT_API_PORT}; 0: a free port)")
+    parser.add_argument("--services-port", type=int, default=DEFAULT_SERVICES_PORT,
+                        help=f"first of four HTTP ports (health, metrics) for watcher, planner, applier, status "
+                             f"(default {DEFAULT_SERVICES_PORT}; 0: free ports)")
+    parser.add_argument("--webhook-port", type=int, default=DEFAULT_WEBHOOK_PORT,
+                        help=f"planner's admission webhook port (default {DEFAULT_WEBHOOK_PORT}; 0: a free port)")
+    parser.add_argument("--free-ports", action="store_true",
+                        help="pick free ports for everything (same as setting every port option to 0)")
+    parser.add_argument("--skip", action="append", default=[], metavar="COMPONENT",
+                        help="do not start this component (nats, devcluster, watcher, planner, applier, status), "
+                             "e.g. to run it yourself in a debugger; repeatable")
+    parser.add_argument("--startup-timeout", type=float, default=120.0, metavar="SECONDS",
+                        help="how long each component may take to become ready (default 120)")
+
+
+def _try_this(kubeconfig: Path) -> list[str]:
+    from trainyard.supervisor.binaries import MissingBinaryError, kubectl_binary
+
+    try:
+        kubectl = str(kubectl_binary())
+    except MissingBinaryError:
+        kubectl = "kubectl"
+    cwd = Path.cwd()
+    if kubectl.startswith(str(cwd) + os.sep):
+        kubectl = os.path.relpath(kubectl, cwd)
+    base = f"{shlex.quote(kubectl)} --kubeconfig {shlex.quote(str(kubeconfig))}"
+    return [f"{base} get clustertrainingruntimes", f"{base} apply -f examples/torch-ddp-cpu/"]
+
+
+def run(args: argparse.Namespace) -> int:
+    from trainyard.cli.main import UserError
+    from trainyard.supervisor.binaries import MissingBinaryError
+    from trainyard.supervisor.layout import default_data_dir
+    from trainyard.supervisor.manifests import ManifestError
+    from trainyard.supervisor.ports import PortInUseError
+    from trainyard.supervisor.stack import Stack, StackConfig, StackError, run_stack
+
+    ports = (0, 0, 0, 0) if args.free_ports else (args.nats_port, args.api_port, args.services_port, args.webhook_port)
+    config = StackConfig(
+        data_dir=(args.data_dir or default_data_dir()).expanduser().resolve(),
+        nats_port=ports[0], api_port=ports[1], services_port=ports[2], webhook_port=ports[3],
+        skip=frozenset(args.skip), startup_timeout_s=args.startup_timeout,
+    )
+
+    def say(line: str) -> None:
+        print(line, flush=True)
+
+    def on_ready(stack: Stack) -> None:
+        kubeconfig = stack.layout.kubeconfig
+        say("")
+        if "devcluster" in config.skip:
+            say("trainyard is up (without devcluster).")
+        else:
+            say(f"trainyard is up. kubeconfig: {kubeconfig}")
+            say("Try this:")
+            for line in _try_this(kubeconfig):
+                say(f"  {line}")
+        say(f"Logs in {stack.layout.logs_dir}. Stop with Ctrl-C or `trainyard down --data-dir {stack.layout.root}`.")
+
+    say(f"trainyard: starting in {config.data_dir}")
+    try:
+        return run_stack(config, say, on_ready)
+    except (StackError, PortInUseError, MissingBinaryError, ManifestError, ValueError) as err:
+        raise UserError(str(err), exit_code=1) from None
+    finally:
+        sys.stdout.flush()

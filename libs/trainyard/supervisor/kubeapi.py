@@ -1,0 +1,74 @@
+"""The few API server calls `trainyard up` makes: is it answering, and create-or-update."""
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+from trainyard.supervisor.manifests import Manifest, resource_path
+
+
+class InstallError(Exception):
+    pass
+
+
+async def open_client(kubeconfig: Path) -> Any:
+    from kubernetes_asyncio import config
+
+    return await config.new_client_from_config(config_file=str(kubeconfig))
+
+
+async def _call(client: Any, method: str, path: str, body: Any = None, content_type: str = "application/json") -> Any:
+    return await client.call_api(
+        path,
+        method,
+        header_params={"Accept": "application/json", "Content-Type": content_type},
+        body=body,
+        response_types_map={200: "object", 201: "object"},
+        auth_settings=["BearerToken"],
+        _return_http_data_only=True,
+        _request_timeout=10,
+    )
+
+
+async def server_answers(kubeconfig: Path) -> bool:
+    client = await open_client(kubeconfig)
+    try:
+        await _call(client, "GET", "/version")
+        return True
+    finally:
+        await client.close()
+
+
+async def create_or_update(client: Any, manifest: Manifest) -> str:
+    """POST the manifest; if it exists, merge-patch it to the shipped content. Returns what happened."""
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    path = resource_path(manifest)
+    try:
+        await _call(client, "POST", path.collection, manifest)
+        return "created"
+    except ApiException as err:
+        if err.status != 409:
+            raise InstallError(f"{manifest['kind']} {path.name}: HTTP {err.status} {err.reason}: {err.body}") from err
+    try:
+        await _call(client, "PATCH", path.item, manifest, content_type="application/merge-patch+json")
+    except ApiException as err:
+        raise InstallError(f"{manifest['kind']} {path.name}: HTTP {err.status} {err.reason}: {err.body}") from err
+    return "updated"
+
+
+async def wait_until_served(client: Any, collection_path: str, timeout_s: float) -> None:
+    """A new CRD's resources become available a moment after the CRD is created."""
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            await _call(client, "GET", collection_path)
+            return
+        except ApiException as err:
+            if err.status != 404 or time.monotonic() > deadline:
+                raise InstallError(f"{collection_path} is not served: HTTP {err.status} {err.reason}") from err
+        await asyncio.sleep(0.2)

@@ -1,0 +1,118 @@
+"""What `trainyard up` installs into the API server: CRDs, the default runtimes, and the public
+ConfigMap the Kubeflow SDK reads. Pure: reading files and building documents, no API calls."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+# The SDK reads this ConfigMap on every TrainerClient() (kubeflow 0.5.0, `verify_backend`); only
+# a warning is logged without it, but a real installation ships it, so a local one does too.
+SYSTEM_NAMESPACE = "kubeflow-system"
+PUBLIC_CONFIGMAP = "kubeflow-trainer-public"
+COMPATIBLE_TRAINER_VERSION = "v2.1.0"
+
+Manifest = dict[str, Any]
+
+
+class ManifestError(Exception):
+    pass
+
+
+def repository_deploy_dir() -> Path:
+    """`deploy/` of the checkout this package is installed from (editable installs)."""
+    import trainyard
+
+    return Path(trainyard.__file__).resolve().parents[2] / "deploy"
+
+
+def load_yaml_file(path: Path) -> list[Manifest]:
+    try:
+        documents = list(yaml.safe_load_all(path.read_text()))
+    except yaml.YAMLError as err:
+        raise ManifestError(f"{path}: not valid YAML: {err}") from err
+    manifests = [doc for doc in documents if doc]
+    for doc in manifests:
+        if not isinstance(doc, dict) or not doc.get("kind") or not doc.get("apiVersion"):
+            raise ManifestError(f"{path}: every document needs apiVersion and kind")
+    return manifests
+
+
+def load_crds(deploy_dir: Path) -> list[Manifest]:
+    """The committed CRDs in deploy/crds/, else freshly generated ones from the models."""
+    crd_dir = deploy_dir / "crds"
+    files = sorted(crd_dir.glob("*.yaml")) if crd_dir.is_dir() else []
+    crds = [doc for path in files for doc in load_yaml_file(path) if doc["kind"] == "CustomResourceDefinition"]
+    if crds:
+        return crds
+    try:
+        from trainyard.api.crds import generate_crds
+    except ImportError as err:
+        raise ManifestError(
+            f"no CRDs found: {crd_dir} holds none and trainyard.api.crds is not available ({err})"
+        ) from err
+    return list(generate_crds())
+
+
+def load_runtimes(deploy_dir: Path) -> list[Manifest]:
+    """The runtimes listed in deploy/runtimes/kustomization.yaml, in that order."""
+    runtimes_dir = deploy_dir / "runtimes"
+    kustomization = runtimes_dir / "kustomization.yaml"
+    if not kustomization.is_file():
+        raise ManifestError(f"{kustomization} not found: cannot tell which runtimes to install")
+    resources = yaml.safe_load(kustomization.read_text()).get("resources") or []
+    return [doc for name in resources for doc in load_yaml_file(runtimes_dir / name)]
+
+
+def system_namespace() -> Manifest:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM_NAMESPACE}}
+
+
+def public_configmap() -> Manifest:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": PUBLIC_CONFIGMAP, "namespace": SYSTEM_NAMESPACE},
+        "data": {"kubeflow_trainer_version": COMPATIBLE_TRAINER_VERSION},
+    }
+
+
+@dataclass(frozen=True)
+class ResourcePath:
+    """Where a manifest lives in the REST API."""
+
+    collection: str
+    name: str
+
+    @property
+    def item(self) -> str:
+        return f"{self.collection}/{self.name}"
+
+
+_PLURALS = {
+    "CustomResourceDefinition": "customresourcedefinitions",
+    "Namespace": "namespaces",
+    "ConfigMap": "configmaps",
+    "ClusterTrainingRuntime": "clustertrainingruntimes",
+    "TrainingRuntime": "trainingruntimes",
+    "TrainJob": "trainjobs",
+}
+_CLUSTER_SCOPED = {"CustomResourceDefinition", "Namespace", "ClusterTrainingRuntime"}
+
+
+def resource_path(manifest: Manifest) -> ResourcePath:
+    kind = manifest["kind"]
+    if kind not in _PLURALS:
+        raise ManifestError(f"cannot install kind {kind!r}: not one of {sorted(_PLURALS)}")
+    api_version = manifest["apiVersion"]
+    prefix = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+    metadata = manifest.get("metadata") or {}
+    name = metadata.get("name")
+    if not name:
+        raise ManifestError(f"{kind} without metadata.name")
+    if kind in _CLUSTER_SCOPED:
+        return ResourcePath(f"{prefix}/{_PLURALS[kind]}", name)
+    namespace = metadata.get("namespace") or "default"
+    return ResourcePath(f"{prefix}/namespaces/{namespace}/{_PLURALS[kind]}", name)
