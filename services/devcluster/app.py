@@ -1,0 +1,71 @@
+"""Process wiring of ``trainyard devcluster up``: logging, signals, kubeconfig, ready line."""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+import sys
+import time
+from pathlib import Path
+
+
+class _JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {"ts": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(record.created)), "level": record.levelname,
+                 "logger": record.name, "msg": record.getMessage()}
+        if record.exc_info:
+            entry["exc"] = self.formatException(record.exc_info)
+        return json.dumps(entry)
+
+
+def _setup_logging(level: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_JsonFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+
+
+def run_up(data_dir: Path, host: str, port: int, watch_history: int, log_level: str) -> int:
+    from trainyard.cli.main import UserError
+    from .storage import DataDirError
+    _setup_logging(log_level)
+    try:
+        asyncio.run(_main(data_dir, host, port, watch_history))
+    except DataDirError as err:
+        raise UserError(f"--data-dir: {err}") from None
+    except OSError as err:
+        if err.errno in (98, 48):  # address in use
+            raise UserError(f"--port: {host}:{port} is already in use (choose another port or --port 0)") from None
+        raise
+    return 0
+
+
+async def _main(data_dir: Path, host: str, port: int, watch_history: int) -> None:
+    from .server import serve
+    from .tls import ensure_credentials, kubeconfig_text
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    ready_file = data_dir / "ready"
+
+    def on_ready(url: str, bound_port: int) -> None:
+        kubeconfig = data_dir / "kubeconfig"
+        kubeconfig.write_text(kubeconfig_text(url, ensure_credentials(data_dir)))
+        kubeconfig.chmod(0o600)
+        line = {"event": "ready", "url": url, "port": bound_port, "kubeconfig": str(kubeconfig),
+                "data_dir": str(data_dir)}
+        ready_file.write_text(json.dumps(line) + "\n")
+        print(f"devcluster API server listening on {url}", flush=True)
+        print(f"  export KUBECONFIG={kubeconfig}", flush=True)
+        print("  kubectl get namespaces", flush=True)
+        print(json.dumps(line), flush=True)
+
+    try:
+        await serve(data_dir, host=host, port=port, history_size=watch_history, on_ready=on_ready, stop=stop)
+    finally:
+        ready_file.unlink(missing_ok=True)

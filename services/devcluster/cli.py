@@ -1,0 +1,41 @@
+"""``trainyard devcluster up``: run the embedded Kubernetes-compatible API server in the foreground."""
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+HELP = "Run the embedded devcluster (Kubernetes-compatible API server) in the foreground."
+DEFAULT_PORT = 26443
+
+
+def default_data_dir() -> Path:
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state) / "trainyard" / "devcluster"
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="devcluster_command", metavar="ACTION")
+    up = sub.add_parser("up", help="start the API server (foreground); writes <data-dir>/kubeconfig")
+    up.add_argument("--data-dir", type=Path, default=None,
+                    help=f"state directory (default: {default_data_dir()})")
+    up.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"HTTPS port (default {DEFAULT_PORT}; 0 picks a free one)")
+    up.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    up.add_argument("--watch-history", type=int, default=4096,
+                    help="changes kept for watches; older resourceVersions get 410 Expired (default 4096)")
+    up.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+
+
+def run(args: argparse.Namespace) -> int:
+    from trainyard.cli.main import UserError
+    if getattr(args, "devcluster_command", None) != "up":
+        raise UserError("devcluster: choose an action, e.g. `trainyard devcluster up`")
+    if not 0 <= args.port <= 65535:
+        raise UserError(f"--port: {args.port} is not a TCP port (0-65535)")
+    if args.watch_history < 1:
+        raise UserError("--watch-history: must be at least 1")
+    data_dir = (args.data_dir or default_data_dir()).expanduser().resolve()
+    if data_dir.exists() and not data_dir.is_dir():
+        raise UserError(f"--data-dir: {data_dir} exists and is not a directory")
+    from trainyard_services.devcluster.app import run_up
+    return run_up(data_dir, args.host, args.port, args.watch_history, args.log_level)

@@ -1,0 +1,96 @@
+"""Validation of object names and labels, with the messages the real API server uses."""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from .errors import field_cause
+
+_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+
+SUBDOMAIN_MSG = ("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "
+                 "and must start and end with an alphanumeric character (e.g. 'example.com', regex used for "
+                 "validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')")
+LABEL_MSG = ("a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start "
+             "and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is "
+             "'[a-z0-9]([-a-z0-9]*[a-z0-9])?')")
+DNS1035_MSG = ("a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic "
+               "character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for "
+               "validation is '[a-z]([-a-z0-9]*[a-z0-9])?')")
+
+# Kinds whose names are DNS labels (63 chars) rather than subdomains (253 chars).
+LABEL_NAMED = {("", "namespaces")}
+DNS1035_NAMED = {("", "services")}
+
+
+def _invalid(field: str, value: Any, message: str) -> dict[str, str]:
+    import json
+    return field_cause(field, "FieldValueInvalid", f"Invalid value: {json.dumps(value)}: {message}")
+
+
+def name_errors(group: str, resource: str, name: str) -> list[dict[str, str]]:
+    if (group, resource) in LABEL_NAMED:
+        limit, pattern, msg = 63, _LABEL, LABEL_MSG
+    elif (group, resource) in DNS1035_NAMED:
+        limit, pattern, msg = 63, _DNS1035, DNS1035_MSG
+    elif (group, resource) == ("", "events"):
+        # event names carry a dot-separated suffix; any path-safe name is accepted
+        if "/" in name or name in (".", "..") or "%" in name:
+            return [_invalid("metadata.name", name, "may not contain '/' or '%'")]
+        return []
+    else:
+        limit, pattern, msg = 253, _SUBDOMAIN, SUBDOMAIN_MSG
+    errors = []
+    if len(name) > limit:
+        errors.append(_invalid("metadata.name", name, f"must be no more than {limit} characters"))
+    if not pattern.match(name):
+        errors.append(_invalid("metadata.name", name, msg))
+    return errors
+
+
+def label_errors(labels: Any, field: str = "metadata.labels") -> list[dict[str, str]]:
+    if labels is None:
+        return []
+    if not isinstance(labels, dict):
+        return [field_cause(field, "FieldValueTypeInvalid", "Invalid value: must be a map of strings")]
+    errors = []
+    for key, value in labels.items():
+        errors.extend(qualified_name_errors(key, field))
+        if not isinstance(value, str):
+            errors.append(field_cause(f"{field}.{key}", "FieldValueTypeInvalid", "Invalid value: must be a string"))
+            continue
+        if len(value) > 63:
+            errors.append(_invalid(field, value, "must be no more than 63 characters"))
+        elif not _LABEL_VALUE.match(value):
+            errors.append(_invalid(field, value, "a valid label must be an empty string or consist of alphanumeric "
+                                   "characters, '-', '_' or '.', and must start and end with an alphanumeric character"))
+    return errors
+
+
+def qualified_name_errors(key: str, field: str) -> list[dict[str, str]]:
+    prefix, _, name = key.rpartition("/")
+    errors = []
+    if "/" in key and (not prefix or len(prefix) > 253 or not _SUBDOMAIN.match(prefix)):
+        errors.append(_invalid(field, key, "prefix part " + SUBDOMAIN_MSG))
+    if not name or len(name) > 63 or not _QUALIFIED_NAME.match(name):
+        errors.append(_invalid(field, key, "name part must consist of alphanumeric characters, '-', '_' or '.', and "
+                               "must start and end with an alphanumeric character (63 characters at most)"))
+    return errors
+
+
+def annotation_errors(annotations: Any) -> list[dict[str, str]]:
+    if annotations is None:
+        return []
+    if not isinstance(annotations, dict) or not all(isinstance(v, str) for v in annotations.values()):
+        return [field_cause("metadata.annotations", "FieldValueTypeInvalid", "Invalid value: must be a map of strings")]
+    errors = []
+    for key in annotations:
+        errors.extend(qualified_name_errors(key, "metadata.annotations"))
+    total = sum(len(k) + len(v) for k, v in annotations.items())
+    if total > 256 * 1024:
+        errors.append(field_cause("metadata.annotations", "FieldValueTooLong", "Too long: must have at most 262144 bytes"))
+    return errors

@@ -1,0 +1,703 @@
+"""The REST semantics of every served resource: create, get, list, update, patch, delete.
+
+Pure request semantics over the store (no HTTP here): metadata rules, status-subresource rules,
+generation, optimistic concurrency, no-op writes, finalizers, garbage collection, namespace
+deletion, CRD installation. Patch formats, selectors, managedFields and Server-Side Apply come
+from ``trainyard.apimachinery`` through ``machinery``.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import secrets as pysecrets
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Awaitable, Callable
+
+from . import errors, machinery, naming
+from .errors import ApiError, field_cause
+from .registry import Registry, ResourceType
+from .schema import SchemaProcessor
+from .storage import Store, StoredObject, dumps
+
+log = logging.getLogger("trainyard.devcluster.api")
+
+DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease", "kubeflow-system")
+FOREGROUND = "foregroundDeletion"
+ORPHAN = "orphan"
+# metadata the client cannot set through create/update bodies
+_SERVER_META = ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation",
+                "resourceVersion", "selfLink", "managedFields")
+
+
+def now_rfc3339() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class WriteOptions:
+    manager: str = ""
+    field_validation: str = "Strict"
+    dry_run: bool = False
+    force: bool = False
+    subresource: str | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+AdmissionHook = Callable[[str, ResourceType, dict[str, Any] | None, dict[str, Any] | None, WriteOptions],
+                         Awaitable[dict[str, Any] | None]]
+
+
+def _meta(obj: dict[str, Any]) -> dict[str, Any]:
+    meta = obj.get("metadata")
+    if meta is None:
+        meta = obj["metadata"] = {}
+    return meta
+
+
+def _without_volatile(obj: dict[str, Any]) -> dict[str, Any]:
+    """The object minus resourceVersion and managedFields times: what a no-op write leaves equal."""
+    clone = dict(obj)
+    meta = dict(clone.get("metadata") or {})
+    meta.pop("resourceVersion", None)
+    if "managedFields" in meta:
+        meta["managedFields"] = [{k: v for k, v in e.items() if k != "time"} for e in meta["managedFields"]]
+    clone["metadata"] = meta
+    return clone
+
+
+def _outside_metadata(obj: dict[str, Any], with_status: bool) -> dict[str, Any]:
+    skip = {"metadata", "apiVersion", "kind"} | ({"status"} if with_status else set())
+    return {k: v for k, v in obj.items() if k not in skip}
+
+
+class Api:
+    def __init__(self, store: Store, registry: Registry) -> None:
+        self.store = store
+        self.registry = registry
+        self.schemas = SchemaProcessor()
+        self.admission: AdmissionHook | None = None
+        self._service_ip = 10
+        self._sweeping: set[str] = set()
+
+    # ------------------------------------------------------------------ bootstrap
+
+    async def bootstrap(self) -> None:
+        """Install stored CRDs into the registry and make sure the default namespaces exist."""
+        crd_key = ("apiextensions.k8s.io", "customresourcedefinitions")
+        for _, stored in self.store.list(crd_key):
+            self.registry.install_crd(stored.load())
+        ns_type = self.registry.lookup("", "v1", "namespaces")
+        assert ns_type is not None
+        for name in DEFAULT_NAMESPACES:
+            if self.store.get(ns_type.storage_key, "", name) is None:
+                await self.create(ns_type, None, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}},
+                                  WriteOptions(manager="devcluster"))
+
+    # ------------------------------------------------------------------ reads
+
+    def _stored(self, rt: ResourceType, namespace: str | None, name: str) -> StoredObject:
+        stored = self.store.get(rt.storage_key, namespace or "", name)
+        if stored is None:
+            raise errors.not_found(rt.qualified_resource, name, rt.group, rt.resource)
+        return stored
+
+    def get(self, rt: ResourceType, namespace: str | None, name: str) -> dict[str, Any]:
+        return self._view(rt, self._stored(rt, namespace, name).load())
+
+    def get_raw(self, rt: ResourceType, namespace: str | None, name: str) -> bytes:
+        stored = self._stored(rt, namespace, name)
+        if self._needs_view(rt):
+            return dumps(self._view(rt, stored.load()))
+        return stored.raw
+
+    def _needs_view(self, rt: ResourceType) -> bool:
+        return not rt.builtin and len(rt.served_versions) > 1
+
+    def _view(self, rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
+        """The stored object as the requested version (versions share one schema: no conversion)."""
+        if obj.get("apiVersion") != rt.api_version:
+            obj["apiVersion"] = rt.api_version
+        return obj
+
+    def list(self, rt: ResourceType, namespace: str | None, label_selector: str = "", field_selector: str = ""
+             ) -> tuple[int, list[StoredObject]]:
+        matches_labels = machinery.label_matcher(label_selector)
+        matches_fields = machinery.field_matcher(rt, field_selector)
+        items = []
+        for (ns, name), stored in self.store.list(rt.storage_key, namespace if rt.namespaced else None):
+            if not matches_labels(stored.labels):
+                continue
+            if matches_fields is not None and not matches_fields(ns, name, stored):
+                continue
+            items.append(stored)
+        return self.store.rv, items
+
+    def namespace_exists(self, name: str) -> StoredObject | None:
+        return self.store.get(("", "namespaces"), "", name)
+
+    # ------------------------------------------------------------------ create
+
+    async def create(self, rt: ResourceType, namespace: str | None, body: Any, opts: WriteOptions
+                     ) -> dict[str, Any]:
+        obj = self._check_body(rt, body)
+        meta = _meta(obj)
+        self._place_namespace(rt, namespace, meta)
+        if not meta.get("name"):
+            prefix = meta.get("generateName")
+            if not prefix:
+                raise self._invalid(rt, "", [field_cause("metadata.name", "FieldValueRequired",
+                                                          "Required value: name or generateName is required")])
+            meta["name"] = prefix + "".join(pysecrets.choice("bcdfghjklmnpqrstvwxz2456789") for _ in range(5))
+        name = meta["name"]
+        if not isinstance(name, str):
+            raise errors.bad_request("metadata.name must be a string")
+        if rt.namespaced:
+            ns_obj = self.namespace_exists(meta["namespace"])
+            if ns_obj is None:
+                raise errors.not_found("namespaces", meta["namespace"], "", "namespaces")
+            if json.loads(ns_obj.raw)["metadata"].get("deletionTimestamp"):
+                raise errors.ApiError(403, "Forbidden",
+                                      f'{rt.qualified_resource} "{name}" is forbidden: unable to create new content in '
+                                      f'namespace {meta["namespace"]} because it is being terminated',
+                                      {"name": name, "kind": rt.resource})
+        if self.store.get(rt.storage_key, meta.get("namespace", ""), name) is not None:
+            raise errors.already_exists(rt.qualified_resource, name, rt.group, rt.resource)
+        for key in _SERVER_META:
+            meta.pop(key, None)
+        meta["uid"] = str(uuid.uuid4())
+        meta["creationTimestamp"] = now_rfc3339()
+        meta["generation"] = 1
+        self._initial_status(rt, obj)
+        self._kind_defaults_on_create(rt, obj)
+        obj = await self._finish_write(rt, "CREATE", obj, None, opts)
+        return obj
+
+    def _check_body(self, rt: ResourceType, body: Any) -> dict[str, Any]:
+        if not isinstance(body, dict):
+            raise errors.bad_request(f"the body of a {rt.kind} must be a JSON object")
+        obj = copy.deepcopy(body)
+        api_version, kind = obj.get("apiVersion"), obj.get("kind")
+        if not kind:
+            raise errors.bad_request("Object 'Kind' is missing in the request body")
+        if not api_version:
+            raise errors.bad_request("Object 'apiVersion' is missing in the request body")
+        if kind != rt.kind or (api_version != rt.api_version and api_version not in self._accepted_versions(rt)):
+            raise errors.bad_request(
+                f"the API version in the data ({api_version}) does not match the expected API version "
+                f"({rt.api_version})" if kind == rt.kind else
+                f"the kind in the data ({kind}) does not match the expected kind ({rt.kind}) for {rt.qualified_resource}")
+        obj["apiVersion"] = rt.api_version
+        if not isinstance(obj.get("metadata", {}), dict):
+            raise errors.bad_request("metadata must be a JSON object")
+        obj.setdefault("metadata", {})
+        return obj
+
+    def _accepted_versions(self, rt: ResourceType) -> set[str]:
+        return {f"{rt.group}/{v}" if rt.group else v for v in rt.served_versions}
+
+    def _place_namespace(self, rt: ResourceType, namespace: str | None, meta: dict[str, Any]) -> None:
+        if rt.namespaced:
+            body_ns = meta.get("namespace")
+            if body_ns and namespace and body_ns != namespace:
+                raise errors.bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request")
+            meta["namespace"] = namespace or body_ns or "default"
+        else:
+            meta.pop("namespace", None)
+
+    def _initial_status(self, rt: ResourceType, obj: dict[str, Any]) -> None:
+        if not rt.has_status:
+            return
+        obj.pop("status", None)
+        key = rt.storage_key
+        if key == ("", "pods"):
+            obj["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
+        elif key == ("", "namespaces"):
+            obj["status"] = {"phase": "Active"}
+        elif key == ("", "services"):
+            obj["status"] = {"loadBalancer": {}}
+        elif key == ("batch", "jobs"):
+            obj["status"] = {}
+
+    def _kind_defaults_on_create(self, rt: ResourceType, obj: dict[str, Any]) -> None:
+        key = rt.storage_key
+        meta = obj["metadata"]
+        if key == ("", "namespaces"):
+            meta.setdefault("labels", {})["kubernetes.io/metadata.name"] = meta["name"]
+            obj.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
+        elif key == ("", "services"):
+            spec = obj.setdefault("spec", {})
+            if spec.get("type", "ClusterIP") == "ClusterIP" and not spec.get("clusterIP"):
+                self._service_ip += 1
+                ip = f"10.96.{self._service_ip // 250}.{self._service_ip % 250 + 1}"
+                spec["clusterIP"] = ip
+                spec["clusterIPs"] = [ip]
+            spec.setdefault("type", "ClusterIP")
+            spec.setdefault("sessionAffinity", "None")
+        elif key == ("", "pods"):
+            spec = obj.setdefault("spec", {})
+            spec.setdefault("restartPolicy", "Always")
+            spec.setdefault("schedulerName", "default-scheduler")
+            spec.setdefault("terminationGracePeriodSeconds", 30)
+            spec.setdefault("dnsPolicy", "ClusterFirst")
+
+    # ------------------------------------------------------------------ update / patch
+
+    async def update(self, rt: ResourceType, namespace: str | None, name: str, body: Any, opts: WriteOptions
+                     ) -> dict[str, Any]:
+        obj = self._check_body(rt, body)
+        old = self._stored(rt, namespace, name).load()
+        meta = _meta(obj)
+        self._check_identity(rt, namespace, name, meta)
+        rv = meta.get("resourceVersion")
+        if not rv:
+            if not rt.builtin:
+                raise self._invalid(rt, name, [field_cause(
+                    "metadata.resourceVersion", "FieldValueInvalid",
+                    "Invalid value: 0x0: must be specified for an update")])
+        elif rv != old["metadata"].get("resourceVersion"):
+            raise errors.conflict(rt.qualified_resource, name, rt.group, rt.resource)
+        return await self._update_from(rt, old, obj, opts)
+
+    async def patch(self, rt: ResourceType, namespace: str | None, name: str, patch_type: str, body: bytes,
+                    opts: WriteOptions) -> tuple[int, dict[str, Any]]:
+        stored = self.store.get(rt.storage_key, namespace or "", name)
+        if patch_type == "apply":
+            return await self._apply(rt, namespace, name, stored, body, opts)
+        if stored is None:
+            raise errors.not_found(rt.qualified_resource, name, rt.group, rt.resource)
+        old = stored.load()
+        patched = machinery.apply_patch(rt, patch_type, old, body)
+        if not isinstance(patched, dict):
+            raise errors.bad_request("the patch result is not a JSON object")
+        patched.setdefault("metadata", {})
+        if not isinstance(patched["metadata"], dict):
+            raise errors.bad_request("metadata must be a JSON object")
+        self._check_identity(rt, namespace, name, patched["metadata"], patched_kind=patched.get("kind"))
+        if patched.get("kind") != rt.kind:
+            raise errors.bad_request(f"the kind in the data ({patched.get('kind')}) does not match the expected kind ({rt.kind})")
+        rv = patched["metadata"].get("resourceVersion")
+        if rv and rv != old["metadata"].get("resourceVersion"):
+            raise errors.conflict(rt.qualified_resource, name, rt.group, rt.resource)
+        patched["apiVersion"] = rt.api_version
+        return 200, await self._update_from(rt, old, patched, opts)
+
+    async def _apply(self, rt: ResourceType, namespace: str | None, name: str, stored: StoredObject | None,
+                     body: bytes, opts: WriteOptions) -> tuple[int, dict[str, Any]]:
+        if not opts.manager:
+            raise errors.ApiError(422, "Invalid", 'PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required '
+                                  "value: is required for apply patch",
+                                  {"group": "meta.k8s.io", "kind": "PatchOptions",
+                                   "causes": [field_cause("fieldManager", "FieldValueRequired",
+                                                          "Required value: is required for apply patch")]})
+        config = machinery.parse_apply_body(body)
+        config = self._check_body(rt, config)
+        meta = config["metadata"]
+        if not meta.get("name"):
+            raise errors.bad_request("metadata.name is required in an apply configuration")
+        self._check_identity(rt, namespace, name, meta)
+        if stored is None:
+            if opts.subresource:
+                raise errors.not_found(rt.qualified_resource, name, rt.group, rt.resource)
+            obj = copy.deepcopy(config)
+            self._place_namespace(rt, namespace, obj["metadata"])
+            # apply-create: the manager owns what it applied, recorded as an Apply entry
+            opts.manager_operation = "Apply"  # type: ignore[attr-defined]
+            created = await self.create(rt, namespace, obj, opts)
+            return 201, created
+        old = stored.load()
+        rv = meta.get("resourceVersion")
+        if rv and rv != old["metadata"].get("resourceVersion"):
+            raise errors.conflict(rt.qualified_resource, name, rt.group, rt.resource)
+        config = self.schemas.process_config(rt, config, opts) if not rt.builtin else config
+        merged = machinery.server_side_apply(rt, old, config, opts)
+        return 200, await self._update_from(rt, old, merged, opts, managed_fields_done=True)
+
+    def _check_identity(self, rt: ResourceType, namespace: str | None, name: str, meta: dict[str, Any],
+                        patched_kind: str | None = None) -> None:
+        body_name = meta.get("name")
+        if body_name and body_name != name:
+            raise errors.bad_request(f"the name of the object ({body_name}) does not match the name on the URL ({name})")
+        meta["name"] = name
+        if rt.namespaced:
+            body_ns = meta.get("namespace")
+            if body_ns and body_ns != namespace:
+                raise errors.bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request")
+            meta["namespace"] = namespace
+        else:
+            meta.pop("namespace", None)
+
+    async def _update_from(self, rt: ResourceType, old: dict[str, Any], new: dict[str, Any], opts: WriteOptions,
+                           managed_fields_done: bool = False) -> dict[str, Any]:
+        meta, old_meta = new["metadata"], old["metadata"]
+        for key in ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation"):
+            if key in old_meta:
+                meta[key] = old_meta[key]
+            else:
+                meta.pop(key, None)
+        if not managed_fields_done:
+            if "managedFields" in old_meta:
+                meta["managedFields"] = old_meta["managedFields"]
+            else:
+                meta.pop("managedFields", None)
+        if rt.has_status:
+            if opts.subresource == "status":
+                status = new.get("status")
+                new = copy.deepcopy(old)
+                new["metadata"]["managedFields"] = meta.get("managedFields", old_meta.get("managedFields"))
+                if new["metadata"]["managedFields"] is None:
+                    new["metadata"].pop("managedFields")
+                if status is None:
+                    new.pop("status", None)
+                else:
+                    new["status"] = status
+                meta = new["metadata"]
+            elif "status" in old:
+                new["status"] = old["status"]
+            else:
+                new.pop("status", None)
+        if _outside_metadata(new, rt.has_status) != _outside_metadata(old, rt.has_status):
+            meta["generation"] = int(old_meta.get("generation") or 0) + 1
+        if old_meta.get("deletionTimestamp"):
+            added = set(meta.get("finalizers") or []) - set(old_meta.get("finalizers") or [])
+            if added - {FOREGROUND, ORPHAN}:
+                raise self._invalid(rt, meta["name"], [field_cause(
+                    "metadata.finalizers", "FieldValueForbidden",
+                    "Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers "
+                    + json.dumps(sorted(added)))])
+        if rt.storage_key == ("apiextensions.k8s.io", "customresourcedefinitions"):
+            self._crd_status(new)
+        result = await self._finish_write(rt, "UPDATE", new, old, opts, managed_fields_done=managed_fields_done)
+        return result
+
+    # ------------------------------------------------------------------ common write path
+
+    async def _finish_write(self, rt: ResourceType, operation: str, obj: dict[str, Any], old: dict[str, Any] | None,
+                            opts: WriteOptions, managed_fields_done: bool = False) -> dict[str, Any]:
+        meta = obj["metadata"]
+        name = meta["name"]
+        cause_list = naming.name_errors(rt.group, rt.resource, name) if operation == "CREATE" else []
+        cause_list += naming.label_errors(meta.get("labels"))
+        cause_list += naming.annotation_errors(meta.get("annotations"))
+        if cause_list:
+            raise self._invalid(rt, name, cause_list)
+        if not rt.builtin:
+            obj = self.schemas.process(rt, obj, old, opts)
+        else:
+            self._builtin_checks(rt, obj, opts)
+        if self.admission is not None and not (rt.group == "admissionregistration.k8s.io"):
+            admitted = await self.admission(operation, rt, obj, old, opts)
+            if admitted is not None:
+                obj = admitted
+                if not rt.builtin:
+                    obj = self.schemas.process(rt, obj, old, opts)
+        if not managed_fields_done:
+            operation_kind = getattr(opts, "manager_operation", "Update")
+            machinery.record_update(rt, old, obj, opts, operation_kind)
+        if old is not None and _without_volatile(obj) == _without_volatile(old):
+            return old  # no-op: same resourceVersion, no event
+        if old is not None and meta.get("deletionTimestamp") and not meta.get("finalizers"):
+            return await self._remove(rt, obj, opts)
+        if opts.dry_run:
+            return obj
+        ns = meta.get("namespace", "") if rt.namespaced else ""
+        self.store.put(rt.storage_key, ns, name, obj)
+        await self._after_put(rt, obj, old)
+        await self.store.durable(self.store.rv)
+        return obj
+
+    def _builtin_checks(self, rt: ResourceType, obj: dict[str, Any], opts: WriteOptions) -> None:
+        key = rt.storage_key
+        if key == ("", "secrets") and "stringData" in obj:
+            import base64
+            string_data = obj.pop("stringData") or {}
+            data = obj.setdefault("data", {}) or {}
+            for k, v in string_data.items():
+                data[k] = base64.b64encode(str(v).encode()).decode()
+            obj["data"] = data
+        if key == ("apiextensions.k8s.io", "customresourcedefinitions"):
+            self._validate_crd(obj)
+        machinery.check_builtin_fields(rt, obj, opts)
+
+    async def _after_put(self, rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+        if rt.storage_key == ("apiextensions.k8s.io", "customresourcedefinitions"):
+            self.registry.install_crd(obj)
+
+    def _invalid(self, rt: ResourceType, name: str, causes: list[dict[str, str]]) -> ApiError:
+        return errors.invalid(rt.qualified_kind, name, rt.group, rt.kind, causes)
+
+    # ------------------------------------------------------------------ CRDs
+
+    def _validate_crd(self, obj: dict[str, Any]) -> None:
+        rt = self.registry.by_group_resource("apiextensions.k8s.io", "customresourcedefinitions")
+        assert rt is not None
+        spec = obj.get("spec")
+        name = obj["metadata"]["name"]
+        causes = []
+        if not isinstance(spec, dict):
+            raise self._invalid(rt, name, [field_cause("spec", "FieldValueRequired", "Required value")])
+        names = spec.get("names") or {}
+        group = spec.get("group") or ""
+        if not group:
+            causes.append(field_cause("spec.group", "FieldValueRequired", "Required value"))
+        if not names.get("plural"):
+            causes.append(field_cause("spec.names.plural", "FieldValueRequired", "Required value"))
+        if not names.get("kind"):
+            causes.append(field_cause("spec.names.kind", "FieldValueRequired", "Required value"))
+        if names.get("plural") and group and name != f"{names['plural']}.{group}":
+            causes.append(field_cause("metadata.name", "FieldValueInvalid",
+                                      f'Invalid value: "{name}": must be spec.names.plural+"."+spec.group'))
+        versions = spec.get("versions") or []
+        if not versions:
+            causes.append(field_cause("spec.versions", "FieldValueInvalid", "Invalid value: must have exactly one version marked as storage version"))
+        elif sum(1 for v in versions if v.get("storage")) != 1:
+            causes.append(field_cause("spec.versions", "FieldValueInvalid",
+                                      "Invalid value: must have exactly one version marked as storage version"))
+        if spec.get("scope") not in ("Namespaced", "Cluster"):
+            causes.append(field_cause("spec.scope", "FieldValueNotSupported",
+                                      f'Unsupported value: {json.dumps(spec.get("scope"))}: supported values: "Cluster", "Namespaced"'))
+        if causes:
+            raise self._invalid(rt, name, causes)
+        self._crd_status(obj)
+
+    def _crd_status(self, obj: dict[str, Any]) -> None:
+        spec = obj.get("spec") or {}
+        stamp = now_rfc3339()
+        old_conditions = {c.get("type"): c for c in (obj.get("status") or {}).get("conditions") or []}
+
+        def condition(kind: str, reason: str, message: str) -> dict[str, Any]:
+            previous = old_conditions.get(kind)
+            return {"type": kind, "status": "True",
+                    "lastTransitionTime": previous.get("lastTransitionTime", stamp) if previous else stamp,
+                    "reason": reason, "message": message}
+        storage = [v["name"] for v in spec.get("versions") or [] if v.get("storage")]
+        stored_versions = list((obj.get("status") or {}).get("storedVersions") or [])
+        for v in storage:
+            if v not in stored_versions:
+                stored_versions.append(v)
+        obj["status"] = {
+            "conditions": [condition("NamesAccepted", "NoConflicts", "no conflicts found"),
+                           condition("Established", "InitialNamesAccepted", "the initial names have been accepted")],
+            "acceptedNames": spec.get("names") or {},
+            "storedVersions": stored_versions,
+        }
+
+    # ------------------------------------------------------------------ delete
+
+    async def delete(self, rt: ResourceType, namespace: str | None, name: str, options: dict[str, Any],
+                     opts: WriteOptions) -> tuple[dict[str, Any], bool]:
+        """Returns (body, is_object): a Status for a removed object, else the object."""
+        stored = self._stored(rt, namespace, name)
+        obj = stored.load()
+        meta = obj["metadata"]
+        pre = options.get("preconditions") or {}
+        if pre.get("uid") and pre["uid"] != meta.get("uid"):
+            raise errors.conflict(rt.qualified_resource, name, rt.group, rt.resource,
+                                  f"Precondition failed: UID in precondition: {pre['uid']}, UID in object meta: {meta.get('uid')}")
+        if pre.get("resourceVersion") and pre["resourceVersion"] != meta.get("resourceVersion"):
+            raise errors.conflict(
+                rt.qualified_resource, name, rt.group, rt.resource,
+                f"the ResourceVersion in the precondition ({pre['resourceVersion']}) does not match the "
+                f"ResourceVersion in record ({meta.get('resourceVersion')}). The object might have been modified")
+        policy = options.get("propagationPolicy")
+        if policy is None and options.get("orphanDependents") is not None:
+            policy = "Orphan" if options["orphanDependents"] else "Background"
+        if policy is None:
+            policy = "Orphan" if rt.storage_key == ("batch", "jobs") else "Background"
+        if policy not in ("Background", "Foreground", "Orphan"):
+            raise errors.ApiError(422, "Invalid", f'DeleteOptions.meta.k8s.io "" is invalid: propagationPolicy: '
+                                  f'Unsupported value: "{policy}": supported values: "Foreground", "Background", "Orphan"',
+                                  {"group": "meta.k8s.io", "kind": "DeleteOptions"})
+        if meta.get("deletionTimestamp"):
+            return obj, True
+        finalizers = list(meta.get("finalizers") or [])
+        if policy == "Foreground" and FOREGROUND not in finalizers and self.store.dependents(meta["uid"]):
+            finalizers.append(FOREGROUND)
+        is_namespace = rt.storage_key == ("", "namespaces")
+        if finalizers or is_namespace:
+            marked = copy.deepcopy(obj)
+            mmeta = marked["metadata"]
+            mmeta["deletionTimestamp"] = now_rfc3339()
+            mmeta["deletionGracePeriodSeconds"] = 0
+            mmeta["generation"] = int(mmeta.get("generation") or 0) + 1
+            if finalizers:
+                mmeta["finalizers"] = finalizers
+            if is_namespace:
+                marked.setdefault("status", {})["phase"] = "Terminating"
+            if opts.dry_run:
+                return marked, True
+            self.store.put(rt.storage_key, namespace or "", name, marked)
+            if policy == "Orphan":
+                await self._orphan_dependents(marked)
+            if FOREGROUND in finalizers:
+                await self._delete_dependents(marked, "Foreground")
+                marked = await self._maybe_finish_foreground(rt, namespace or "", name) or marked
+            if is_namespace:
+                await self._sweep_namespace(name)
+                current = self.store.get(rt.storage_key, "", name)
+                marked = current.load() if current else marked
+            await self.store.durable(self.store.rv)
+            return marked, True
+        if opts.dry_run:
+            return obj, rt.return_deleted_object
+        if policy == "Orphan":
+            await self._orphan_dependents(obj)
+        removed = await self._remove(rt, obj, opts)
+        await self.store.durable(self.store.rv)
+        if rt.return_deleted_object:
+            return removed, True
+        details: dict[str, Any] = {"name": name}
+        if rt.group:
+            details["group"] = rt.group
+        details["kind"] = rt.resource
+        details["uid"] = meta.get("uid")
+        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details}, False
+
+    async def delete_collection(self, rt: ResourceType, namespace: str | None, label_selector: str,
+                                field_selector: str, options: dict[str, Any], opts: WriteOptions) -> None:
+        _, items = self.list(rt, namespace, label_selector, field_selector)
+        for stored in items:
+            meta = stored.load()["metadata"]
+            try:
+                await self.delete(rt, meta.get("namespace"), meta["name"], options, opts)
+            except ApiError as err:
+                if err.code != 404:
+                    raise
+
+    async def _remove(self, rt: ResourceType, obj: dict[str, Any], opts: WriteOptions) -> dict[str, Any]:
+        """Remove the object for good, then collect its dependents (background)."""
+        meta = obj["metadata"]
+        ns = meta.get("namespace", "") if rt.namespaced else ""
+        if self.store.get(rt.storage_key, ns, meta["name"]) is None:
+            return obj
+        self.store.delete(rt.storage_key, ns, meta["name"], obj)
+        if rt.storage_key == ("apiextensions.k8s.io", "customresourcedefinitions"):
+            await self._remove_crd_objects(obj)
+        await self._delete_dependents(obj, "Background")
+        await self._owners_changed(obj)
+        if ns:
+            ns_obj = self.namespace_exists(ns)
+            if ns_obj is not None and ns_obj.load()["metadata"].get("deletionTimestamp"):
+                await self._sweep_namespace(ns)
+        return obj
+
+    async def _remove_crd_objects(self, crd: dict[str, Any]) -> None:
+        types = self.registry.remove_crd(crd["metadata"]["name"])
+        if not types:
+            return
+        rt = types[0]
+        for (ns, name), stored in self.store.list(rt.storage_key):
+            self.store.delete(rt.storage_key, ns, name, stored.load())
+
+    def _find_owner(self, ref: dict[str, Any], namespace: str) -> tuple[ResourceType, dict[str, Any]] | None:
+        api_version, kind = ref.get("apiVersion", ""), ref.get("kind", "")
+        rt = self.registry.by_kind(api_version, kind)
+        if rt is None:
+            return None
+        stored = self.store.get(rt.storage_key, namespace if rt.namespaced else "", ref.get("name", ""))
+        if stored is None:
+            return None
+        obj = stored.load()
+        if obj["metadata"].get("uid") != ref.get("uid"):
+            return None
+        return rt, obj
+
+    def _type_for_key(self, key: tuple[str, str]) -> ResourceType | None:
+        return self.registry.by_group_resource(*key)
+
+    async def _delete_dependents(self, owner: dict[str, Any], policy: str) -> None:
+        uid = owner["metadata"].get("uid")
+        if not uid:
+            return
+        for key, ns, name in self.store.dependents(uid):
+            rt = self._type_for_key(key)
+            stored = self.store.get(key, ns, name)
+            if rt is None or stored is None:
+                continue
+            dep = stored.load()
+            refs = dep["metadata"].get("ownerReferences") or []
+            others = [r for r in refs if r.get("uid") != uid]
+            if policy == "Background" and any(self._find_owner(r, ns) for r in others):
+                dep["metadata"]["ownerReferences"] = others
+                await self._finish_write(rt, "UPDATE", dep, stored.load(), WriteOptions(manager="generic-garbage-collector"))
+                continue
+            try:
+                await self.delete(rt, ns or None, name, {"propagationPolicy": policy},
+                                  WriteOptions(manager="generic-garbage-collector"))
+            except ApiError as err:
+                if err.code != 404:
+                    log.warning("garbage collection of %s %s/%s failed: %s", rt.resource, ns, name, err.message)
+
+    async def _orphan_dependents(self, owner: dict[str, Any]) -> None:
+        uid = owner["metadata"].get("uid")
+        for key, ns, name in self.store.dependents(uid):
+            rt = self._type_for_key(key)
+            stored = self.store.get(key, ns, name)
+            if rt is None or stored is None:
+                continue
+            dep = stored.load()
+            dep["metadata"]["ownerReferences"] = [r for r in dep["metadata"].get("ownerReferences") or []
+                                                  if r.get("uid") != uid]
+            if not dep["metadata"]["ownerReferences"]:
+                del dep["metadata"]["ownerReferences"]
+            await self._finish_write(rt, "UPDATE", dep, stored.load(), WriteOptions(manager="generic-garbage-collector"))
+
+    async def _owners_changed(self, removed: dict[str, Any]) -> None:
+        """A removed dependent may let an owner in foreground deletion finish."""
+        ns = removed["metadata"].get("namespace", "")
+        for ref in removed["metadata"].get("ownerReferences") or []:
+            found = self._find_owner(ref, ns)
+            if found is None:
+                continue
+            rt, owner = found
+            if FOREGROUND in (owner["metadata"].get("finalizers") or []):
+                await self._maybe_finish_foreground(rt, owner["metadata"].get("namespace", ""), owner["metadata"]["name"])
+
+    async def _maybe_finish_foreground(self, rt: ResourceType, namespace: str, name: str) -> dict[str, Any] | None:
+        stored = self.store.get(rt.storage_key, namespace, name)
+        if stored is None:
+            return None
+        owner = stored.load()
+        if self.store.dependents(owner["metadata"]["uid"]):
+            return owner
+        updated = copy.deepcopy(owner)
+        updated["metadata"]["finalizers"] = [f for f in owner["metadata"].get("finalizers") or [] if f != FOREGROUND]
+        if not updated["metadata"]["finalizers"]:
+            del updated["metadata"]["finalizers"]
+        return await self._finish_write(rt, "UPDATE", updated, owner, WriteOptions(manager="generic-garbage-collector"),
+                                        managed_fields_done=True)
+
+    async def _sweep_namespace(self, namespace: str) -> None:
+        """Delete everything in a terminating namespace; remove it once it is empty."""
+        if namespace in self._sweeping:
+            return
+        self._sweeping.add(namespace)
+        try:
+            await self._sweep_namespace_once(namespace)
+        finally:
+            self._sweeping.discard(namespace)
+
+    async def _sweep_namespace_once(self, namespace: str) -> None:
+        ns_type = self.registry.lookup("", "v1", "namespaces")
+        assert ns_type is not None
+        for rt in list(self.registry.all()):
+            if not rt.namespaced or rt.storage_key == ("events.k8s.io", "events"):
+                continue
+            for (ns, name), stored in self.store.list(rt.storage_key, namespace):
+                if stored.load()["metadata"].get("deletionTimestamp"):
+                    continue
+                try:
+                    await self.delete(rt, ns, name, {"propagationPolicy": "Background"},
+                                      WriteOptions(manager="namespace-controller"))
+                except ApiError:
+                    pass
+        remaining = any(self.store.list(rt.storage_key, namespace) for rt in self.registry.all() if rt.namespaced)
+        ns_stored = self.store.get(ns_type.storage_key, "", namespace)
+        if not remaining and ns_stored is not None:
+            ns_obj = ns_stored.load()
+            if not [f for f in ns_obj["metadata"].get("finalizers") or []]:
+                self.store.delete(ns_type.storage_key, "", namespace, ns_obj)

@@ -1,0 +1,546 @@
+"""The HTTP(S) layer of the devcluster API server (aiohttp): routing, auth, encoding, streaming.
+
+``serve(...)`` runs the server until cancelled and can run beside other tasks (the data plane).
+"""
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import ssl
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Awaitable, Callable
+from urllib.parse import parse_qsl, unquote
+
+from aiohttp import web
+
+from . import discovery, errors, machinery, podlogs, tables
+from .errors import ApiError
+from .openapi import OpenApiCache
+from .registry import Registry, ResourceType
+from .resources import Api, WriteOptions
+from .storage import Change, Expired, Store, dumps
+from .tls import Credentials
+
+log = logging.getLogger("trainyard.devcluster.server")
+
+KUBERNETES_VERSION = {"major": "1", "minor": "36", "emulationMajor": "1", "emulationMinor": "36",
+                      "gitVersion": "v1.36.0", "gitCommit": "trainyard-devcluster", "gitTreeState": "clean",
+                      "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.25.0", "compiler": "gc",
+                      "platform": "linux/amd64"}
+MAX_BODY = 3 * 1024 * 1024
+BOOKMARK_INTERVAL = 30.0
+JSON = "application/json"
+_TRUE = {"1", "t", "T", "true", "TRUE", "True"}
+_FALSE = {"0", "f", "F", "false", "FALSE", "False"}
+_PATCH_TYPES = {
+    "application/merge-patch+json": "merge",
+    "application/json-patch+json": "json",
+    "application/strategic-merge-patch+json": "strategic",
+    "application/apply-patch+yaml": "apply",
+    "application/apply-patch+json": "apply",
+}
+
+
+def parse_bool(value: str | None, name: str) -> bool:
+    if value is None or value == "":
+        return False
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise errors.bad_request(f'invalid boolean value {value!r} for query parameter "{name}"')
+
+
+def _warning_header(text: str) -> str:
+    return '299 - "' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+@dataclass
+class Target:
+    group: str
+    version: str
+    namespace: str | None
+    resource: str
+    name: str | None
+    subresource: str | None
+
+
+def parse_resource_path(segments: list[str]) -> Target | None:
+    """``api/v1/...`` or ``apis/g/v/...`` (segments without empty parts) -> the addressed target."""
+    if segments[0] == "api":
+        if len(segments) < 3:
+            return None
+        group, version, rest = "", segments[1], segments[2:]
+    else:
+        if len(segments) < 4:
+            return None
+        group, version, rest = segments[1], segments[2], segments[3:]
+    namespace = None
+    if rest[0] == "namespaces" and len(rest) >= 3:
+        namespace, rest = rest[1], rest[2:]
+    elif rest[0] == "namespaces" and group == "":
+        # /api/v1/namespaces/{name}: the Namespace object itself
+        return Target(group, version, None, "namespaces", rest[1] if len(rest) > 1 else None, None)
+    if len(rest) > 3:
+        return None
+    return Target(group, version, namespace, rest[0], rest[1] if len(rest) > 1 else None, rest[2] if len(rest) > 2 else None)
+
+
+class ApiServer:
+    def __init__(self, data_dir: Path, credentials: Credentials | None, history_size: int = 4096,
+                 require_auth: bool = True) -> None:
+        self.data_dir = data_dir
+        self.store = Store(data_dir, history_size=history_size)
+        self.registry = Registry()
+        self.api = Api(self.store, self.registry)
+        self.openapi = OpenApiCache(self.registry)
+        self.credentials = credentials
+        self.require_auth = require_auth and credentials is not None
+        self.address = "127.0.0.1:0"
+        self._stopping = asyncio.Event()
+        self.logs = podlogs.PodLogs(data_dir / "pods")
+
+    # ---------------------------------------------------------------- app
+
+    def make_app(self) -> web.Application:
+        app = web.Application(client_max_size=MAX_BODY + 1024)
+        app.router.add_route("*", "/{tail:.*}", self.handle)
+        return app
+
+    async def start(self) -> None:
+        self.store.start(asyncio.get_running_loop())
+        await self.api.bootstrap()
+        from .webhooks import Admission
+        self.api.admission = Admission(self.api).admit
+
+    async def stop_watches(self) -> None:
+        """Wake every watch so it ends its stream before the HTTP server shuts down."""
+        self._stopping.set()
+        self.store.wake_all()
+
+    async def stop(self) -> None:
+        self._stopping.set()
+        await self.store.close()
+
+    # ---------------------------------------------------------------- dispatch
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        started = time.monotonic()
+        try:
+            response = await self._dispatch(request)
+        except ApiError as err:
+            response = self._status_response(err)
+        except asyncio.CancelledError:
+            raise
+        except (ConnectionResetError, ConnectionError):
+            raise
+        except Exception as err:  # noqa: BLE001 - every failure becomes a Status, never a dropped connection
+            log.exception("internal error on %s %s", request.method, request.path)
+            response = self._status_response(errors.internal(str(err)))
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(json.dumps({"method": request.method, "path": request.path_qs, "status": response.status,
+                                  "ms": round((time.monotonic() - started) * 1000, 2)}))
+        return response
+
+    def _status_response(self, err: ApiError) -> web.Response:
+        return web.Response(body=dumps(err.status()), status=err.code, content_type=JSON)
+
+    def _json(self, body: Any, status: int = 200, content_type: str = JSON, warnings: list[str] | None = None) -> web.Response:
+        raw = body if isinstance(body, bytes) else dumps(body)
+        response = web.Response(body=raw, status=status)
+        response.headers["Content-Type"] = content_type
+        for text in warnings or []:
+            response.headers.add("Warning", _warning_header(text))
+        return response
+
+    def _authorised(self, request: web.Request) -> bool:
+        if not self.require_auth or self.credentials is None:
+            return True
+        header = request.headers.get("Authorization", "")
+        if not header.startswith("Bearer "):
+            return False
+        return hmac.compare_digest(header[7:].strip().encode(), self.credentials.token.encode())
+
+    async def _dispatch(self, request: web.Request) -> web.StreamResponse:
+        raw_path = request.rel_url.raw_path
+        segments = [unquote(s) for s in raw_path.split("/") if s]
+        query = dict(parse_qsl(request.rel_url.raw_query_string, keep_blank_values=True))
+        method = request.method
+        if segments and segments[0] in ("healthz", "readyz", "livez"):
+            return web.Response(text="ok", content_type="text/plain")
+        if segments == ["version"]:
+            return self._json(KUBERNETES_VERSION)
+        if not self._authorised(request):
+            raise errors.unauthorized()
+        accept = request.headers.get("Accept", "")
+        if not segments:
+            paths = ["/api", "/api/v1", "/apis", "/healthz", "/livez", "/openapi/v3", "/readyz", "/version"]
+            return self._json({"paths": paths})
+        if segments[0] == "openapi":
+            return self._openapi(segments)
+        if segments[0] not in ("api", "apis"):
+            raise errors.not_found_path()
+        if method == "GET":
+            doc = self._discovery(segments, accept)
+            if doc is not None:
+                return doc
+        target = parse_resource_path(segments)
+        if target is None:
+            raise errors.not_found_path()
+        rt = self.registry.lookup(target.group, target.version, target.resource)
+        if rt is None:
+            raise errors.not_found_path()
+        if target.namespace is not None and not rt.namespaced:
+            raise errors.not_found_path()
+        if target.subresource and target.subresource not in rt.subresources:
+            raise errors.not_found_path()
+        return await self._resource(request, rt, target, query, accept)
+
+    def _discovery(self, segments: list[str], accept: str) -> web.Response | None:
+        if segments == ["api"] or segments == ["apis"]:
+            media = discovery.wants_aggregated(accept)
+            if media is not None:
+                return self._json(discovery.aggregated(self.registry, core=segments == ["api"]), content_type=media)
+            if segments == ["api"]:
+                return self._json(discovery.api_versions(self.address))
+            return self._json(discovery.api_group_list(self.registry))
+        if segments == ["api", "v1"]:
+            return self._json(discovery.resource_list(self.registry, "", "v1"))
+        if segments[0] == "apis" and len(segments) == 2:
+            group = discovery.api_group(self.registry, segments[1])
+            if group is None:
+                raise errors.not_found_path()
+            return self._json(group)
+        if segments[0] == "apis" and len(segments) == 3:
+            doc = discovery.resource_list(self.registry, segments[1], segments[2])
+            if doc is None:
+                raise errors.not_found_path()
+            return self._json(doc)
+        return None
+
+    def _openapi(self, segments: list[str]) -> web.Response:
+        if segments[:2] == ["openapi", "v3"]:
+            if len(segments) == 2:
+                return self._json(self.openapi.index())
+            doc = self.openapi.document("/".join(segments[2:]))
+            if doc is not None:
+                return self._json(doc)
+        raise errors.not_found_path()
+
+    # ---------------------------------------------------------------- resources
+
+    def _options(self, request: web.Request, query: dict[str, str], subresource: str | None) -> WriteOptions:
+        manager = query.get("fieldManager") or request.headers.get("User-Agent", "").split("/", 1)[0] or "unknown"
+        if len(manager) > 128:
+            raise errors.bad_request("fieldManager: Too long: may not be more than 128 bytes")
+        validation = query.get("fieldValidation") or "Warn"
+        if validation not in ("Strict", "Warn", "Ignore"):
+            raise errors.bad_request(f'Invalid value: "{validation}": fieldValidation must be one of "Ignore", "Warn", or "Strict"')
+        dry_run = query.get("dryRun", "")
+        if dry_run not in ("", "All"):
+            raise errors.bad_request(f'Unsupported value: "{dry_run}": supported values: "All"')
+        return WriteOptions(manager=manager, field_validation=validation, dry_run=dry_run == "All",
+                            force=parse_bool(query.get("force"), "force"), subresource=subresource)
+
+    async def _body(self, request: web.Request) -> bytes:
+        if request.content_length is not None and request.content_length > MAX_BODY:
+            raise errors.too_large(MAX_BODY)
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge as err:
+            raise errors.too_large(MAX_BODY) from err
+        if len(body) > MAX_BODY:
+            raise errors.too_large(MAX_BODY)
+        return body
+
+    async def _decode_object(self, request: web.Request) -> Any:
+        body = await self._body(request)
+        content_type = (request.headers.get("Content-Type") or JSON).split(";")[0].strip().lower()
+        if content_type == "application/vnd.kubernetes.protobuf":
+            return machinery.decode_protobuf(body)
+        if not body.strip():
+            raise errors.bad_request("the request body is empty: expected a JSON object")
+        if content_type in ("application/yaml", "application/x-yaml", "text/yaml"):
+            import yaml
+            try:
+                return yaml.safe_load(body.decode("utf-8"))
+            except (yaml.YAMLError, UnicodeDecodeError) as err:
+                raise errors.bad_request(f"error decoding YAML: {str(err).splitlines()[0]}") from err
+        if content_type not in ("application/json", "*/*", ""):
+            raise errors.unsupported_media_type(["application/json", "application/yaml", "application/vnd.kubernetes.protobuf"])
+        try:
+            return json.loads(body)
+        except (ValueError, UnicodeDecodeError) as err:
+            raise errors.bad_request(f"error decoding the request body as JSON: {err}") from err
+
+    async def _resource(self, request: web.Request, rt: ResourceType, target: Target, query: dict[str, str],
+                        accept: str) -> web.StreamResponse:
+        method, name, sub = request.method, target.name, target.subresource
+        ns = target.namespace if rt.namespaced else None
+        as_table = tables.wants_table(accept)
+        if sub == "log":
+            if method != "GET":
+                raise errors.method_not_allowed(method, rt.qualified_resource, rt.group, rt.resource)
+            return await self.logs.serve(request, self.api, rt, ns or "default", name or "", query)
+        if sub == "binding":
+            if method != "POST":
+                raise errors.method_not_allowed(method, rt.qualified_resource, rt.group, rt.resource)
+            body = await self._decode_object(request)
+            return self._json(await self._bind(rt, ns or "default", name or "", body, self._options(request, query, None)), 201)
+        if name is None:
+            if method == "GET":
+                if parse_bool(query.get("watch"), "watch"):
+                    return await self._watch(request, rt, ns, query, as_table)
+                return self._list(rt, ns, query, as_table)
+            if method == "POST":
+                opts = self._options(request, query, None)
+                body = await self._decode_object(request)
+                if rt.namespaced and ns is None:
+                    raise errors.method_not_allowed("POST", rt.qualified_resource, rt.group, rt.resource)
+                obj = await self.api.create(rt, ns, body, opts)
+                return self._json(obj, 201, warnings=opts.warnings)
+            if method == "DELETE":
+                options = await self._delete_options(request, query)
+                await self.api.delete_collection(rt, ns, query.get("labelSelector", ""), query.get("fieldSelector", ""),
+                                                 options, self._options(request, query, None))
+                return self._json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"})
+            raise errors.method_not_allowed(method, rt.qualified_resource, rt.group, rt.resource)
+        if rt.namespaced and ns is None:
+            raise errors.not_found_path()
+        if method == "GET":
+            raw = self.api.get_raw(rt, ns, name)
+            if as_table:
+                obj = json.loads(raw)
+                return self._json(tables.table(rt, [obj], obj["metadata"].get("resourceVersion", ""),
+                                               include_object=query.get("includeObject", "Metadata")),
+                                  content_type=tables.TABLE_MEDIA_TYPE)
+            return self._json(raw)
+        if method == "PUT":
+            if sub == "finalize":
+                sub = None
+            opts = self._options(request, query, sub)
+            body = await self._decode_object(request)
+            obj = await self.api.update(rt, ns, name, body, opts)
+            return self._json(obj, warnings=opts.warnings)
+        if method == "PATCH":
+            opts = self._options(request, query, sub)
+            content_type = (request.headers.get("Content-Type") or "").split(";")[0].strip().lower()
+            patch_type = _PATCH_TYPES.get(content_type)
+            if patch_type is None or (patch_type == "strategic" and not rt.builtin):
+                raise errors.unsupported_media_type(machinery.BUILTIN_PATCH_TYPES if rt.builtin else machinery.CR_PATCH_TYPES)
+            body = await self._body(request)
+            code, obj = await self.api.patch(rt, ns, name, patch_type, body, opts)
+            return self._json(obj, code, warnings=opts.warnings)
+        if method == "DELETE":
+            if sub:
+                raise errors.method_not_allowed(method, rt.qualified_resource, rt.group, rt.resource)
+            options = await self._delete_options(request, query)
+            body, _ = await self.api.delete(rt, ns, name, options, self._options(request, query, None))
+            return self._json(body)
+        raise errors.method_not_allowed(method, rt.qualified_resource, rt.group, rt.resource)
+
+    async def _delete_options(self, request: web.Request, query: dict[str, str]) -> dict[str, Any]:
+        body = await self._body(request)
+        options: dict[str, Any] = {}
+        if body.strip():
+            try:
+                options = json.loads(body)
+            except ValueError as err:
+                raise errors.bad_request(f"error decoding DeleteOptions: {err}") from err
+            if not isinstance(options, dict):
+                raise errors.bad_request("DeleteOptions must be a JSON object")
+        if "propagationPolicy" in query:
+            options["propagationPolicy"] = query["propagationPolicy"]
+        if "orphanDependents" in query:
+            options["orphanDependents"] = parse_bool(query["orphanDependents"], "orphanDependents")
+        if query.get("dryRun") == "All":
+            options["dryRun"] = ["All"]
+        return options
+
+    async def _bind(self, rt: ResourceType, ns: str, name: str, body: Any, opts: WriteOptions) -> dict[str, Any]:
+        if not isinstance(body, dict) or not isinstance(body.get("target"), dict) or not body["target"].get("name"):
+            raise errors.bad_request("a Binding needs target.name (the node)")
+        pod = self.api.get(rt, ns, name)
+        node = body["target"]["name"]
+        current = (pod.get("spec") or {}).get("nodeName")
+        if current:
+            raise errors.conflict(rt.qualified_resource, name, rt.group, rt.resource,
+                                  f"pod {name} is already assigned to node \"{current}\"")
+        pod["spec"]["nodeName"] = node
+        conditions = [c for c in (pod.get("status") or {}).get("conditions") or [] if c.get("type") != "PodScheduled"]
+        from .resources import now_rfc3339
+        conditions.append({"type": "PodScheduled", "status": "True", "lastProbeTime": None,
+                           "lastTransitionTime": now_rfc3339()})
+        opts.manager = opts.manager or "default-scheduler"
+        await self.api.update(rt, ns, name, pod, opts)
+        updated = self.api.get(rt, ns, name)
+        updated.setdefault("status", {})["conditions"] = conditions
+        await self.api.update(rt, ns, name, updated, WriteOptions(manager=opts.manager, subresource="status"))
+        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
+
+    def _list(self, rt: ResourceType, ns: str | None, query: dict[str, str], as_table: bool) -> web.Response:
+        rv, items = self.api.list(rt, ns, query.get("labelSelector", ""), query.get("fieldSelector", ""))
+        if as_table:
+            objs = [self.api._view(rt, s.load()) for s in items]
+            return self._json(tables.table(rt, objs, str(rv), include_object=query.get("includeObject", "Metadata")),
+                              content_type=tables.TABLE_MEDIA_TYPE)
+        head = dumps({"kind": f"{rt.kind}List", "apiVersion": rt.api_version, "metadata": {"resourceVersion": str(rv)}})
+        if self.api._needs_view(rt):
+            parts = [dumps(self.api._view(rt, s.load())) for s in items]
+        else:
+            parts = [s.raw for s in items]
+        body = head[:-1] + b',"items":[' + b",".join(parts) + b"]}"
+        return self._json(body)
+
+    # ---------------------------------------------------------------- watch
+
+    async def _watch(self, request: web.Request, rt: ResourceType, ns: str | None, query: dict[str, str],
+                     as_table: bool) -> web.StreamResponse:
+        labels_ok = machinery.label_matcher(query.get("labelSelector", ""))
+        field_selector = query.get("fieldSelector", "")
+        fields_ok = machinery.field_matcher(rt, field_selector)
+        bookmarks = parse_bool(query.get("allowWatchBookmarks"), "allowWatchBookmarks")
+        timeout = query.get("timeoutSeconds")
+        try:
+            deadline = time.monotonic() + (float(timeout) if timeout else 1800 + 1800 * (hash(request) % 1000) / 1000)
+        except ValueError as err:
+            raise errors.bad_request(f"invalid timeoutSeconds {timeout!r}") from err
+        rv_param = query.get("resourceVersion", "")
+        if rv_param not in ("", "0"):
+            try:
+                start_rv = int(rv_param)
+            except ValueError as err:
+                raise errors.bad_request(f"invalid resourceVersion {rv_param!r}") from err
+        else:
+            start_rv = None
+
+        response = web.StreamResponse(status=200)
+        response.headers["Content-Type"] = tables.TABLE_MEDIA_TYPE if as_table else JSON
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        first_table = [True]
+
+        def encode(event_type: str, raw: bytes | None, obj: dict[str, Any] | None = None) -> bytes:
+            if as_table and event_type in ("ADDED", "MODIFIED", "DELETED"):
+                o = obj if obj is not None else json.loads(raw or b"{}")
+                body = tables.table(rt, [self.api._view(rt, o)], o["metadata"].get("resourceVersion", ""),
+                                    with_columns=first_table[0], include_object=query.get("includeObject", "Metadata"))
+                first_table[0] = False
+                return b'{"type":"' + event_type.encode() + b'","object":' + dumps(body) + b"}\n"
+            if raw is None or self.api._needs_view(rt):
+                raw = dumps(self.api._view(rt, obj if obj is not None else json.loads(raw or b"{}")))
+            return b'{"type":"' + event_type.encode() + b'","object":' + raw + b"}\n"
+
+        def selected(namespace: str, name: str, labels: dict[str, str], raw: bytes) -> bool:
+            if ns is not None and namespace != ns:
+                return False
+            if not labels_ok(labels):
+                return False
+            if fields_ok is not None:
+                from .storage import StoredObject
+                return fields_ok(namespace, name, StoredObject(0, raw, labels))
+            return True
+
+        try:
+            if start_rv is None:
+                rv, items = self.api.list(rt, ns, query.get("labelSelector", ""), field_selector)
+                chunk = b"".join(encode("ADDED", s.raw) for s in items)
+                if chunk:
+                    await response.write(chunk)
+                last = rv
+            else:
+                last = start_rv
+            last_bookmark = time.monotonic()
+            while not self._stopping.is_set():
+                try:
+                    changes = self.store.changes_since(last)
+                except Expired as err:
+                    status = ApiError(410, "Expired", str(err)).status()
+                    await response.write(b'{"type":"ERROR","object":' + dumps(status) + b"}\n")
+                    break
+                out = []
+                for change in changes:
+                    if change.key != rt.storage_key:
+                        continue
+                    event = self._event_for(change, selected)
+                    if event is not None:
+                        out.append(encode(event, change.raw))
+                if changes:
+                    last = changes[-1].rv
+                if out:
+                    await response.write(b"".join(out))
+                now = time.monotonic()
+                if now >= deadline:
+                    if bookmarks:
+                        await response.write(self._bookmark(rt, last))
+                    break
+                if bookmarks and now - last_bookmark >= BOOKMARK_INTERVAL:
+                    await response.write(self._bookmark(rt, max(last, self.store.rv)))
+                    last_bookmark = now
+                transport = request.transport
+                if transport is None or transport.is_closing():
+                    break
+                await self.store.wait_for_change(last, min(5.0, max(0.01, deadline - now)))
+            await response.write_eof()
+        except (ConnectionResetError, ConnectionError, asyncio.CancelledError):
+            pass
+        return response
+
+    def _bookmark(self, rt: ResourceType, rv: int) -> bytes:
+        return dumps({"type": "BOOKMARK", "object": {"kind": rt.kind, "apiVersion": rt.api_version,
+                                                      "metadata": {"resourceVersion": str(rv)}}}) + b"\n"
+
+    @staticmethod
+    def _event_for(change: Change, selected: Callable[[str, str, dict[str, str], bytes], bool]) -> str | None:
+        now_ok = selected(change.namespace, change.name, change.labels, change.raw)
+        if change.type == "ADDED":
+            return "ADDED" if now_ok else None
+        if change.type == "DELETED":
+            was_ok = change.old_raw is not None and selected(change.namespace, change.name, change.old_labels or {}, change.old_raw)
+            return "DELETED" if (now_ok or was_ok) else None
+        was_ok = change.old_raw is not None and selected(change.namespace, change.name, change.old_labels or {}, change.old_raw)
+        if now_ok and was_ok:
+            return "MODIFIED"
+        if now_ok:
+            return "ADDED"
+        if was_ok:
+            return "DELETED"
+        return None
+
+
+ReadyCallback = Callable[[str, int], Awaitable[None] | None]
+
+
+async def serve(data_dir: Path, host: str = "127.0.0.1", port: int = 6443, tls: bool = True, history_size: int = 4096,
+                on_ready: ReadyCallback | None = None, stop: asyncio.Event | None = None) -> None:
+    """Run the API server until ``stop`` is set (or the task is cancelled)."""
+    from .tls import ensure_credentials
+    credentials = ensure_credentials(data_dir)
+    server = ApiServer(data_dir, credentials, history_size=history_size)
+    await server.start()
+    runner = web.AppRunner(server.make_app(), access_log=None, handle_signals=False, shutdown_timeout=1.0)
+    await runner.setup()
+    ssl_context = None
+    if tls:
+        ssl_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ssl_context.load_cert_chain(credentials.server_cert, credentials.server_key)
+    site = web.TCPSite(runner, host, port, ssl_context=ssl_context, reuse_address=True, backlog=1024)
+    try:
+        await site.start()
+        sockets = site._server.sockets if site._server is not None else []  # type: ignore[union-attr]
+        bound = sockets[0].getsockname()[1] if sockets else port
+        server.address = f"{host}:{bound}"
+        url = f"{'https' if tls else 'http'}://{host}:{bound}"
+        if on_ready is not None:
+            result = on_ready(url, bound)
+            if asyncio.iscoroutine(result):
+                await result
+        await (stop.wait() if stop is not None else asyncio.Event().wait())
+    finally:
+        await server.stop_watches()
+        await runner.cleanup()
+        await server.stop()

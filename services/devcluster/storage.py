@@ -1,0 +1,331 @@
+"""Object storage: SQLite (WAL) is the durable source, an in-memory index serves reads.
+
+Every write takes the next value of one global resourceVersion and lands in memory at once
+(so reads and watches see it immediately); a writer thread commits batches of writes to SQLite
+and the request answers only after its write is durable (group commit: many writes, one fsync).
+Watches read a bounded in-memory change history; older resourceVersions answer 410 Expired.
+"""
+from __future__ import annotations
+
+import asyncio
+import heapq
+import json
+import logging
+import queue
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any, NamedTuple
+
+log = logging.getLogger("trainyard.devcluster.storage")
+
+FORMAT = "trainyard-devcluster/1"
+DB_NAME = "devcluster.db"
+# Names the server or the data plane create inside a data dir; anything else means foreign.
+KNOWN_ENTRIES = {DB_NAME, DB_NAME + "-wal", DB_NAME + "-shm", "kubeconfig", "pki", "pods", "ready", "dataplane", "logs"}
+
+Key = tuple[str, str]  # (group, resource)
+
+
+class DataDirError(Exception):
+    """The data dir is corrupt or belongs to something else: never reset it silently."""
+
+
+class StoredObject(NamedTuple):
+    rv: int
+    raw: bytes  # the object's compact JSON
+    labels: dict[str, str]
+    owners: tuple[str, ...] = ()  # uids named in metadata.ownerReferences
+
+    def load(self) -> dict[str, Any]:
+        return json.loads(self.raw)
+
+
+class Change(NamedTuple):
+    rv: int
+    type: str  # ADDED, MODIFIED, DELETED
+    key: Key
+    namespace: str
+    name: str
+    raw: bytes
+    old_raw: bytes | None
+    labels: dict[str, str]
+    old_labels: dict[str, str] | None
+
+
+class Expired(Exception):
+    def __init__(self, requested: int, oldest: int) -> None:
+        super().__init__(f"too old resource version: {requested} ({oldest})")
+        self.requested = requested
+        self.oldest = oldest
+
+
+def dumps(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _labels(obj: dict[str, Any]) -> dict[str, str]:
+    return dict((obj.get("metadata") or {}).get("labels") or {})
+
+
+def _owners(obj: dict[str, Any]) -> tuple[str, ...]:
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+    return tuple(str(r.get("uid")) for r in refs if isinstance(r, dict) and r.get("uid"))
+
+
+class Store:
+    def __init__(self, data_dir: Path, history_size: int = 4096) -> None:
+        self.data_dir = data_dir
+        self.history_size = max(1, history_size)
+        self._objects: dict[Key, dict[tuple[str, str], StoredObject]] = {}
+        self._dependents: dict[str, set[tuple[Key, str, str]]] = {}  # owner uid -> dependents
+        self._history: list[Change] = []
+        self.rv = 0
+        self._oldest_kept = 0  # the watch horizon: changes with rv > this are kept
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._waiters: list[asyncio.Future[None]] = []
+        self._durable_rv = 0
+        self._durable_waiters: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._seq = 0
+        self._queue: queue.Queue[tuple | None] = queue.Queue()
+        self._writer: threading.Thread | None = None
+        self._writer_error: BaseException | None = None
+        self._conn = self._open_db()
+        self._load()
+
+    # ---- opening and loading
+
+    def _open_db(self) -> sqlite3.Connection:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        db_path = self.data_dir / DB_NAME
+        if not db_path.exists():
+            foreign = sorted(p.name for p in self.data_dir.iterdir() if p.name not in KNOWN_ENTRIES)
+            if foreign:
+                raise DataDirError(
+                    f"data dir {self.data_dir} is not a trainyard devcluster data dir "
+                    f"(it holds {', '.join(foreign[:5])}); choose an empty or devcluster directory")
+        try:
+            conn = sqlite3.connect(db_path, check_same_thread=False, isolation_level=None)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            if not tables:
+                conn.execute("BEGIN")
+                conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+                conn.execute(
+                    "CREATE TABLE objects (grp TEXT NOT NULL, resource TEXT NOT NULL, namespace TEXT NOT NULL,"
+                    " name TEXT NOT NULL, rv INTEGER NOT NULL, data BLOB NOT NULL,"
+                    " PRIMARY KEY (grp, resource, namespace, name)) WITHOUT ROWID")
+                conn.execute("INSERT INTO meta VALUES ('format', ?), ('rv', '0')", (FORMAT,))
+                conn.execute("COMMIT")
+            elif "meta" not in tables or "objects" not in tables:
+                raise DataDirError(f"{db_path} is a SQLite database but not a trainyard devcluster store")
+            row = conn.execute("SELECT value FROM meta WHERE key='format'").fetchone()
+            if not row or row[0] != FORMAT:
+                raise DataDirError(f"{db_path} has storage format {row[0] if row else None!r}, expected {FORMAT!r}")
+            return conn
+        except sqlite3.DatabaseError as err:
+            raise DataDirError(f"{db_path} is corrupt or not a SQLite database: {err}") from err
+
+    def _load(self) -> None:
+        try:
+            row = self._conn.execute("SELECT value FROM meta WHERE key='rv'").fetchone()
+            self.rv = int(row[0]) if row else 0
+            for grp, resource, namespace, name, rv, data in self._conn.execute(
+                    "SELECT grp, resource, namespace, name, rv, data FROM objects"):
+                raw = bytes(data)
+                obj = json.loads(raw)
+                stored = StoredObject(rv, raw, _labels(obj), _owners(obj))
+                self._objects.setdefault((grp, resource), {})[(namespace, name)] = stored
+                self._index_owners((grp, resource), namespace, name, (), stored.owners)
+        except (sqlite3.DatabaseError, ValueError) as err:
+            raise DataDirError(f"{self.data_dir / DB_NAME} is corrupt: {err}") from err
+        self._oldest_kept = self.rv
+        self._durable_rv = self.rv
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._writer = threading.Thread(target=self._write_loop, name="devcluster-sqlite-writer", daemon=True)
+        self._writer.start()
+
+    async def close(self) -> None:
+        if self._writer is not None:
+            self._queue.put(None)
+            await asyncio.get_running_loop().run_in_executor(None, self._writer.join)
+            self._writer = None
+        self._conn.close()
+
+    # ---- reads
+
+    def get(self, key: Key, namespace: str, name: str) -> StoredObject | None:
+        return self._objects.get(key, {}).get((namespace, name))
+
+    def list(self, key: Key, namespace: str | None = None) -> list[tuple[tuple[str, str], StoredObject]]:
+        bucket = self._objects.get(key, {})
+        if namespace is None:
+            items = list(bucket.items())
+        else:
+            items = [(k, v) for k, v in bucket.items() if k[0] == namespace]
+        items.sort(key=lambda kv: kv[0])
+        return items
+
+    def count(self, key: Key) -> int:
+        return len(self._objects.get(key, {}))
+
+    def keys(self) -> list[Key]:
+        return [k for k, v in self._objects.items() if v]
+
+    # ---- writes (called on the event loop; never block)
+
+    def put(self, key: Key, namespace: str, name: str, obj: dict[str, Any]) -> StoredObject:
+        """Store ``obj`` under the next resourceVersion (set into ``obj``) and record the change."""
+        bucket = self._objects.setdefault(key, {})
+        old = bucket.get((namespace, name))
+        self.rv += 1
+        obj.setdefault("metadata", {})["resourceVersion"] = str(self.rv)
+        raw = dumps(obj)
+        stored = StoredObject(self.rv, raw, _labels(obj), _owners(obj))
+        bucket[(namespace, name)] = stored
+        self._index_owners(key, namespace, name, old.owners if old else (), stored.owners)
+        self._record(Change(self.rv, "MODIFIED" if old else "ADDED", key, namespace, name, raw,
+                            old.raw if old else None, stored.labels, old.labels if old else None))
+        self._queue.put(("put", key[0], key[1], namespace, name, self.rv, raw))
+        return stored
+
+    def delete(self, key: Key, namespace: str, name: str, last_state: dict[str, Any]) -> StoredObject:
+        """Remove the object; the DELETED event carries ``last_state`` at a new resourceVersion."""
+        bucket = self._objects.get(key, {})
+        old = bucket.pop((namespace, name))
+        self._index_owners(key, namespace, name, old.owners, ())
+        self.rv += 1
+        last_state.setdefault("metadata", {})["resourceVersion"] = str(self.rv)
+        raw = dumps(last_state)
+        self._record(Change(self.rv, "DELETED", key, namespace, name, raw, old.raw, _labels(last_state), old.labels))
+        self._queue.put(("del", key[0], key[1], namespace, name, self.rv, None))
+        return StoredObject(self.rv, raw, _labels(last_state))
+
+    def _index_owners(self, key: Key, namespace: str, name: str, old: tuple[str, ...], new: tuple[str, ...]) -> None:
+        if old == new:
+            return
+        ref = (key, namespace, name)
+        for uid in old:
+            deps = self._dependents.get(uid)
+            if deps is not None:
+                deps.discard(ref)
+                if not deps:
+                    del self._dependents[uid]
+        for uid in new:
+            self._dependents.setdefault(uid, set()).add(ref)
+
+    def dependents(self, owner_uid: str) -> list[tuple[Key, str, str]]:
+        """Objects whose ownerReferences name ``owner_uid``."""
+        return sorted(self._dependents.get(owner_uid, ()))
+
+    def _record(self, change: Change) -> None:
+        self._history.append(change)
+        if len(self._history) > self.history_size * 2 or len(self._history) > self.history_size + 1024:
+            self.compact(self.history_size)
+        waiters, self._waiters = self._waiters, []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
+
+    def compact(self, keep: int) -> None:
+        """Forget all but the newest ``keep`` changes (watches from before them get 410)."""
+        drop = max(0, len(self._history) - keep)
+        if drop:
+            self._oldest_kept = self._history[drop - 1].rv
+            del self._history[:drop]
+        elif keep == 0:
+            self._oldest_kept = self.rv
+
+    # ---- watch support
+
+    def changes_since(self, rv: int) -> list[Change]:
+        """Changes with resourceVersion > rv; Expired when rv is older than the kept history."""
+        if rv < self._oldest_kept:
+            raise Expired(rv, self._oldest_kept)
+        if not self._history or rv >= self.rv:
+            return []
+        first = self._history[0].rv
+        return self._history[max(0, rv + 1 - first):]
+
+    async def wait_for_change(self, after_rv: int, timeout: float) -> None:
+        if self.rv > after_rv:
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(fut)
+        try:
+            await asyncio.wait_for(fut, timeout)
+        except asyncio.TimeoutError:
+            pass
+
+    def wake_all(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
+
+    # ---- durability
+
+    async def durable(self, rv: int) -> None:
+        """Wait until every write up to ``rv`` is committed to SQLite."""
+        if self._writer_error is not None:
+            raise RuntimeError(f"storage writer failed: {self._writer_error}")
+        if rv <= self._durable_rv:
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._seq += 1
+        heapq.heappush(self._durable_waiters, (rv, self._seq, fut))
+        await fut
+
+    def _mark_durable(self, rv: int, error: BaseException | None) -> None:
+        if error is not None:
+            self._writer_error = error
+        self._durable_rv = max(self._durable_rv, rv)
+        while self._durable_waiters and (self._durable_waiters[0][0] <= self._durable_rv or error):
+            _, _, fut = heapq.heappop(self._durable_waiters)
+            if not fut.done():
+                if error is None:
+                    fut.set_result(None)
+                else:
+                    fut.set_exception(RuntimeError(f"storage writer failed: {error}"))
+
+    def _write_loop(self) -> None:
+        conn = self._conn
+        stop = False
+        while not stop:
+            ops = [self._queue.get()]
+            while len(ops) < 2000:
+                try:
+                    ops.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            if ops[-1] is None or None in ops:
+                stop = True
+                ops = [op for op in ops if op is not None]
+            if not ops:
+                continue
+            top = max(op[5] for op in ops)
+            error: BaseException | None = None
+            try:
+                conn.execute("BEGIN")
+                for op in ops:
+                    if op[0] == "put":
+                        conn.execute("INSERT OR REPLACE INTO objects VALUES (?,?,?,?,?,?)", op[1:7])
+                    else:
+                        conn.execute("DELETE FROM objects WHERE grp=? AND resource=? AND namespace=? AND name=?", op[1:5])
+                conn.execute("UPDATE meta SET value=? WHERE key='rv'", (str(top),))
+                conn.execute("COMMIT")
+            except BaseException as err:  # noqa: BLE001 - reported to every waiting request
+                log.error("sqlite write failed: %s", err)
+                error = err
+                try:
+                    conn.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass
+            if self._loop is not None and not self._loop.is_closed():
+                try:
+                    self._loop.call_soon_threadsafe(self._mark_durable, top, error)
+                except RuntimeError:
+                    pass
