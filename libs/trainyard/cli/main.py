@@ -13,6 +13,7 @@ import sys
 from typing import Sequence
 
 COMMANDS: dict[str, str] = {
+    "devcluster": "trainyard_services.devcluster.cli",
     "up": "trainyard.cli.up",
     "down": "trainyard.cli.down",
 }
