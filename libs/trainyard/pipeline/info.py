@@ -99,7 +99,7 @@ def merge_pod_template_overrides(jobset_spec: dict[str, Any], overrides: list[An
         if patch_meta:
             patch["metadata"] = patch_meta
         if isinstance(override.get("spec"), dict):
-            patch["spec"] = override["spec"]
+            patch["spec"] = _with_retained_volume_keys(override["spec"])
         if not patch:
             continue
         for job in items(jobset_spec.get("replicatedJobs")):
@@ -110,6 +110,16 @@ def merge_pod_template_overrides(jobset_spec: dict[str, Any], overrides: list[An
                     job_spec["template"] = strategic_merge_patch(template, clone(patch), POD_TEMPLATE_TYPE)
                 except Exception as err:  # a malformed patch: upstream fails building the info
                     raise PlanningError(f"failed to merge podTemplateOverrides into job {job.get('name')}: {err}")
+
+
+def _with_retained_volume_keys(spec: dict[str, Any]) -> dict[str, Any]:
+    # Pod volumes merge with retain-keys semantics: a volume named in an override keeps only
+    # the fields the override gives (a PVC volume turned into emptyDir loses the PVC part).
+    volumes = spec.get("volumes")
+    if not isinstance(volumes, list):
+        return spec
+    marked = [{**v, "$retainKeys": sorted(v)} if isinstance(v, dict) else v for v in volumes]
+    return {**spec, "volumes": marked}
 
 
 def build_info(trainjob: dict[str, Any], runtime_spec: dict[str, Any]) -> RuntimeInfo:

@@ -5,6 +5,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from . import names
+from .defaults import trainjob_with_defaults
 from .documents import as_document, clone, dig, items, mapping
 from .resolution import unsupported_runtime_message
 
@@ -55,7 +56,7 @@ def compute_trainjob_status(trainjob: Any, jobset: Any | None, now: datetime | s
     then ``Complete``/``Failed`` and ``jobsStatus`` copied from the JobSet. Without a JobSet
     the status keeps the first steps' result. An empty status is returned as ``{}``.
     """
-    job = as_document(trainjob)
+    job = trainjob_with_defaults(as_document(trainjob))
     moment = format_time(now)
     status = clone(mapping(job.get("status")))
     conditions = [c for c in items(status.get("conditions")) if mapping(c).get("type") != names.CONDITION_FAILED]
