@@ -1,0 +1,142 @@
+"""The Kubeflow Python SDK (`kubeflow` 0.5.0, TrainerClient) against a local trainyard, as a data
+scientist uses it: list runtimes, train a function and a command, wait, read logs, delete."""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+import pytest
+
+from fixtures.stack import RunningStack
+
+pytestmark = pytest.mark.torch
+
+UPSTREAM_RUNTIMES = {
+    "torch-distributed", "torch-distributed-with-cache", "deepspeed-distributed", "mlx-distributed",
+    "torchtune-llama3.2-1b", "torchtune-llama3.2-3b", "torchtune-qwen2.5-1.5b",
+}
+
+
+def ddp_hello(greeting):
+    # Runs in each trainer process, started by a bare `torchrun` that finds its peers through the
+    # PET_* env the torch plugin injects.
+    import torch.distributed as dist
+
+    dist.init_process_group(backend="gloo")
+    print(f"rank {dist.get_rank()} of {dist.get_world_size()} says {greeting}", flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+@pytest.fixture(scope="module")
+def client(trainyard_stack_module: RunningStack) -> Any:
+    from kubeflow.common.types import KubernetesBackendConfig
+    from kubeflow.trainer import TrainerClient
+
+    return TrainerClient(KubernetesBackendConfig(config_file=str(trainyard_stack_module.kubeconfig)))
+
+
+def test_client_finds_the_control_plane_version(trainyard_stack_module: RunningStack, caplog: pytest.LogCaptureFixture) -> None:
+    from kubeflow.common.types import KubernetesBackendConfig
+    from kubeflow.trainer import TrainerClient
+
+    with caplog.at_level(logging.WARNING):
+        TrainerClient(KubernetesBackendConfig(config_file=str(trainyard_stack_module.kubeconfig)))
+    assert "version info is not available" not in caplog.text
+
+
+def test_lists_every_default_runtime(client: Any) -> None:
+    from kubeflow.trainer import TrainerType
+
+    runtimes = {runtime.name: runtime for runtime in client.list_runtimes()}
+    assert set(runtimes) >= UPSTREAM_RUNTIMES | {"torch-distributed-cpu"}
+    assert runtimes["torchtune-llama3.2-1b"].trainer.trainer_type == TrainerType.BUILTIN_TRAINER
+    assert runtimes["torch-distributed-cpu"].trainer.trainer_type == TrainerType.CUSTOM_TRAINER
+    assert runtimes["torch-distributed-cpu"].trainer.framework == "torch"
+
+
+def test_function_based_training_runs_to_complete_with_logs(client: Any) -> None:
+    from kubeflow.trainer import CustomTrainer
+
+    name = client.train(
+        runtime="torch-distributed-cpu",
+        trainer=CustomTrainer(func=ddp_hello, func_args={"greeting": "hello"}, num_nodes=2,
+                              resources_per_node={"cpu": 1}),
+    )
+    seen = client.wait_for_job_status(name, {"Running", "Complete"}, timeout=240, polling_interval=1)
+    assert seen.status in ("Running", "Complete")
+    job = client.wait_for_job_status(name, {"Complete"}, timeout=240, polling_interval=1)
+    assert job.status == "Complete"
+    assert job.num_nodes == 2
+    assert sorted(step.name for step in job.steps) == ["node-0", "node-1"]
+    node0 = next(step for step in job.steps if step.name == "node-0")
+    assert (node0.device, node0.device_count) == ("cpu", "1")
+
+    logs = "\n".join(client.get_job_logs(name))
+    assert "rank 0 of 2 says hello" in logs
+    followed = "\n".join(client.get_job_logs(name, step="node-1", follow=True))
+    assert "of 2 says hello" in followed
+
+    client.get_job_events(name)  # must parse: core/v1 Events with involvedObject and firstTimestamp
+    client.delete_job(name)
+    deadline = time.monotonic() + 60
+    while any(job.name == name for job in client.list_jobs()):
+        assert time.monotonic() < deadline, f"TrainJob {name} still listed after delete_job"
+        time.sleep(1)
+
+
+def test_command_based_training_with_bare_torchrun(client: Any) -> None:
+    from kubeflow.trainer import CustomTrainerContainer
+    from kubeflow.trainer.options.kubernetes import TrainerCommand
+
+    name = client.train(
+        runtime="torch-distributed-cpu",
+        trainer=CustomTrainerContainer(image="pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime", num_nodes=2),
+        options=[TrainerCommand(["torchrun", "--no-python", "bash", "-c",
+                                 "echo torchrun rank=$RANK world=$WORLD_SIZE"])],
+    )
+    job = client.wait_for_job_status(name, {"Complete"}, timeout=240, polling_interval=1)
+    assert job.status == "Complete"
+    assert "torchrun rank=0 world=2" in "\n".join(client.get_job_logs(name))
+    assert "torchrun rank=1 world=2" in "\n".join(client.get_job_logs(name, step="node-1"))
+
+
+def _resume_drops_the_suspended_condition() -> bool:
+    from trainyard.pipeline.status import compute_trainjob_status
+
+    resumed = {"spec": {"suspend": False}, "status": {"conditions": [{
+        "type": "Suspended", "status": "True", "reason": "Suspended", "message": "TrainJob is suspended",
+        "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}
+    status = compute_trainjob_status(resumed, None, "2026-01-01T00:00:01Z")
+    return not status.get("conditions")
+
+
+SUSPENDED_TRAINJOB = """
+apiVersion: trainer.kubeflow.org/v1alpha1
+kind: TrainJob
+metadata:
+  name: resumed-job
+spec:
+  suspend: true
+  runtimeRef:
+    name: torch-distributed-cpu
+  trainer:
+    numNodes: 1
+    command: ["python", "-c", "import time; print('resumed and running', flush=True); time.sleep(12)"]
+"""
+
+
+def test_a_resumed_trainjob_is_reported_running_not_created(client: Any, trainyard_stack_module: RunningStack) -> None:
+    """kubeflow/sdk#803: the SDK derives Running only while a TrainJob has no conditions."""
+    if not _resume_drops_the_suspended_condition():
+        pytest.skip("trainyard.pipeline.status keeps Suspended=False/Resumed after a resume, so SDK 0.5.0 "
+                    "reports 'Created' until the job ends (kubeflow/sdk#803); see docs/sdk.md")
+    stack = trainyard_stack_module
+    stack.kubectl("apply", "-f", "-", stdin=SUSPENDED_TRAINJOB)
+    assert client.get_job("resumed-job").status == "Created"
+    stack.kubectl("patch", "trainjob", "resumed-job", "--type=merge", "-p", json.dumps({"spec": {"suspend": False}}))
+    job = client.wait_for_job_status("resumed-job", {"Running", "Complete"}, timeout=120, polling_interval=1)
+    assert job.status == "Running"
+    assert client.wait_for_job_status("resumed-job", {"Complete"}, timeout=120, polling_interval=1).status == "Complete"
