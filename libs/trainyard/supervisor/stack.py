@@ -154,7 +154,6 @@ class Stack:
 
     async def start_devcluster(self) -> None:
         assert self.ports is not None
-        started = time.time()
         child = self._child(ChildSpec(
             name="devcluster",
             argv=trainyard_argv("devcluster", "up", "--data-dir", str(self.layout.devcluster_dir),
@@ -162,13 +161,15 @@ class Stack:
             log_file=self.layout.log_file("devcluster"),
             stop_timeout_s=30.0,
         ))
-        self.devcluster_kubeconfig.unlink(missing_ok=True)  # rewritten by this start: wait for the new one
+        # devcluster writes <its data dir>/ready (and the kubeconfig) once it serves, and removes
+        # it when it stops; one left by a crash must not count as ready for this start.
+        ready_file = self.layout.devcluster_dir / "ready"
+        ready_file.unlink(missing_ok=True)
 
         async def answers() -> bool:
-            kubeconfig = self.devcluster_kubeconfig
-            if not kubeconfig.is_file() or kubeconfig.stat().st_mtime < started - 1:
+            if not ready_file.is_file() or not self.devcluster_kubeconfig.is_file():
                 return False
-            return await kubeapi.server_answers(kubeconfig)
+            return await kubeapi.server_answers(self.devcluster_kubeconfig)
 
         await child.start()
         await child.wait_ready(answers, timeout_s=self.config.startup_timeout_s)
