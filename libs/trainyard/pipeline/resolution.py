@@ -1,6 +1,8 @@
 """Runtime resolution (spec §2): registry key, lookup, not-found texts, deprecation."""
 from __future__ import annotations
 
+from trainyard.api import constants as c
+
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,16 +54,14 @@ class RuntimeLookupError(Exception):
 
     def planning_error(self) -> PlanningError:
         if self.kind == names.TRAINING_RUNTIME_KIND:
-            return PlanningError(f"TrainingRuntime specified in TrainJob is not found: {self.api_error}")
-        return PlanningError(f"not found ClusterTrainingRuntime specified in TrainJob: {self.api_error}")
+            return PlanningError(f"{c.ERR_TRAINING_RUNTIME_NOT_FOUND}{self.api_error}")
+        return PlanningError(f"{c.ERR_CLUSTER_TRAINING_RUNTIME_NOT_FOUND}{self.api_error}")
 
     def field_error(self, runtime_ref: Any) -> FieldError:
         if self.kind == names.TRAINING_RUNTIME_KIND:
-            return invalid("spec.runtimeRef", runtime_ref, f"{self.api_error}: specified trainingRuntime "
-                           "must be created before the TrainJob is created")
+            return invalid("spec.runtimeRef", runtime_ref, f"{self.api_error}: {c.ERR_TRAINING_RUNTIME_MUST_EXIST}")
         # Upstream quirk kept verbatim: capital R in the field path.
-        return invalid("spec.RuntimeRef", runtime_ref, f"{self.api_error}: specified clusterTrainingRuntime "
-                       "must be created before the TrainJob is created")
+        return invalid("spec.RuntimeRef", runtime_ref, f"{self.api_error}: {c.ERR_CLUSTER_TRAINING_RUNTIME_MUST_EXIST}")
 
 
 def lookup_runtime(trainjob: dict[str, Any], observed: ObservedState) -> dict[str, Any]:
@@ -86,10 +86,8 @@ def is_deprecated(runtime: dict[str, Any]) -> bool:
 
 
 def referenced_deprecation_warning(runtime_name: str) -> str:
-    return (f'Referenced ClusterTrainingRuntime "{runtime_name}" is deprecated and will be removed in a '
-            f"future release of Kubeflow Trainer. See runtime deprecation policy: {names.DEPRECATION_POLICY_URL}")
+    return c.deprecated_runtime_warning(runtime_name, referenced=True)
 
 
 def created_deprecation_warning(runtime_name: str) -> str:
-    return (f'ClusterTrainingRuntime "{runtime_name}" is deprecated and will be removed in a future '
-            f"release of Kubeflow Trainer. See runtime deprecation policy: {names.DEPRECATION_POLICY_URL}")
+    return c.deprecated_runtime_warning(runtime_name, referenced=False)

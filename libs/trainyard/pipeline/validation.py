@@ -6,6 +6,8 @@ verdict (HTTP 403 when denied, warnings in both cases).
 """
 from __future__ import annotations
 
+from trainyard.api import constants as c
+
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
@@ -97,9 +99,9 @@ def trainjob_schema_errors(new: dict[str, Any], old: dict[str, Any] | None) -> l
     else:
         # Deviation (docs/compatibility.md): shown on metadata.name rather than the root.
         if not _RFC1035_LABEL.match(name):
-            errors.append(invalid("metadata.name", name, "metadata.name must match RFC 1035 DNS label format"))
-        if len(name) > 63:
-            errors.append(invalid("metadata.name", name, "metadata.name must be no more than 63 characters"))
+            errors.append(invalid("metadata.name", name, names.MESSAGE_NAME_RFC1035))
+        if len(name) > c.MAX_TRAIN_JOB_NAME_LENGTH:
+            errors.append(invalid("metadata.name", name, names.MESSAGE_NAME_TOO_LONG))
     spec = new.get("spec")
     if spec is None:
         return errors
@@ -116,8 +118,7 @@ def trainjob_schema_errors(new: dict[str, Any], old: dict[str, Any] | None) -> l
                                   "spec.runtimeRef.name in body should be at least 1 chars long"))
     managed_by = spec.get("managedBy")
     if managed_by is not None and managed_by not in (names.MANAGED_BY_DEFAULT, names.MANAGED_BY_MULTIKUEUE):
-        errors.append(cel_error("spec.managedBy", managed_by, "ManagedBy must be trainer.kubeflow.org/"
-                                "trainjob-controller or kueue.x-k8s.io/multikueue if set"))
+        errors.append(cel_error("spec.managedBy", managed_by, names.MESSAGE_MANAGED_BY_VALUES))
     for index, override in enumerate(items(spec.get("podTemplateOverrides"))):
         base = f"spec.podTemplateOverrides[{index}]"
         targets = mapping(override).get("targetJobs")
@@ -133,9 +134,9 @@ def trainjob_schema_errors(new: dict[str, Any], old: dict[str, Any] | None) -> l
     if old is not None:
         old_spec = mapping(old.get("spec"))
         if "runtimeRef" in old_spec and isinstance(ref, dict) and old_spec.get("runtimeRef") != ref:
-            errors.append(cel_error("spec.runtimeRef", ref, "runtimeRef is immutable"))
+            errors.append(cel_error("spec.runtimeRef", ref, names.MESSAGE_RUNTIME_REF_IMMUTABLE))
         if "managedBy" in old_spec and managed_by is not None and old_spec.get("managedBy") != managed_by:
-            errors.append(cel_error("spec.managedBy", managed_by, "ManagedBy value is immutable"))
+            errors.append(cel_error("spec.managedBy", managed_by, names.MESSAGE_MANAGED_BY_IMMUTABLE))
     return errors
 
 
@@ -203,15 +204,15 @@ def runtime_schema_errors(new: dict[str, Any], old: dict[str, Any] | None) -> li
         torch, mpi = ml_policy.get("torch"), ml_policy.get("mpi")
         if "numNodes" in ml_policy and isinstance(torch, dict) and "elasticPolicy" in torch:
             errors.append(cel_error("spec.mlPolicy", ml_policy,
-                                    "numNodes should not be set if torch.elasticPolicy is configured"))
+                                    names.MESSAGE_NUM_NODES_WITH_ELASTIC))
         if torch is not None and mpi is not None:
-            errors.append(cel_error("spec.mlPolicy", ml_policy, "Only one of the policy can be configured"))
+            errors.append(cel_error("spec.mlPolicy", ml_policy, names.MESSAGE_ONE_POLICY))
         if isinstance(torch, dict) and "numProcPerNode" in torch:
             nproc = torch["numProcPerNode"]
             valid = (isinstance(nproc, int) and not isinstance(nproc, bool) and nproc > 0) or nproc in ("auto", "cpu", "gpu")
             if not valid:
                 errors.append(cel_error("spec.mlPolicy.torch.numProcPerNode", nproc,
-                                        "NumProcPerNode must be equal to auto, cpu, gpu, or int value"))
+                                        names.MESSAGE_NUM_PROC_PER_NODE))
         if isinstance(mpi, dict) and mpi.get("mpiImplementation") not in (None, names.MPI_OPENMPI, ""):
             errors.append(not_supported("spec.mlPolicy.mpi.mpiImplementation", mpi.get("mpiImplementation"),
                                         [names.MPI_OPENMPI, ""]))
@@ -228,14 +229,14 @@ def runtime_schema_errors(new: dict[str, Any], old: dict[str, Any] | None) -> li
         old_jobset = mapping(dig(old, "spec", "template", "spec"))
         for key in _JOBSET_IMMUTABLE_FIELDS:
             if key in old_jobset and key in jobset_spec and old_jobset[key] != jobset_spec[key]:
-                errors.append(cel_error(f"spec.template.spec.{key}", jobset_spec[key], "Value is immutable"))
+                errors.append(cel_error(f"spec.template.spec.{key}", jobset_spec[key], names.MESSAGE_VALUE_IMMUTABLE))
         old_jobs = {mapping(j).get("name"): mapping(j) for j in items(old_jobset.get("replicatedJobs"))}
         for index, job in enumerate(items(jobset_spec.get("replicatedJobs"))):
             before = old_jobs.get(mapping(job).get("name"))
             if before and "dependsOn" in before and "dependsOn" in mapping(job) \
                     and before["dependsOn"] != job["dependsOn"]:
                 errors.append(cel_error(f"spec.template.spec.replicatedJobs[{index}].dependsOn",
-                                        job["dependsOn"], "Value is immutable"))
+                                        job["dependsOn"], names.MESSAGE_VALUE_IMMUTABLE))
     return errors
 
 
@@ -245,7 +246,7 @@ def _jobset_spec_errors(jobset_spec: dict[str, Any]) -> list[FieldError]:
     jobs = items(jobset_spec.get("replicatedJobs"))
     order = dig(jobset_spec, "startupPolicy", "startupPolicyOrder")
     if order == "InOrder" and any(isinstance(j, dict) and "dependsOn" in j for j in jobs):
-        errors.append(cel_error(base, jobset_spec, "StartupPolicy and DependsOn APIs are mutually exclusive"))
+        errors.append(cel_error(base, jobset_spec, names.MESSAGE_STARTUP_DEPENDS_ON))
     if order is not None and order not in ("AnyOrder", "InOrder"):
         errors.append(not_supported(f"{base}.startupPolicy.startupPolicyOrder", order, ["AnyOrder", "InOrder"]))
     operator = dig(jobset_spec, "successPolicy", "operator")
@@ -292,11 +293,11 @@ def replicated_job_errors(runtime: dict[str, Any]) -> list[FieldError]:
         path = f"spec.template.spec.replicatedJobs[{index}]"
         replicas = job.get("replicas", 1)
         if replicas != 1:
-            errors.append(invalid(f"{path}.replicas", replicas, "always must be 1"))
+            errors.append(invalid(f"{path}.replicas", replicas, c.ERR_ALWAYS_ONE))
         containers = items(dig(job, "template", "spec", "template", "spec", "containers"))
         if not any(mapping(c).get("name") == _ANCESTOR_CONTAINERS[ancestor] for c in containers):
             errors.append(invalid(f"{path}.template.spec.template.spec.containers", containers,
-                                  f"must contain the required container for the ancestor: {ancestor}"))
+                                  f"{c.ERR_MISSING_ANCESTOR_CONTAINER}{ancestor}"))
     return errors
 
 

@@ -1,6 +1,8 @@
 """JobSet: endpoints, the JobSet document, and the JobSet-related admission rules (§4.6)."""
 from __future__ import annotations
 
+from trainyard.api import constants as c
+
 from typing import Any
 
 from .. import names
@@ -58,7 +60,7 @@ def _apply_initializers(ctx: PlanContext) -> None:
         for pod_set in ctx.info.pod_sets:
             if pod_set.ancestor != ancestor:
                 continue
-            pod_set.job["replicas"] = 1
+            pod_set.job["replicas"] = names.ANCESTOR_JOB_REPLICAS
             container = pod_set.container(ancestor)
             if container is None or not isinstance(settings, dict):
                 continue
@@ -83,7 +85,7 @@ def _apply_trainer(ctx: PlanContext) -> None:
     for pod_set in ctx.info.pod_sets:
         is_trainer = pod_set.ancestor == names.ANCESTOR_TRAINER
         if is_trainer:
-            pod_set.job["replicas"] = 1
+            pod_set.job["replicas"] = names.ANCESTOR_JOB_REPLICAS
         if not is_trainer and not (launcher_as_node and pod_set.name == names.NODE):
             continue
         container = pod_set.container(names.NODE)
@@ -143,16 +145,15 @@ def validate(ctx: ValidationContext) -> Verdict:
     containers_by_job = _container_names_by_job(runtime_jobset)
     runtime_ref = ctx.spec.get("runtimeRef")
     initializer = mapping(ctx.spec.get("initializer"))
-    for section, job_name, config in (("dataset", names.DATASET_INITIALIZER, "datasetConfig"),
-                                      ("model", names.MODEL_INITIALIZER, "modelConfig")):
+    for section, job_name, missing_job, missing_container in (
+            ("dataset", names.DATASET_INITIALIZER, c.ERR_DATASET_INITIALIZER_JOB, c.ERR_DATASET_INITIALIZER_CONTAINER),
+            ("model", names.MODEL_INITIALIZER, c.ERR_MODEL_INITIALIZER_JOB, c.ERR_MODEL_INITIALIZER_CONTAINER)):
         if initializer.get(section) is None:
             continue
         if job_name not in containers_by_job:
-            verdict.errors.append(invalid("spec.runtimeRef", runtime_ref,
-                                          f"must have {job_name} job when trainJob is configured with input {config}"))
+            verdict.errors.append(invalid("spec.runtimeRef", runtime_ref, missing_job))
         elif job_name not in containers_by_job[job_name]:
-            verdict.errors.append(invalid("spec.runtimeRef", runtime_ref,
-                                          f"must have container with name - {job_name} in the {job_name} job"))
+            verdict.errors.append(invalid("spec.runtimeRef", runtime_ref, missing_container))
     verdict.errors.extend(_override_mutation_errors(ctx))
     verdict.errors.extend(_override_errors(ctx, containers_by_job))
     return verdict
@@ -167,7 +168,7 @@ def _override_mutation_errors(ctx: ValidationContext) -> list[FieldError]:
         return []
     field = "spec.podTemplateOverrides"
     if ctx.spec.get("suspend") is not True:
-        return [forbidden(field, "PodTemplateOverrides can only be modified when the TrainJob is suspended")]
+        return [forbidden(field, c.ERR_OVERRIDES_NOT_SUSPENDED)]
     name = str(dig(ctx.trainjob, "metadata", "name") or "")
     namespace = str(dig(ctx.trainjob, "metadata", "namespace") or "")
     try:
@@ -194,7 +195,7 @@ def _override_errors(ctx: ValidationContext, containers_by_job: dict[str, set[st
             job = str(mapping(target).get("name"))
             if job not in containers_by_job:
                 errors.append(invalid(field, overrides,
-                                      "must not have targetJob that doesn't exist in the runtime job template"))
+                                      c.ERR_TARGET_JOB_NOT_FOUND))
             known = containers_by_job.get(job, set())
             for init in items(override_spec.get("initContainers")):
                 if mapping(init).get("name") not in known:
@@ -206,8 +207,7 @@ def _override_errors(ctx: ValidationContext, containers_by_job: dict[str, set[st
                     errors.append(invalid(field, overrides,
                                           f"must not have container that doesn't exist in the runtime job {job}"))
                 elif container.get("name") in _RESERVED_OVERRIDE_CONTAINERS and container.get("env"):
-                    errors.append(invalid(field, overrides, "must not have envs for the dataset-initializer, "
-                                                            "model-initializer, node containers"))
+                    errors.append(invalid(field, overrides, c.ERR_OVERRIDE_ENVS))
     return errors
 
 

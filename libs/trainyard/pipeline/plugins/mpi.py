@@ -1,6 +1,8 @@
 """MPI (OpenMPI): launcher/node counts, SSH auth Secret, hostfile ConfigMap (spec §4.4)."""
 from __future__ import annotations
 
+from trainyard.api import constants as c
+
 import base64
 from typing import Any
 
@@ -34,9 +36,9 @@ def enforce_ml_policy(ctx: PlanContext) -> None:
         "secret": {
             "secretName": f"{ctx.name}{names.MPI_SSH_AUTH_SUFFIX}",
             "items": [
-                {"key": names.MPI_SSH_PRIVATE_KEY, "path": "id_rsa"},
-                {"key": names.MPI_SSH_PUBLIC_KEY, "path": "id_rsa.pub"},
-                {"key": names.MPI_SSH_PUBLIC_KEY, "path": "authorized_keys"},
+                {"key": names.MPI_SSH_PRIVATE_KEY, "path": names.MPI_SSH_PRIVATE_KEY_FILE},
+                {"key": names.MPI_SSH_PUBLIC_KEY, "path": names.MPI_SSH_PUBLIC_KEY_FILE},
+                {"key": names.MPI_SSH_PUBLIC_KEY, "path": names.MPI_SSH_AUTHORIZED_KEYS_FILE},
             ],
         },
     }
@@ -70,7 +72,7 @@ def enforce_ml_policy(ctx: PlanContext) -> None:
             upsert_env(env, {"name": names.ENV_OMPI_HOSTFILE, "value": names.MPI_HOSTFILE_PATH})
             upsert_env(env, {"name": names.ENV_OMPI_KEEP_FQDN, "value": "true"})
             upsert_env(env, {"name": names.ENV_OMPI_SLOTS, "value": str(slots)})
-            upsert_env(env, {"name": names.ENV_OMPI_RSH_ARGS, "value": "-o ConnectionAttempts=10"})
+            upsert_env(env, {"name": names.ENV_OMPI_RSH_ARGS, "value": names.OMPI_RSH_ARGS_VALUE})
 
 
 def _slots(ctx: PlanContext, mpi: dict[str, Any]) -> int:
@@ -147,14 +149,14 @@ def validate(ctx: ValidationContext) -> Verdict:
         return verdict
     raw = trainer.get("numProcPerNode")
     if raw is not None and isinstance(raw, str):
-        verdict.errors.append(invalid("spec.trainer.numProcPerNode", raw, "must have an int value for MPI TrainJob"))
+        verdict.errors.append(invalid("spec.trainer.numProcPerNode", raw, c.ERR_MPI_NUM_PROC_PER_NODE))
     num_nodes = trainer.get("numNodes") if is_int(trainer.get("numNodes")) else 1
     job_names = {p.name for p in ctx.info.pod_sets}
     if (num_nodes >= 2 and _run_launcher_as_node(ctx.info.mpi_policy)
             and not {names.LAUNCHER, names.NODE} <= job_names):
         verdict.errors.append(invalid(
             "spec.trainer.numNodes", num_nodes,
-            "must have 1 when MPI trainingRuntime with enabled runLauncherAsNode does not have either launcher and node"))
+            c.ERR_MPI_RUN_LAUNCHER_AS_NODE))
     return verdict
 
 

@@ -1,6 +1,8 @@
 """Torch: node count, PET_* env, rendezvous port, TorchTune mode (spec §4.2, §4.3)."""
 from __future__ import annotations
 
+from trainyard.api import constants as c
+
 from typing import Any
 
 from .. import names
@@ -68,14 +70,14 @@ def validate(ctx: ValidationContext) -> Verdict:
     raw = trainer.get("numProcPerNode")
     if raw is None:
         return verdict
-    if isinstance(raw, str) and raw not in ("auto", "cpu", "gpu"):
+    if isinstance(raw, str) and raw not in names.TORCH_NPROC_KEYWORDS:
         verdict.errors.append(invalid("spec.trainer.numProcPerNode", raw,
-                                      "must have an int value or [auto cpu gpu]"))
+                                      c.ERR_TORCH_NUM_PROC_PER_NODE))
     reserved = sorted({str(e.get("name")) for e in items(trainer.get("env"))
                        if isinstance(e, dict) and e.get("name") in names.TORCH_RESERVED_ENVS})
     if reserved:
         verdict.errors.append(invalid("spec.trainer.env", trainer.get("env"),
-                                      f"must not have reserved envs, invalid envs configured: [{' '.join(reserved)}]"))
+                                      f"{c.ERR_TORCH_RESERVED_ENVS}[{' '.join(reserved)}]"))
     if torchtune.is_torchtune(trainer):
         verdict.errors.extend(_torchtune_errors(ctx))
     return verdict

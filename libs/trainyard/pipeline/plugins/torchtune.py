@@ -1,6 +1,8 @@
 """TorchTune mode of the Torch plugin (spec §4.3): model, recipe, config, command, checks."""
 from __future__ import annotations
 
+from trainyard.api import constants as c
+
 from typing import TYPE_CHECKING, Any
 
 from .. import names
@@ -12,9 +14,9 @@ from .shared import effective_resources_per_node, is_int, master_address
 if TYPE_CHECKING:
     from ..framework import PlanContext, ValidationContext
 
-_LORA_MARKER = "model.lora_attn_modules"
-_QLORA_MARKER = "model.quantize_base"
-_DORA_MARKER = "model.use_dora"
+_LORA_MARKER = names.TORCHTUNE_ARG_LORA
+_QLORA_MARKER = names.TORCHTUNE_ARG_QLORA
+_DORA_MARKER = names.TORCHTUNE_ARG_DORA
 _MULTI_NODE_MODEL = "llama3_3/70B"
 _QWEN = "qwen2_5/1.5B"
 _LLAMA_SMALL = ("llama3_2/1B", "llama3_2/3B")
@@ -46,19 +48,19 @@ def recipe_and_config(model: str, num_nodes: int, nproc: int | str, gpus: int, a
     single = num_nodes == 1 and (nproc == 1 or gpus == 1)
     qlora, lora = _uses_qlora(args), _uses_lora(args)
     if single and qlora:
-        recipe, suffix = "lora_finetune_single_device", "_qlora_single_device"
+        recipe, suffix = c.TORCHTUNE_RECIPE_LORA_SINGLE_DEVICE, c.TORCHTUNE_CONFIG_SUFFIX_QLORA_SINGLE_DEVICE
     elif single and lora:
-        recipe, suffix = "lora_finetune_single_device", "_lora_single_device"
+        recipe, suffix = c.TORCHTUNE_RECIPE_LORA_SINGLE_DEVICE, c.TORCHTUNE_CONFIG_SUFFIX_LORA_SINGLE_DEVICE
     elif single:
-        recipe, suffix = "full_finetune_single_device", "_full_single_device"
+        recipe, suffix = c.TORCHTUNE_RECIPE_FULL_SINGLE_DEVICE, c.TORCHTUNE_CONFIG_SUFFIX_FULL_SINGLE_DEVICE
     elif num_nodes == 1 and qlora:
-        recipe, suffix = "lora_finetune_distributed", "_qlora"
+        recipe, suffix = c.TORCHTUNE_RECIPE_LORA_DISTRIBUTED, c.TORCHTUNE_CONFIG_SUFFIX_QLORA
     elif num_nodes == 1 and lora:
-        recipe, suffix = "lora_finetune_distributed", "_lora"
+        recipe, suffix = c.TORCHTUNE_RECIPE_LORA_DISTRIBUTED, c.TORCHTUNE_CONFIG_SUFFIX_LORA
     elif num_nodes > 1:
-        recipe, suffix = "full_finetune_distributed", "_full_multinode"
+        recipe, suffix = c.TORCHTUNE_RECIPE_FULL_DISTRIBUTED, c.TORCHTUNE_CONFIG_SUFFIX_FULL_MULTINODE
     else:
-        recipe, suffix = "full_finetune_distributed", "_full"
+        recipe, suffix = c.TORCHTUNE_RECIPE_FULL_DISTRIBUTED, c.TORCHTUNE_CONFIG_SUFFIX_FULL
     return recipe, f"{model}{suffix}"
 
 
@@ -77,9 +79,9 @@ def mutated_command(ctx: "PlanContext", num_nodes: int, nproc: int | str,
     gpus = gpu_count(resources)
     command = list(names.TORCHTUNE_ENTRYPOINT)
     if _needs_rendezvous(num_nodes, nproc, gpus):
-        command.append(f"--rdzv_endpoint={master_address(ctx.name)}:{names.CONTAINER_TRAINER_PORT}")
+        command.append(f"{c.TORCHTUNE_RDZV_ENDPOINT_FLAG}={master_address(ctx.name)}:{names.CONTAINER_TRAINER_PORT}")
     recipe, config = recipe_and_config(model_of(_runtime_ref_name(ctx.trainjob)), num_nodes, nproc, gpus, args)
-    command += [recipe, "--config", config]
+    command += [recipe, c.TORCHTUNE_CONFIG_FLAG, config]
     for pod_set in ctx.info.pod_sets:
         if pod_set.ancestor != names.ANCESTOR_TRAINER:
             continue
@@ -111,7 +113,7 @@ def validate(ctx: "ValidationContext") -> list[FieldError]:
     errors: list[FieldError] = []
     if model not in names.TORCHTUNE_SUPPORTED_MODELS:
         errors.append(invalid("spec.runtimeRef.name", name,
-                              f"must have a supported pretrained model, invalid model configured: {model}"))
+                              f"{c.ERR_TORCHTUNE_UNSUPPORTED_MODEL}{model}"))
     if num_nodes > 1 and model != _MULTI_NODE_MODEL:
         errors.append(invalid("spec.trainer.numNodes", num_nodes, f"must be 1 for {model} model"))
     if "_qlora" in config and model == _QWEN:

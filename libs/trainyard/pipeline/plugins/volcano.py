@@ -1,6 +1,8 @@
 """Volcano: Volcano PodGroup, group-name Pod annotation, queue/priority checks (spec §4.8)."""
 from __future__ import annotations
 
+from trainyard.api import constants as c
+
 from typing import Any
 
 from .. import names
@@ -10,7 +12,7 @@ from ..framework import PlanContext, Plugin, ValidationContext, Verdict
 from ..observed import ReadError, not_found_text
 from . import podgroup
 
-_SYSTEM_PRIORITY_CLASSES = ("system-cluster-critical", "system-node-critical")
+_SYSTEM_PRIORITY_CLASSES = names.VOLCANO_SYSTEM_PRIORITY_CLASSES
 
 
 def _policy(pod_group_policy: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -52,7 +54,7 @@ def validate(ctx: ValidationContext) -> Verdict:
         return verdict
     queue_key = names.ANNOTATION_VOLCANO_QUEUE
     if ctx.info.annotations.get(queue_key) == "":
-        verdict.errors.append(invalid(f"spec.annotations[{queue_key}]", "", "Volcano queue name must not be empty"))
+        verdict.errors.append(invalid(f"spec.annotations[{queue_key}]", "", c.ERR_VOLCANO_EMPTY_QUEUE))
     for job in items(ctx.info.jobset_spec.get("replicatedJobs")):
         priority_class = dig(job, "template", "spec", "template", "spec", "priorityClassName")
         if not priority_class:
