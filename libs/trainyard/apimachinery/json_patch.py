@@ -65,7 +65,7 @@ def _apply_operation(document: Any, operation: Any, position: int) -> Any:
         if name == "replace":
             return _replace(document, path, copy.deepcopy(operation["value"]))
         if name == "test":
-            if not _json_equal(_get(document, path), operation["value"]):
+            if not json_equal(_get(document, path), operation["value"]):
                 raise ValueError("test failed: the value differs")
             return document
         source = _pointer_field(operation, "from")
@@ -159,14 +159,14 @@ def _existing_index(token: str, items: list, where: str) -> int:
     return index
 
 
-def _json_equal(left: Any, right: Any) -> bool:
+def json_equal(left: Any, right: Any) -> bool:
     """Equality as JSON sees it: 1 == 1.0, but true != 1."""
     if isinstance(left, bool) or isinstance(right, bool):
         return isinstance(left, bool) and isinstance(right, bool) and left == right
     if isinstance(left, dict) and isinstance(right, dict):
-        return left.keys() == right.keys() and all(_json_equal(left[key], right[key]) for key in left)
+        return left.keys() == right.keys() and all(json_equal(left[key], right[key]) for key in left)
     if isinstance(left, list) and isinstance(right, list):
-        return len(left) == len(right) and all(_json_equal(a, b) for a, b in zip(left, right))
+        return len(left) == len(right) and all(json_equal(a, b) for a, b in zip(left, right))
     if isinstance(left, (int, float)) and isinstance(right, (int, float)):
         return left == right
     return type(left) is type(right) and left == right

@@ -1,0 +1,601 @@
+"""Server-side apply and managedFields bookkeeping (structured-merge-diff semantics).
+
+Two entry points, both pure (the API server does storage, preconditions and defaulting):
+
+- `apply(live, config, manager=..., schema=..., now=..., force=False, subresource="",
+  status_is_subresource=False) -> ApplyResult` — an `application/apply-patch+yaml` request.
+  Merges `config` into `live` (None = create), gives `manager` an `Apply` entry owning exactly the
+  config's fields, removes fields the manager applied last time and nobody owns any more, and
+  raises `ApplyConflict` when a changed field is owned by another manager (unless `force`, which
+  takes the fields over).
+- `record_update(live, new, manager=..., schema=..., now=..., subresource="") -> dict` — any other
+  write (create, PUT, merge/JSON/strategic patch): `manager`'s `Update` entry gains the fields the
+  write added or changed; those leave every other entry; removed fields leave all entries.
+
+`schema` is a `SchemaNode`: `builtin_schema("io.k8s.api.core.v1.Pod")` for built-in kinds,
+`structural_schema(openAPIV3Schema)` for custom resources (their lists without
+`x-kubernetes-list-type` are atomic). `subresource="status"` writes only touch `status`;
+`status_is_subresource=True` makes main-resource applies ignore `status`.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Mapping
+
+from trainyard.apimachinery.errors import MachineryError
+from trainyard.apimachinery.fieldpath import (
+    FieldSet,
+    Path,
+    PathElement,
+    format_path,
+    from_fields_v1,
+    key_element,
+    path_sort_key,
+    to_fields_v1,
+    value_element,
+)
+from trainyard.apimachinery.json_patch import json_equal
+from trainyard.apimachinery.openapi_definitions import UNTYPED, SchemaNode
+
+APPLY = "Apply"
+UPDATE = "Update"
+
+# Never owned by anyone (upstream strips them before computing field sets).
+_UNOWNED_PATHS: frozenset[Path] = frozenset(
+    {(("f", "apiVersion"),), (("f", "kind"),), (("f", "metadata"),)}
+    | {(("f", "metadata"), ("f", name)) for name in (
+        "name", "namespace", "creationTimestamp", "selfLink", "uid", "clusterName",
+        "generation", "managedFields", "resourceVersion")}
+)
+# Set by the server, never taken from an applied configuration.
+_SERVER_METADATA = ("managedFields", "resourceVersion", "uid", "creationTimestamp", "generation", "selfLink",
+                    "deletionTimestamp", "deletionGracePeriodSeconds")
+# Key fields that the API server defaults before apply runs (so items are keyed the same way).
+_KEY_FIELD_DEFAULTS = {"protocol": "TCP"}
+_STATUS: Path = (("f", "status"),)
+
+
+class ApplyError(MachineryError):
+    """An applied configuration that cannot be merged (e.g. a list item without its key)."""
+
+
+@dataclass(frozen=True)
+class Conflict:
+    manager: str  # as printed: `"name"` + ` with subresource "status"` + ` using v1 at <time>`
+    path: Path
+
+    @property
+    def field(self) -> str:
+        return format_path(self.path)
+
+
+class ApplyConflict(MachineryError):
+    """The apply would change fields other managers own (HTTP 409, reason Conflict)."""
+
+    def __init__(self, conflicts: list[Conflict]) -> None:
+        self.conflicts = sorted(conflicts, key=lambda conflict: (conflict.manager, path_sort_key(conflict.path)))
+        super().__init__(conflict_message(self.conflicts))
+
+    def causes(self) -> list[dict[str, str]]:
+        """`details.causes` of the Status: reason FieldManagerConflict per field."""
+        return [
+            {"reason": "FieldManagerConflict", "message": f"conflict with {conflict.manager}", "field": conflict.field}
+            for conflict in self.conflicts
+        ]
+
+
+def conflict_message(conflicts: list[Conflict]) -> str:
+    """The API server's wording: one conflict inline, several grouped per manager."""
+    if len(conflicts) == 1:
+        return f"Apply failed with 1 conflict: conflict with {conflicts[0].manager}: {conflicts[0].field}"
+    lines: list[str] = []
+    for manager in sorted({conflict.manager for conflict in conflicts}):
+        lines.append(f"conflicts with {manager}:")
+        lines.extend(f"- {conflict.field}" for conflict in conflicts if conflict.manager == manager)
+    return f"Apply failed with {len(conflicts)} conflicts: " + "\n".join(lines)
+
+
+@dataclass
+class ManagedFieldsEntry:
+    manager: str
+    operation: str
+    api_version: str
+    fields: FieldSet
+    time: str | None = None
+    subresource: str = ""
+
+    @property
+    def identity(self) -> tuple[str, str, str, str]:
+        """Upstream keeps one entry per manager+operation+subresource (+apiVersion for Update)."""
+        return (self.manager, self.operation, self.subresource, self.api_version if self.operation == UPDATE else "")
+
+    def printed(self) -> str:
+        text = _quote(self.manager)
+        if self.subresource:
+            text += f" with subresource {_quote(self.subresource)}"
+        if self.operation == UPDATE:
+            text += f" using {self.api_version}"
+            if self.time:
+                text += f" at {self.time}"
+        return text
+
+    def to_json(self) -> dict[str, Any]:
+        entry: dict[str, Any] = {"manager": self.manager, "operation": self.operation, "apiVersion": self.api_version}
+        if self.time:
+            entry["time"] = self.time
+        entry["fieldsType"] = "FieldsV1"
+        entry["fieldsV1"] = to_fields_v1(self.fields)
+        if self.subresource:
+            entry["subresource"] = self.subresource
+        return entry
+
+
+def _quote(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def decode_managed_fields(entries: Any) -> list[ManagedFieldsEntry]:
+    """`metadata.managedFields` (JSON) -> entries; `MachineryError` names a malformed entry."""
+    decoded = []
+    for index, entry in enumerate(entries or []):
+        if not isinstance(entry, Mapping) or not isinstance(entry.get("manager", ""), str):
+            raise MachineryError(f"metadata.managedFields[{index}]: must be an object with a manager")
+        if entry.get("fieldsType", "FieldsV1") != "FieldsV1":
+            raise MachineryError(f"metadata.managedFields[{index}].fieldsType: only FieldsV1 is supported")
+        decoded.append(ManagedFieldsEntry(
+            manager=str(entry.get("manager", "")),
+            operation=str(entry.get("operation", UPDATE)),
+            api_version=str(entry.get("apiVersion", "")),
+            fields=from_fields_v1(entry.get("fieldsV1") or {}),
+            time=entry.get("time"),
+            subresource=str(entry.get("subresource", "")),
+        ))
+    return decoded
+
+
+def encode_managed_fields(entries: list[ManagedFieldsEntry]) -> list[dict[str, Any]]:
+    """Entries -> JSON, in upstream's order (operation, time, manager, apiVersion, subresource)."""
+    ordered = sorted(
+        (entry for entry in entries if entry.fields),
+        key=lambda e: (e.operation, e.time or "", e.manager, e.api_version, e.subresource),
+    )
+    return [entry.to_json() for entry in ordered]
+
+
+@dataclass
+class ApplyResult:
+    object: dict[str, Any]
+    changed: bool  # False: nothing to write (same object and managedFields), keep the resourceVersion
+    created: bool = False
+    forced: list[Conflict] = field(default_factory=list)
+
+
+# -- public operations -----------------------------------------------------------------------
+
+
+def apply(
+    live: dict[str, Any] | None,
+    config: dict[str, Any],
+    *,
+    manager: str,
+    schema: SchemaNode,
+    now: str,
+    force: bool = False,
+    subresource: str = "",
+    status_is_subresource: bool = False,
+) -> ApplyResult:
+    """Server-side apply `config` to `live` (None creates). See the module docstring."""
+    if not manager:
+        raise ApplyError("fieldManager: Required value: is required for apply patch")
+    if not isinstance(config, dict):
+        raise ApplyError("the applied configuration must be a JSON object")
+    created = live is None
+    live_object = _without_managed_fields(live or {})
+    entries = decode_managed_fields(((live or {}).get("metadata") or {}).get("managedFields"))
+    scoped_config = _scope_config(config, subresource, status_is_subresource)
+    merged = _merge(live_object, scoped_config, schema, ())
+    if subresource == "status" or status_is_subresource:
+        merged = _restore_out_of_scope(merged, live_object, subresource)
+    applied = _owned_in_scope(_to_field_set(scoped_config, schema), subresource, status_is_subresource)
+
+    apply_identity = (manager, APPLY, subresource, "")
+    previous = next((entry for entry in entries if entry.identity == apply_identity), None)
+    last_applied = previous.fields if previous else set()
+    entries = [entry for entry in entries if entry.identity != apply_identity]
+    mine = ManagedFieldsEntry(manager, APPLY, str(config.get("apiVersion", "")), applied,
+                              previous.time if previous else None, subresource)
+
+    if last_applied:
+        everyone = set(applied).union(*(entry.fields for entry in entries))
+        merged = _prune(merged, schema, last_applied, everyone)
+
+    added, removed, modified = _compare(live_object, merged, schema)
+    changed_fields = added | modified
+    conflicts = [
+        Conflict(entry.printed(), path)
+        for entry in entries
+        for path in sorted(entry.fields & changed_fields, key=path_sort_key)
+    ]
+    if conflicts and not force:
+        raise ApplyConflict(conflicts)
+    for entry in entries:
+        entry.fields = entry.fields - changed_fields - removed
+    object_changed = not json_equal(live_object, merged)
+    if object_changed or previous is None:
+        mine.time = now
+    new_entries = [entry for entry in entries if entry.fields] + [mine]
+    result = _with_managed_fields(merged, encode_managed_fields(new_entries))
+    changed = created or object_changed or result["metadata"].get("managedFields") != (
+        ((live or {}).get("metadata") or {}).get("managedFields"))
+    return ApplyResult(result, changed, created, conflicts if force else [])
+
+
+def record_update(
+    live: dict[str, Any] | None,
+    new: dict[str, Any],
+    *,
+    manager: str,
+    schema: SchemaNode,
+    now: str,
+    subresource: str = "",
+) -> dict[str, Any]:
+    """`new` with managedFields updated for a non-apply write by `manager` (None live = create).
+
+    `new`'s own `metadata.managedFields` are ignored: the bookkeeping starts from `live`'s.
+    """
+    live_object = _without_managed_fields(live or {})
+    new_object = _without_managed_fields(new)
+    entries = decode_managed_fields(((live or {}).get("metadata") or {}).get("managedFields"))
+    added, removed, modified = _compare(live_object, new_object, schema)
+    changed_fields = _owned_in_scope(added | modified, subresource, False)
+    removed = _owned_in_scope(removed, subresource, False)
+    api_version = str(new.get("apiVersion", ""))
+    identity = (manager, UPDATE, subresource, api_version)
+    mine = next((entry for entry in entries if entry.identity == identity), None)
+    if mine is None:
+        mine = ManagedFieldsEntry(manager, UPDATE, api_version, set(), None, subresource)
+        entries.append(mine)
+    for entry in entries:
+        entry.fields = entry.fields - removed - (changed_fields if entry is not mine else set())
+    if changed_fields:
+        mine.fields = mine.fields | changed_fields
+        mine.time = now
+    return _with_managed_fields(new_object, encode_managed_fields(entries))
+
+
+def owned_fields(obj: Mapping[str, Any], schema: SchemaNode) -> FieldSet:
+    """The fields an applied configuration `obj` would own (upstream `ToFieldSet`)."""
+    return _to_field_set(obj, schema)
+
+
+# -- scoping ---------------------------------------------------------------------------------
+
+
+def _scope_config(config: Mapping[str, Any], subresource: str, status_is_subresource: bool) -> dict[str, Any]:
+    scoped = copy.deepcopy(dict(config))
+    metadata = scoped.get("metadata")
+    if isinstance(metadata, dict):
+        for name in _SERVER_METADATA:
+            metadata.pop(name, None)
+    if subresource == "status":
+        identity = {key: scoped[key] for key in ("apiVersion", "kind") if key in scoped}
+        names = {key: metadata[key] for key in ("name", "namespace") if isinstance(metadata, dict) and key in metadata}
+        return {**identity, "metadata": names, **({"status": scoped["status"]} if "status" in scoped else {})}
+    if status_is_subresource:
+        scoped.pop("status", None)
+    return scoped
+
+
+def _restore_out_of_scope(merged: dict[str, Any], live: dict[str, Any], subresource: str) -> dict[str, Any]:
+    """Status writes keep everything but status from live; main writes keep live's status."""
+    if subresource == "status":
+        restored = copy.deepcopy(live) if live else {key: merged[key] for key in ("apiVersion", "kind", "metadata") if key in merged}
+        if "status" in merged:
+            restored["status"] = merged["status"]
+        else:
+            restored.pop("status", None)
+        return restored
+    restored = dict(merged)
+    restored.pop("status", None)
+    if "status" in live:
+        restored["status"] = copy.deepcopy(live["status"])
+    return restored
+
+
+def _owned_in_scope(fields: FieldSet, subresource: str, status_is_subresource: bool) -> FieldSet:
+    fields = {path for path in fields if path not in _UNOWNED_PATHS}
+    if subresource == "status":
+        return {path for path in fields if path[:1] == _STATUS}
+    if status_is_subresource:
+        return {path for path in fields if path[:1] != _STATUS}
+    return fields
+
+
+def _without_managed_fields(obj: Mapping[str, Any]) -> dict[str, Any]:
+    result = copy.deepcopy(dict(obj))
+    metadata = result.get("metadata")
+    if isinstance(metadata, dict):
+        metadata.pop("managedFields", None)
+    return result
+
+
+def _with_managed_fields(obj: dict[str, Any], managed: list[dict[str, Any]]) -> dict[str, Any]:
+    result = dict(obj)
+    metadata = dict(result.get("metadata") or {})
+    if managed:
+        metadata["managedFields"] = managed
+    else:
+        metadata.pop("managedFields", None)
+    result["metadata"] = metadata
+    return result
+
+
+# -- walking values with a schema ------------------------------------------------------------
+
+
+def _child_schema(schema: SchemaNode, key: str) -> SchemaNode:
+    return schema.field(key) or UNTYPED
+
+
+def _is_declared_field(schema: SchemaNode, key: str) -> bool:
+    return key in (schema.schema.get("properties") or {})
+
+
+def _is_atomic(value: Any, schema: SchemaNode) -> bool:
+    if isinstance(value, dict):
+        return schema.map_type == "atomic"
+    if isinstance(value, list):
+        return schema.list_type == "atomic"
+    return True
+
+
+def _item_element(item: Any, schema: SchemaNode, index: int, path: Path) -> PathElement:
+    if schema.list_type == "set":
+        return value_element(item)
+    if schema.list_type != "map":
+        return ("i", str(index))
+    keys = schema.list_map_keys
+    if not isinstance(item, dict):
+        raise ApplyError(f"{format_path(path)}[{index}]: items of this list must be objects keyed by {', '.join(keys)}")
+    key_fields = {}
+    for key in keys:
+        if key in item:
+            key_fields[key] = item[key]
+        elif key in _KEY_FIELD_DEFAULTS:
+            key_fields[key] = _KEY_FIELD_DEFAULTS[key]
+    if not key_fields:
+        raise ApplyError(f"{format_path(path)}[{index}]: list item is missing its key field(s) {', '.join(keys)}")
+    return key_element(key_fields)
+
+
+def _list_items(value: list, schema: SchemaNode, path: Path) -> list[tuple[PathElement, Any]]:
+    return [(_item_element(item, schema, index, path), item) for index, item in enumerate(value)]
+
+
+def _children(value: Any, schema: SchemaNode, path: Path) -> Iterator[tuple[PathElement, Any, SchemaNode]]:
+    """The owned-granularity children of a non-atomic map or list."""
+    if isinstance(value, dict):
+        for key, child in value.items():
+            yield ("f", key), child, _child_schema(schema, key)
+    elif isinstance(value, list):
+        item_schema = schema.items() or UNTYPED
+        for element, item in _list_items(value, schema, path):
+            yield element, item, item_schema
+
+
+def _to_field_set(value: Mapping[str, Any], schema: SchemaNode) -> FieldSet:
+    fields: FieldSet = set()
+    _collect_owned(dict(value), schema, (), fields)
+    return fields
+
+
+def _collect_owned(value: Any, schema: SchemaNode, path: Path, fields: FieldSet) -> None:
+    if not isinstance(value, (dict, list)):
+        fields.add(path)
+        return
+    if _is_atomic(value, schema):
+        fields.add(path)
+        return
+    if isinstance(value, list):
+        _check_unique_items(_list_items(value, schema, path), path)
+    for element, child, child_schema in _children(value, schema, path):
+        child_path = path + (element,)
+        _collect_owned(child, child_schema, child_path, fields)
+        is_list_item = element[0] != "f"
+        empty_or_null = child is None or (isinstance(child, dict) and not child)
+        if is_list_item or empty_or_null or not _is_declared_field(schema, element[1]):
+            fields.add(child_path)
+
+
+def _all_nodes(value: Any, schema: SchemaNode, path: Path, fields: FieldSet) -> None:
+    fields.add(path)
+    if isinstance(value, (dict, list)) and not _is_atomic(value, schema):
+        for element, child, child_schema in _children(value, schema, path):
+            _all_nodes(child, child_schema, path + (element,), fields)
+
+
+def _compare(old: Any, new: Any, schema: SchemaNode) -> tuple[FieldSet, FieldSet, FieldSet]:
+    added: FieldSet = set()
+    removed: FieldSet = set()
+    modified: FieldSet = set()
+    _compare_at(old, new, schema, (), added, removed, modified)
+    return added, removed, modified
+
+
+def _compare_at(old: Any, new: Any, schema: SchemaNode, path: Path,
+                added: FieldSet, removed: FieldSet, modified: FieldSet) -> None:
+    same_shape = (isinstance(old, dict) and isinstance(new, dict)) or (isinstance(old, list) and isinstance(new, list))
+    if not same_shape or _is_atomic(new, schema):
+        if not json_equal(old, new):
+            modified.add(path)
+        return
+    old_children = {element: (child, child_schema) for element, child, child_schema in _children(old, schema, path)}
+    new_children = {element: (child, child_schema) for element, child, child_schema in _children(new, schema, path)}
+    for element, (child, child_schema) in old_children.items():
+        if element not in new_children:
+            _all_nodes(child, child_schema, path + (element,), removed)
+    for element, (child, child_schema) in new_children.items():
+        if element not in old_children:
+            _all_nodes(child, child_schema, path + (element,), added)
+        else:
+            _compare_at(old_children[element][0], child, child_schema, path + (element,), added, removed, modified)
+
+
+# -- merging an applied configuration --------------------------------------------------------
+
+
+def _merge(live: Any, config: Any, schema: SchemaNode, path: Path) -> Any:
+    if isinstance(live, dict) and isinstance(config, dict) and not _is_atomic(config, schema):
+        result = copy.deepcopy(live)
+        for key, value in config.items():
+            if value is None:
+                result.pop(key, None)  # applying null owns the field and leaves it unset
+            elif key in result:
+                result[key] = _merge(result[key], value, _child_schema(schema, key), path + (("f", key),))
+            else:
+                result[key] = _drop_nulls(value)
+        return result
+    if isinstance(live, list) and isinstance(config, list) and not _is_atomic(config, schema):
+        return _merge_list(live, config, schema, path)
+    if isinstance(config, list) and not _is_atomic(config, schema):
+        _check_unique_items(_list_items(config, schema, path), path)
+    return _drop_nulls(copy.deepcopy(config))
+
+
+def _merge_list(live: list, config: list, schema: SchemaNode, path: Path) -> list:
+    item_schema = schema.items() or UNTYPED
+    live_items = _list_items(live, schema, path)
+    config_items = _list_items(config, schema, path)
+    _check_unique_items(config_items, path)
+    live_by_key = {element: item for element, item in live_items}
+    config_by_key = {element: item for element, item in config_items}
+    result = []
+    for element in _merged_order([e for e, _ in live_items], [e for e, _ in config_items]):
+        if element in config_by_key and element in live_by_key:
+            result.append(_merge(live_by_key[element], config_by_key[element], item_schema, path + (element,)))
+        elif element in config_by_key:
+            result.append(_drop_nulls(copy.deepcopy(config_by_key[element])))
+        else:
+            result.append(copy.deepcopy(live_by_key[element]))
+    return result
+
+
+def _merged_order(live: list[PathElement], config: list[PathElement]) -> list[PathElement]:
+    """Upstream's order for merged associative lists: live order, except that items present in
+    both follow the config's order; config-only items go where the config puts them."""
+    in_config = set(config)
+    in_live = set(live)
+    shared = [element for element in config if element in in_live]
+    next_shared = shared.pop(0) if shared else None
+    out: list[PathElement] = []
+    taken: set[PathElement] = set()
+    left = right = 0
+    while left < len(live) or right < len(config):
+        if left < len(live) and right < len(config):
+            if live[left] == config[right]:
+                out.append(live[left])
+                taken.add(live[left])
+                left += 1
+                right += 1
+                next_shared = shared.pop(0) if shared else None
+                continue
+            if live[left] in in_config and next_shared is not None and live[left] != next_shared:
+                left += 1
+                continue
+        if left < len(live):
+            if live[left] not in in_config:
+                out.append(live[left])
+                left += 1
+                continue
+            if live[left] in taken:
+                left += 1
+                continue
+        if right < len(config):
+            element = config[right]
+            out.append(element)
+            taken.add(element)
+            right += 1
+            if next_shared is not None and next_shared == element:
+                next_shared = shared.pop(0) if shared else None
+    return out
+
+
+def _check_unique_items(items: list[tuple[PathElement, Any]], path: Path) -> None:
+    seen: set[PathElement] = set()
+    for element, _ in items:
+        if element in seen:
+            raise ApplyError(f"{format_path(path + (element,))}: duplicate entries for this key in the applied list")
+        seen.add(element)
+
+
+def _drop_nulls(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _drop_nulls(child) for key, child in value.items() if child is not None}
+    if isinstance(value, list):
+        return [_drop_nulls(child) for child in value]
+    return value
+
+
+# -- pruning fields a manager stopped applying -----------------------------------------------
+
+
+def _prune(merged: dict[str, Any], schema: SchemaNode, last_applied: FieldSet, everyone: FieldSet) -> dict[str, Any]:
+    """Remove what `last_applied` owned that no current entry (the new apply included) owns.
+
+    Struct fields that lead to owned fields count as owned (upstream's
+    `EnsureNamedFieldsAreMembers`), so a struct disappears with its last applied field only
+    when nobody owns anything inside it.
+    """
+    stale = _with_named_parents(last_applied, schema) - _with_named_parents(everyone, schema)
+    result = copy.deepcopy(merged)
+    for path in sorted(stale, key=len):
+        _remove_path(result, path, schema)
+    return result
+
+
+def _with_named_parents(fields: FieldSet, schema: SchemaNode) -> FieldSet:
+    expanded = set(fields)
+    for path in fields:
+        current = schema
+        for depth, (kind, text) in enumerate(path[:-1]):
+            if kind == "f":
+                if _is_declared_field(current, text):
+                    expanded.add(path[: depth + 1])
+                current = _child_schema(current, text)
+            else:
+                current = current.items() or UNTYPED
+    return expanded
+
+
+def _remove_path(obj: Any, path: Path, schema: SchemaNode) -> None:
+    container, current_schema = obj, schema
+    for depth, (kind, text) in enumerate(path):
+        last = depth == len(path) - 1
+        if kind == "f":
+            if not isinstance(container, dict) or text not in container:
+                return
+            if last:
+                del container[text]
+                return
+            container, current_schema = container[text], _child_schema(current_schema, text)
+            continue
+        if not isinstance(container, list):
+            return
+        position = _find_item(container, current_schema, (kind, text), path[:depth])
+        if position is None:
+            return
+        if last:
+            del container[position]
+            return
+        container, current_schema = container[position], current_schema.items() or UNTYPED
+
+
+def _find_item(items: list, schema: SchemaNode, element: PathElement, path: Path) -> int | None:
+    if element[0] == "i":
+        index = int(element[1])
+        return index if index < len(items) else None
+    for position, (candidate, _) in enumerate(_list_items(items, schema, path)):
+        if candidate == element:
+            return position
+    return None
