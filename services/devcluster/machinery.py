@@ -50,69 +50,24 @@ def label_matcher(selector: str) -> Callable[[dict[str, str]], bool]:
     return parsed.matches
 
 
-_FIELDS_BY_RESOURCE: dict[tuple[str, str], set[str]] = {
-    ("", "pods"): {"spec.nodeName", "status.phase", "spec.restartPolicy", "spec.schedulerName",
-                   "spec.serviceAccountName", "status.podIP", "status.nominatedNodeName"},
-    ("", "events"): {"involvedObject.kind", "involvedObject.name", "involvedObject.namespace", "involvedObject.uid",
-                     "involvedObject.apiVersion", "involvedObject.resourceVersion", "involvedObject.fieldPath",
-                     "reason", "type", "source", "reportingComponent"},
-    ("", "secrets"): {"type"},
-    ("", "namespaces"): {"status.phase"},
-    ("", "nodes"): {"spec.unschedulable"},
-    ("batch", "jobs"): {"status.successful"},
-}
-
-
-def _field_value(obj: dict[str, Any], key: str) -> str:
-    if key == "source":
-        return str((obj.get("source") or {}).get("component", ""))
-    current: Any = obj
-    for part in key.split("."):
-        current = current.get(part) if isinstance(current, dict) else None
-    if current is None:
-        return ""
-    if isinstance(current, bool):
-        return "true" if current else "false"
-    return str(current)
-
-
 def field_matcher(rt: ResourceType, selector: str) -> Callable[[str, str, StoredObject], bool] | None:
     if not selector or not selector.strip():
         return None
     selectors = _lib("selectors")
+    group, resource = rt.storage_key
     try:
-        requirements = selectors.parse_field_selector(selector)
+        parsed = selectors.parse_field_selector(selector, selectors.supported_fields_for(group, resource))
     except ValueError as err:
         raise _machinery_error(err) from err
-    allowed = {"metadata.name", "metadata.namespace"} | _FIELDS_BY_RESOURCE.get(rt.storage_key, set())
-    for req in requirements:
-        if req.field not in allowed:
-            raise errors.bad_request(f'field label not supported: {req.field}')
+    if parsed.empty:
+        return None
+    metadata_only = all(r.field in ("metadata.name", "metadata.namespace") for r in parsed.requirements)
 
     def matches(namespace: str, name: str, stored: StoredObject) -> bool:
-        obj: dict[str, Any] | None = None
-        for req in requirements:
-            if req.field == "metadata.name":
-                value = name
-            elif req.field == "metadata.namespace":
-                value = namespace
-            else:
-                if obj is None:
-                    obj = stored.load()
-                value = _field_value(obj, req.field)
-            if not req.matches(value):
-                return False
-        return True
+        if metadata_only:
+            return parsed.matches({"metadata": {"name": name, "namespace": namespace}})
+        return parsed.matches(stored.load())
     return matches
-
-
-def fields_of(rt: ResourceType, obj: dict[str, Any]) -> dict[str, str]:
-    """Field values a watch filters on (for the old/new comparison of a change)."""
-    meta = obj.get("metadata") or {}
-    values = {"metadata.name": meta.get("name", ""), "metadata.namespace": meta.get("namespace", "")}
-    for key in _FIELDS_BY_RESOURCE.get(rt.storage_key, ()):
-        values[key] = _field_value(obj, key)
-    return values
 
 
 # ---------------------------------------------------------------- patches
@@ -181,27 +136,26 @@ def _schema_for(rt: ResourceType) -> Any:
     return defs.structural_schema(rt.schema or {"type": "object", "x-kubernetes-preserve-unknown-fields": True})
 
 
-def record_update(rt: ResourceType, old: dict[str, Any] | None, new: dict[str, Any], opts: Any, operation: str) -> None:
-    """Set ``new.metadata.managedFields`` for a non-apply write (or an apply-create)."""
+def record_update(rt: ResourceType, old: dict[str, Any] | None, new: dict[str, Any], opts: Any) -> dict[str, Any]:
+    """``new`` with managedFields updated for a non-apply write by ``opts.manager``."""
+    ssa = _lib("server_side_apply")
+    from .resources import now_rfc3339
     try:
-        ssa = importlib.import_module("trainyard.apimachinery.server_side_apply")
-    except ImportError:
-        return  # managedFields are recorded once the apply machinery is available
-    try:
-        ssa.record_write(
-            schema=_schema_for(rt), live=old, updated=new, manager=opts.manager or "unknown",
-            api_version=rt.api_version, subresource=opts.subresource, operation=operation)
+        return ssa.record_update(old, new, manager=opts.manager or "unknown", schema=_schema_for(rt),
+                                 now=now_rfc3339(), subresource=opts.subresource or "")
     except ValueError as err:
         raise _machinery_error(err) from err
 
 
-def server_side_apply(rt: ResourceType, live: dict[str, Any], config: dict[str, Any], opts: Any) -> dict[str, Any]:
+def server_side_apply(rt: ResourceType, live: dict[str, Any] | None, config: dict[str, Any], opts: Any) -> Any:
+    """Run Server-Side Apply; returns the library's ``ApplyResult`` (409 Status on conflicts)."""
     ssa = _lib("server_side_apply")
+    from .resources import now_rfc3339
     try:
-        return ssa.apply(schema=_schema_for(rt), live=live, config=config, manager=opts.manager,
-                         api_version=rt.api_version, subresource=opts.subresource, force=opts.force)
+        return ssa.apply(live, config, manager=opts.manager, schema=_schema_for(rt), now=now_rfc3339(),
+                         force=opts.force, subresource=opts.subresource or "", status_is_subresource=rt.has_status)
     except ssa.ApplyConflict as err:
-        raise errors.ApiError(409, "Conflict", str(err), {"causes": err.causes}) from err
+        raise errors.ApiError(409, "Conflict", str(err), {"causes": err.causes()}) from err
     except ValueError as err:
         raise _machinery_error(err) from err
 

@@ -104,9 +104,12 @@ def _operation(rt: ResourceType, verb: str, with_validation: bool) -> dict[str, 
                                       "containing unknown or duplicate fields."})
     if verb == "patch":
         params.append({"name": "force", "in": "query", "schema": {"type": "boolean", "uniqueItems": True}})
-        op["requestBody"] = {"content": {t: {"schema": {"type": "object"}} for t in (
-            "application/apply-patch+yaml", "application/json-patch+json", "application/merge-patch+json",
-            "application/strategic-merge-patch+json")}}
+        # kubectl's client-side apply sends a strategic merge patch only when the PATCH operation
+        # lists that media type: custom resources must not (the server answers 415 for them).
+        media = ["application/apply-patch+yaml", "application/json-patch+json", "application/merge-patch+json"]
+        if rt.builtin:
+            media.append("application/strategic-merge-patch+json")
+        op["requestBody"] = {"content": {t: {"schema": {"type": "object"}} for t in media}}
     op["parameters"] = params
     return op
 

@@ -140,8 +140,8 @@ class Api:
 
     # ------------------------------------------------------------------ create
 
-    async def create(self, rt: ResourceType, namespace: str | None, body: Any, opts: WriteOptions
-                     ) -> dict[str, Any]:
+    async def create(self, rt: ResourceType, namespace: str | None, body: Any, opts: WriteOptions,
+                     managed_fields: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         obj = self._check_body(rt, body)
         meta = _meta(obj)
         self._place_namespace(rt, namespace, meta)
@@ -172,7 +172,9 @@ class Api:
         meta["generation"] = 1
         self._initial_status(rt, obj)
         self._kind_defaults_on_create(rt, obj)
-        obj = await self._finish_write(rt, "CREATE", obj, None, opts)
+        if managed_fields is not None:
+            meta["managedFields"] = managed_fields
+        obj = await self._finish_write(rt, "CREATE", obj, None, opts, managed_fields_done=managed_fields is not None)
         return obj
 
     def _check_body(self, rt: ResourceType, body: Any) -> dict[str, Any]:
@@ -302,19 +304,24 @@ class Api:
         if stored is None:
             if opts.subresource:
                 raise errors.not_found(rt.qualified_resource, name, rt.group, rt.resource)
-            obj = copy.deepcopy(config)
-            self._place_namespace(rt, namespace, obj["metadata"])
-            # apply-create: the manager owns what it applied, recorded as an Apply entry
-            opts.manager_operation = "Apply"  # type: ignore[attr-defined]
-            created = await self.create(rt, namespace, obj, opts)
+            if not rt.builtin:
+                config = self.schemas.process_config(rt, config, opts)
+            self._place_namespace(rt, namespace, config["metadata"])
+            result = machinery.server_side_apply(rt, None, config, opts)
+            obj = result.object
+            managed = obj["metadata"].pop("managedFields", [])
+            created = await self.create(rt, namespace, obj, opts, managed_fields=managed)
             return 201, created
         old = stored.load()
         rv = meta.get("resourceVersion")
         if rv and rv != old["metadata"].get("resourceVersion"):
             raise errors.conflict(rt.qualified_resource, name, rt.group, rt.resource)
-        config = self.schemas.process_config(rt, config, opts) if not rt.builtin else config
-        merged = machinery.server_side_apply(rt, old, config, opts)
-        return 200, await self._update_from(rt, old, merged, opts, managed_fields_done=True)
+        if not rt.builtin:
+            config = self.schemas.process_config(rt, config, opts)
+        result = machinery.server_side_apply(rt, old, config, opts)
+        if not result.changed:
+            return 200, old
+        return 200, await self._update_from(rt, old, result.object, opts, managed_fields_done=True)
 
     def _check_identity(self, rt: ResourceType, namespace: str | None, name: str, meta: dict[str, Any],
                         patched_kind: str | None = None) -> None:
@@ -396,8 +403,7 @@ class Api:
                 if not rt.builtin:
                     obj = self.schemas.process(rt, obj, old, opts)
         if not managed_fields_done:
-            operation_kind = getattr(opts, "manager_operation", "Update")
-            machinery.record_update(rt, old, obj, opts, operation_kind)
+            obj = machinery.record_update(rt, old, obj, opts)
         if old is not None and _without_volatile(obj) == _without_volatile(old):
             return old  # no-op: same resourceVersion, no event
         if old is not None and meta.get("deletionTimestamp") and not meta.get("finalizers"):

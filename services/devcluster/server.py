@@ -8,6 +8,7 @@ import asyncio
 import hmac
 import json
 import logging
+import random
 import ssl
 import time
 from dataclasses import dataclass
@@ -406,11 +407,18 @@ class ApiServer:
         bookmarks = parse_bool(query.get("allowWatchBookmarks"), "allowWatchBookmarks")
         timeout = query.get("timeoutSeconds")
         try:
-            deadline = time.monotonic() + (float(timeout) if timeout else 1800 + 1800 * (hash(request) % 1000) / 1000)
+            deadline = time.monotonic() + (float(timeout) if timeout else random.uniform(1800, 3600))
         except ValueError as err:
             raise errors.bad_request(f"invalid timeoutSeconds {timeout!r}") from err
         rv_param = query.get("resourceVersion", "")
-        if rv_param not in ("", "0"):
+        initial_events = parse_bool(query.get("sendInitialEvents"), "sendInitialEvents")
+        if initial_events and (not bookmarks or query.get("resourceVersionMatch") != "NotOlderThan"):
+            raise errors.ApiError(422, "Invalid", "ListOptions.meta.k8s.io \"\" is invalid: sendInitialEvents: Forbidden: "
+                                  "sendInitialEvents is forbidden for watch unless allowWatchBookmarks=true and "
+                                  "resourceVersionMatch=NotOlderThan")
+        if initial_events:
+            start_rv = None
+        elif rv_param not in ("", "0"):
             try:
                 start_rv = int(rv_param)
             except ValueError as err:
@@ -449,6 +457,8 @@ class ApiServer:
             if start_rv is None:
                 rv, items = self.api.list(rt, ns, query.get("labelSelector", ""), field_selector)
                 chunk = b"".join(encode("ADDED", s.raw) for s in items)
+                if initial_events:
+                    chunk += self._bookmark(rt, rv, initial_events_end=True)
                 if chunk:
                     await response.write(chunk)
                 last = rv
@@ -490,9 +500,11 @@ class ApiServer:
             pass
         return response
 
-    def _bookmark(self, rt: ResourceType, rv: int) -> bytes:
-        return dumps({"type": "BOOKMARK", "object": {"kind": rt.kind, "apiVersion": rt.api_version,
-                                                      "metadata": {"resourceVersion": str(rv)}}}) + b"\n"
+    def _bookmark(self, rt: ResourceType, rv: int, initial_events_end: bool = False) -> bytes:
+        meta: dict[str, Any] = {"resourceVersion": str(rv)}
+        if initial_events_end:
+            meta["annotations"] = {"k8s.io/initial-events-end": "true"}
+        return dumps({"type": "BOOKMARK", "object": {"kind": rt.kind, "apiVersion": rt.api_version, "metadata": meta}}) + b"\n"
 
     @staticmethod
     def _event_for(change: Change, selected: Callable[[str, str, dict[str, str], bytes], bool]) -> str | None:
