@@ -285,41 +285,16 @@ def deprecated_runtime_warning(name: str, *, referenced: bool) -> str:
     )
 
 
-def missing_init_container_message(job: str) -> str:
-    return f"must not have initContainer that doesn't exist in the runtime job {job}"
-
-
-def missing_container_message(job: str) -> str:
-    return f"must not have container that doesn't exist in the runtime job {job}"
-
-
-def overrides_active_job_message(job: str) -> str:
-    return f"PodTemplateOverrides cannot be modified when the JobSet's ReplicatedJob {job} is still active"
-
-
-def torchtune_single_node_message(model: str) -> str:
-    return f"must be 1 for {model} model"
-
-
-def torchtune_qlora_unsupported_message(model: str) -> str:
-    return f"QLoRA is not supported for {model} model"
-
-
-def torchtune_qlora_num_proc_message(model: str) -> str:
-    return f"must be auto or 1 for {model} model when using QLoRA"
-
-
-def torchtune_qlora_gpu_message(model: str) -> str:
-    return f"must have gpu resource with value 1 for {model} model when using QLoRA"
-
-
-def mpi_implementation_unsupported_message(value: str) -> str:
-    return f"MPI implementation for {value} doesn't supported"
-
-
-def volcano_priority_class_missing_message(name: str, api_error: str) -> str:
-    return f'PriorityClass "{name}" doesn\'t exist: {api_error}'
-
-
-def ssh_auth_secret_build_failed_message(error: str) -> str:
-    return f"failed to build SSH Auth secret: {error}"
+# Messages with a placeholder: fill with ``.format(...)``.
+ERR_MISSING_INIT_CONTAINER = "must not have initContainer that doesn't exist in the runtime job {job}"
+ERR_MISSING_CONTAINER = "must not have container that doesn't exist in the runtime job {job}"
+ERR_OVERRIDES_JOB_ACTIVE = (
+    "PodTemplateOverrides cannot be modified when the JobSet's ReplicatedJob {job} is still active"
+)
+ERR_TORCHTUNE_SINGLE_NODE = "must be 1 for {model} model"
+ERR_TORCHTUNE_QLORA_UNSUPPORTED = "QLoRA is not supported for {model} model"
+ERR_TORCHTUNE_QLORA_NUM_PROC = "must be auto or 1 for {model} model when using QLoRA"
+ERR_TORCHTUNE_QLORA_GPU = "must have gpu resource with value 1 for {model} model when using QLoRA"
+ERR_MPI_IMPLEMENTATION_UNSUPPORTED = "MPI implementation for {value} doesn't supported"
+ERR_VOLCANO_PRIORITY_CLASS_MISSING = 'PriorityClass "{name}" doesn\'t exist: {error}'
+ERR_SSH_AUTH_SECRET_BUILD = "failed to build SSH Auth secret: {error}"

@@ -129,6 +129,13 @@ class VolumeRetentionPolicy(KubeModel):
 class VolumeClaimPolicy(KubeModel):
     """PersistentVolumeClaims created for the JobSet and mounted into its pods."""
 
+    crd_rules: ClassVar[list[tuple[str, str]]] = [
+        (
+            "self.templates.all(t, !has(t.metadata.namespace) || size(t.metadata.namespace) == 0)",
+            "namespace cannot be set for VolumeClaimPolicies templates",
+        )
+    ]
+
     templates: list[PersistentVolumeClaimTemplate] | None = crd_field(
         "Claim templates.", list_type="atomic", maxItems=50
     )

@@ -1,7 +1,7 @@
 """Gang-scheduling PodGroups: scheduler-plugins (coscheduling) and Volcano."""
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from trainyard.api import constants as c
 from trainyard.api.meta import DateTime, Int32, KubeModel, KubeObject, Quantity, crd_field
@@ -112,6 +112,54 @@ class VolcanoPodGroup(KubeObject):
     status: VolcanoPodGroupStatus | None = crd_field("Observed state.")
 
 
+class NodeGroupAffinityTerms(KubeModel):
+    """Node groups a queue's pods must or should run on."""
+
+    required_during_scheduling_ignored_during_execution: list[str] | None = crd_field("Required node groups.")
+    preferred_during_scheduling_ignored_during_execution: list[str] | None = crd_field("Preferred node groups.")
+
+
+class QueueAffinity(KubeModel):
+    """Node-group (anti-)affinity of a queue."""
+
+    node_group_affinity: NodeGroupAffinityTerms | None = crd_field("Node groups to run on.")
+    node_group_anti_affinity: NodeGroupAffinityTerms | None = crd_field("Node groups to avoid.")
+
+
+class ExtendCluster(KubeModel):
+    """A cluster a queue may extend to."""
+
+    name: str | None = crd_field("Name of the cluster.")
+    weight: Int32 | None = crd_field("Weight of the cluster.")
+    capacity: dict[str, Quantity] | None = crd_field("Capacity in the cluster.")
+
+
+class Guarantee(KubeModel):
+    """Resources reserved for a queue."""
+
+    resource: dict[str, Quantity] | None = crd_field("Reserved resources.")
+
+
+class Reservation(KubeModel):
+    """Nodes and resources locked for a queue."""
+
+    nodes: list[str] | None = crd_field("Locked nodes.")
+    resource: dict[str, Quantity] | None = crd_field("Locked resources.")
+
+
+class VolcanoQueueStatus(KubeModel):
+    """Observed state of a queue: podgroup counts per phase."""
+
+    state: Literal["Open", "Closed", "Closing", "Unknown"] | None = crd_field("State of the queue.")
+    pending: Int32 | None = crd_field("Pending podgroups.", minimum=0)
+    running: Int32 | None = crd_field("Running podgroups.", minimum=0)
+    inqueue: Int32 | None = crd_field("Podgroups in the queue.", minimum=0)
+    completed: Int32 | None = crd_field("Completed podgroups.", minimum=0)
+    unknown: Int32 | None = crd_field("Podgroups in an unknown phase.", minimum=0)
+    allocated: dict[str, Quantity] | None = crd_field("Allocated resources.")
+    reservation: Reservation | None = crd_field("Reservation.")
+
+
 class VolcanoQueueSpec(KubeModel):
     """A Volcano queue: weight and capacity of a share of the cluster."""
 
@@ -120,7 +168,9 @@ class VolcanoQueueSpec(KubeModel):
     )
     capability: dict[str, Quantity] | None = crd_field("Upper bound of resources.")
     deserved: dict[str, Quantity] | None = crd_field("Resources the queue deserves.")
-    guarantee: dict[str, Any] | None = crd_field("Guaranteed resources.")
+    guarantee: Guarantee | None = crd_field("Guaranteed resources.")
+    affinity: QueueAffinity | None = crd_field("Node-group affinity.")
+    extend_clusters: list[ExtendCluster] | None = crd_field("Clusters the queue may extend to.")
     reclaimable: bool | None = crd_field("Whether resources can be reclaimed.")
     parent: str | None = crd_field("Parent queue.", maxLength=253, pattern=_DNS_SUBDOMAIN)
     priority: Int32 | None = crd_field("Queue priority.", minimum=0)
@@ -138,5 +188,5 @@ class VolcanoQueue(KubeObject):
     NAMESPACED: ClassVar[bool] = False
 
     spec: VolcanoQueueSpec | None = crd_field("Queue settings.")
-    status: dict[str, Any] | None = crd_field("Observed state.")
+    status: VolcanoQueueStatus | None = crd_field("Observed state.")
 

@@ -1,0 +1,70 @@
+"""``trainyard crds``: write the CRDs generated from the API models."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+HELP = (
+    "Generate the CustomResourceDefinitions (TrainJob, TrainingRuntime, ClusterTrainingRuntime,"
+    " JobSet, coscheduling and Volcano PodGroup, Volcano Queue) from the API models."
+    " Without --out, prints them to stdout as one multi-document YAML stream."
+)
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--out",
+        metavar="DIR",
+        type=Path,
+        help="write one file per CRD (<group>_<plural>.yaml) into DIR, e.g. deploy/crds;"
+        " other files in DIR are left alone",
+    )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="with --out: write nothing, exit 1 and name the files that differ from a fresh"
+        " generation (for CI)",
+    )
+
+
+def render(crd: dict) -> str:
+    """The YAML text of one CRD, as committed in deploy/crds (sorted keys, stable)."""
+    import yaml
+
+    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+    return yaml.dump(crd, Dumper=dumper, sort_keys=True, width=100, allow_unicode=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    from trainyard.api.crds import crd_file_names, generate_crds
+    from trainyard.cli.main import UserError
+
+    if args.out is None:
+        if args.check:
+            raise UserError("--check needs --out DIR (the directory to compare with)")
+        sys.stdout.write("---\n".join(render(crd) for crd in generate_crds()))
+        return 0
+    if args.out.exists() and not args.out.is_dir():
+        raise UserError(f"--out: {args.out} is not a directory")
+    files = {name: render(crd) for name, crd in crd_file_names().items()}
+    if args.check:
+        stale = [name for name, text in files.items() if _read(args.out / name) != text]
+        for name in stale:
+            print(f"{args.out / name}: differs from a fresh generation (run: trainyard crds --out {args.out})", file=sys.stderr)
+        return 1 if stale else 0
+    try:
+        args.out.mkdir(parents=True, exist_ok=True)
+        for name, text in files.items():
+            (args.out / name).write_text(text, encoding="utf-8")
+    except OSError as err:
+        raise UserError(f"--out: cannot write to {args.out}: {err.strerror}") from None
+    print(f"wrote {len(files)} CRDs to {args.out}", file=sys.stderr)
+    return 0
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError:
+        return None

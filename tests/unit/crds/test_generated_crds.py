@@ -1,0 +1,265 @@
+"""The CRDs generated from the models: coverage of upstream, structure, freshness, rules."""
+from __future__ import annotations
+
+import functools
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Iterator
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from trainyard.api.crds import crd_file_names, generate_crds
+from trainyard.cli.crds import render
+
+REPO = Path(__file__).resolve().parents[3]
+REFERENCE = Path("/work/shared/reference")
+UPSTREAM = {
+    "trainer.kubeflow.org_trainjobs.yaml": REFERENCE / "trainer-v2.1.0/crds/trainer.kubeflow.org_trainjobs.yaml",
+    "trainer.kubeflow.org_trainingruntimes.yaml": REFERENCE / "trainer-v2.1.0/crds/trainer.kubeflow.org_trainingruntimes.yaml",
+    "trainer.kubeflow.org_clustertrainingruntimes.yaml": REFERENCE / "trainer-v2.1.0/crds/trainer.kubeflow.org_clustertrainingruntimes.yaml",
+    "jobset.x-k8s.io_jobsets.yaml": REFERENCE / "jobset/jobset.x-k8s.io_jobsets.yaml",
+    "scheduling.x-k8s.io_podgroups.yaml": REFERENCE / "podgroups/scheduling.x-k8s.io_podgroups.yaml",
+    "scheduling.volcano.sh_podgroups.yaml": REFERENCE / "podgroups/scheduling.volcano.sh_podgroups.yaml",
+    "scheduling.volcano.sh_queues.yaml": REFERENCE / "podgroups/scheduling.volcano.sh_queues.yaml",
+}
+MIN_COVERAGE = 99.0
+EXAMPLES = REPO / "tests/unit/api/examples"
+
+
+@functools.cache
+def generated() -> dict[str, dict[str, Any]]:
+    return crd_file_names()
+
+
+@functools.cache
+def upstream(file_name: str) -> dict[str, Any]:
+    return yaml.load(UPSTREAM[file_name].read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
+def schema_of(crd: dict[str, Any]) -> dict[str, Any]:
+    return crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+
+
+def schema_nodes(node: dict[str, Any], path: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every schema node with its property path (``.spec.trainer.env[].name``; ``{}`` for map values)."""
+    yield path, node
+    for key, child in node.get("properties", {}).items():
+        yield from schema_nodes(child, f"{path}.{key}")
+    if isinstance(node.get("items"), dict):
+        yield from schema_nodes(node["items"], f"{path}[]")
+    if isinstance(node.get("additionalProperties"), dict):
+        yield from schema_nodes(node["additionalProperties"], f"{path}{{}}")
+
+
+@pytest.mark.parametrize("file_name", sorted(UPSTREAM))
+def test_every_upstream_property_path_exists_in_the_generated_crd(file_name: str) -> None:
+    if not UPSTREAM[file_name].exists():
+        pytest.skip(f"{UPSTREAM[file_name]} is not present")
+    theirs = {path for path, _ in schema_nodes(schema_of(upstream(file_name)))}
+    ours = {path for path, _ in schema_nodes(schema_of(generated()[file_name]))}
+    missing = sorted(theirs - ours)
+    coverage = 100.0 * (len(theirs) - len(missing)) / len(theirs)
+    print(f"\n{file_name}: schema-path coverage {coverage:.2f}% ({len(theirs) - len(missing)}/{len(theirs)} upstream paths)")
+    assert coverage >= MIN_COVERAGE, f"coverage {coverage:.2f}% < {MIN_COVERAGE}%; missing e.g. {missing[:10]}"
+
+
+@pytest.mark.parametrize("file_name", sorted(UPSTREAM))
+def test_names_scope_and_status_subresource_match_upstream(file_name: str) -> None:
+    if not UPSTREAM[file_name].exists():
+        pytest.skip(f"{UPSTREAM[file_name]} is not present")
+    theirs, ours = upstream(file_name), generated()[file_name]
+    assert ours["metadata"]["name"] == theirs["metadata"]["name"]
+    assert ours["spec"]["group"] == theirs["spec"]["group"]
+    assert ours["spec"]["scope"] == theirs["spec"]["scope"]
+    for key in ("kind", "listKind", "plural", "singular", "shortNames"):
+        assert ours["spec"]["names"].get(key) == theirs["spec"]["names"].get(key)
+    (their_version,), (our_version,) = theirs["spec"]["versions"], ours["spec"]["versions"]
+    assert our_version["name"] == their_version["name"]
+    assert bool(our_version.get("subresources", {}).get("status") is not None) == bool(
+        their_version.get("subresources", {}).get("status") is not None
+    )
+    # Upstream's printer columns are all there (same name, path and type); ours may add more.
+    our_columns = {(c["name"], c["jsonPath"], c["type"]) for c in our_version.get("additionalPrinterColumns", [])}
+    for column in their_version.get("additionalPrinterColumns", []):
+        assert (column["name"], column["jsonPath"], column["type"]) in our_columns
+
+
+@pytest.mark.parametrize("file_name", sorted(UPSTREAM))
+def test_upstream_defaults_enums_rules_and_list_types_are_kept(file_name: str) -> None:
+    """Where upstream has a default, CEL rule, list type or map keys, ours has the same."""
+    if not UPSTREAM[file_name].exists():
+        pytest.skip(f"{UPSTREAM[file_name]} is not present")
+    ours = dict(schema_nodes(schema_of(generated()[file_name])))
+    differences = []
+    for path, node in schema_nodes(schema_of(upstream(file_name))):
+        if path not in ours:
+            continue
+        for key in ("default", "x-kubernetes-validations", "x-kubernetes-list-type", "x-kubernetes-list-map-keys", "x-kubernetes-int-or-string", "type"):
+            if key in node and node[key] != ours[path].get(key):
+                differences.append(f"{path} {key}: upstream {node[key]!r}, ours {ours[path].get(key)!r}")
+        # Enums may only grow (trainer embeds an older JobSet API than the one we model).
+        if "enum" in node and not set(node["enum"]) <= set(ours[path].get("enum", [])):
+            differences.append(f"{path} enum: upstream {node['enum']!r}, ours {ours[path].get('enum')!r}")
+    assert differences == []
+
+
+def test_trainer_printer_columns_include_state_and_runtime() -> None:
+    columns = generated()["trainer.kubeflow.org_trainjobs.yaml"]["spec"]["versions"][0]["additionalPrinterColumns"]
+    assert [c["name"] for c in columns] == ["State", "Runtime", "Suspended", "Age"]
+    assert columns[0]["jsonPath"] == ".status.conditions[-1:].type"
+    assert columns[1]["jsonPath"] == ".spec.runtimeRef.name"
+
+
+def test_cel_rules_carry_upstream_messages() -> None:
+    schema = schema_of(generated()["trainer.kubeflow.org_trainjobs.yaml"])
+    messages = {rule["message"] for _, node in schema_nodes(schema) for rule in node.get("x-kubernetes-validations", [])}
+    assert messages == {
+        "metadata.name must match RFC 1035 DNS label format",
+        "metadata.name must be no more than 63 characters",
+        "runtimeRef is immutable",
+        "ManagedBy must be trainer.kubeflow.org/trainjob-controller or kueue.x-k8s.io/multikueue if set",
+        "ManagedBy value is immutable",
+    }
+    runtime = dict(schema_nodes(schema_of(generated()["trainer.kubeflow.org_clustertrainingruntimes.yaml"])))
+    assert [r["message"] for r in runtime[".spec.mlPolicy"]["x-kubernetes-validations"]] == [
+        "numNodes should not be set if torch.elasticPolicy is configured",
+        "Only one of the policy can be configured",
+    ]
+    assert runtime[".spec.mlPolicy.torch.numProcPerNode"]["x-kubernetes-validations"] == [
+        {"message": "NumProcPerNode must be equal to auto, cpu, gpu, or int value", "rule": "self > 0 || self in ['auto', 'cpu', 'gpu']"}
+    ]
+    assert runtime[".spec.template.spec"]["x-kubernetes-validations"][0]["message"] == "StartupPolicy and DependsOn APIs are mutually exclusive"
+
+
+# --- structural schema rules ------------------------------------------------------------------
+
+
+def structural_problems(schema: dict[str, Any]) -> list[str]:
+    problems = []
+    for path, node in schema_nodes(schema):
+        where = path or "(root)"
+        if "$ref" in node or "nullable" in node or "oneOf" in node or "allOf" in node:
+            problems.append(f"{where}: $ref/nullable/oneOf/allOf")
+        int_or_string = node.get("x-kubernetes-int-or-string") is True
+        if "type" not in node and not int_or_string and not node.get("x-kubernetes-preserve-unknown-fields"):
+            problems.append(f"{where}: no type")
+        if "anyOf" in node and not (int_or_string and node["anyOf"] == [{"type": "integer"}, {"type": "string"}]):
+            problems.append(f"{where}: anyOf other than int-or-string")
+        if node.get("type") == "array" and not isinstance(node.get("items"), dict):
+            problems.append(f"{where}: array without items")
+        if "properties" in node and "additionalProperties" in node:
+            problems.append(f"{where}: both properties and additionalProperties")
+        for key in node.get("required", []):
+            if key not in node.get("properties", {}):
+                problems.append(f"{where}: required {key} is not a property")
+        if node.get("x-kubernetes-list-type") == "map":
+            item = node["items"]
+            for key in node.get("x-kubernetes-list-map-keys", []):
+                if key not in item.get("required", []) and "default" not in item["properties"].get(key, {}):
+                    problems.append(f"{where}: list-map key {key} neither required nor defaulted")
+        if "default" in node and "enum" in node and node["default"] not in node["enum"]:
+            problems.append(f"{where}: default not in enum")
+    root = schema
+    if set(root["properties"]["metadata"]) != {"type"}:
+        problems.append("metadata at the root must be a bare object")
+    return problems
+
+
+@pytest.mark.parametrize("file_name", sorted(crd_file_names()))
+def test_generated_crds_are_structural_and_valid_kubernetes_objects(file_name: str) -> None:
+    crd = generated()[file_name]
+    assert structural_problems(schema_of(crd)) == []
+    kubernetes_validate.validate(crd, "1.36.0", strict=True)
+
+
+def test_deploy_crds_match_a_fresh_generation() -> None:
+    stale = [name for name, crd in generated().items() if not (REPO / "deploy/crds" / name).exists() or (REPO / "deploy/crds" / name).read_text() != render(crd)]
+    assert stale == [], f"deploy/crds is stale for {stale}: run `trainyard crds --out deploy/crds`"
+
+
+# --- the schemas accept what upstream accepts and reject what it rejects ----------------------------
+
+
+def _validator(file_name: str) -> jsonschema.Draft7Validator:
+    return jsonschema.Draft7Validator(json.loads(json.dumps(schema_of(generated()[file_name]))))
+
+
+def _examples() -> list[tuple[str, dict]]:
+    found = []
+    for path in sorted(EXAMPLES.glob("*.yaml")) + sorted((REFERENCE / "trainer-v2.1.0/runtimes").glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc and doc["kind"] in {"TrainJob", "TrainingRuntime", "ClusterTrainingRuntime", "JobSet", "PodGroup"}:
+                found.append((path.name, doc))
+    return found
+
+
+_FILES = {
+    ("trainer.kubeflow.org/v1alpha1", "TrainJob"): "trainer.kubeflow.org_trainjobs.yaml",
+    ("trainer.kubeflow.org/v1alpha1", "TrainingRuntime"): "trainer.kubeflow.org_trainingruntimes.yaml",
+    ("trainer.kubeflow.org/v1alpha1", "ClusterTrainingRuntime"): "trainer.kubeflow.org_clustertrainingruntimes.yaml",
+    ("jobset.x-k8s.io/v1alpha2", "JobSet"): "jobset.x-k8s.io_jobsets.yaml",
+    ("scheduling.x-k8s.io/v1alpha1", "PodGroup"): "scheduling.x-k8s.io_podgroups.yaml",
+    ("scheduling.volcano.sh/v1beta1", "PodGroup"): "scheduling.volcano.sh_podgroups.yaml",
+}
+
+
+@pytest.mark.parametrize(("name", "doc"), _examples(), ids=lambda v: v if isinstance(v, str) else "")
+def test_valid_documents_pass_the_generated_schema(name: str, doc: dict) -> None:
+    validator = _validator(_FILES[(doc["apiVersion"], doc["kind"])])
+    assert [e.message for e in validator.iter_errors(doc)] == []
+
+
+@pytest.mark.parametrize(
+    ("spec", "bad_path"),
+    [
+        ({"runtimeRef": {"name": ""}}, ["spec", "runtimeRef", "name"]),
+        ({}, ["spec"]),
+        ({"runtimeRef": {"name": "t"}, "trainer": {"numNodes": "2"}}, ["spec", "trainer", "numNodes"]),
+        ({"runtimeRef": {"name": "t"}, "trainer": {"resourcesPerNode": {"limits": {"cpu": "two"}}}}, ["spec", "trainer", "resourcesPerNode", "limits", "cpu"]),
+        ({"runtimeRef": {"name": "t"}, "podTemplateOverrides": [{"spec": {}}]}, ["spec", "podTemplateOverrides", 0]),
+    ],
+)
+def test_invalid_trainjobs_fail_the_generated_schema(spec: dict, bad_path: list) -> None:
+    doc = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": {"name": "j"}, "spec": spec}
+    errors = list(_validator("trainer.kubeflow.org_trainjobs.yaml").iter_errors(doc))
+    assert [list(e.absolute_path) for e in errors] == [bad_path]
+
+
+# --- the command ------------------------------------------------------------------------------------
+
+
+def _trainyard(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "trainyard.cli.main", *args], capture_output=True, text=True, cwd=REPO, timeout=60)
+
+
+def test_crds_command_writes_files_and_checks_them(tmp_path: Path) -> None:
+    out = tmp_path / "crds"
+    assert _trainyard("crds", "--out", str(out)).returncode == 0
+    assert sorted(p.name for p in out.iterdir()) == sorted(crd_file_names())
+    assert _trainyard("crds", "--out", str(out), "--check").returncode == 0
+    (out / "jobset.x-k8s.io_jobsets.yaml").write_text("stale\n")
+    checked = _trainyard("crds", "--out", str(out), "--check")
+    assert checked.returncode == 1
+    assert "jobset.x-k8s.io_jobsets.yaml: differs from a fresh generation" in checked.stderr
+
+
+def test_crds_command_prints_every_crd_by_default() -> None:
+    printed = _trainyard("crds")
+    assert printed.returncode == 0
+    names = [doc["metadata"]["name"] for doc in yaml.load_all(printed.stdout, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))]
+    assert names == [crd["metadata"]["name"] for crd in generate_crds()]
+
+
+def test_crds_command_reports_bad_arguments_in_one_line(tmp_path: Path) -> None:
+    file = tmp_path / "file"
+    file.write_text("x")
+    result = _trainyard("crds", "--out", str(file))
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"error: --out: {file} is not a directory"
+    result = _trainyard("crds", "--check")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
