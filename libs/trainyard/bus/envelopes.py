@@ -11,7 +11,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from trainyard.bus.subjects import ObjectKey
+from trainyard.bus.subjects import ObjectKey, bus_kind
 
 ENVELOPE_VERSION = 1
 
@@ -71,11 +71,12 @@ class ObjectEvent(Envelope):
 
     @property
     def key(self) -> ObjectKey:
-        return ObjectKey(self.cluster, self.kind, self.namespace, self.name)
+        return ObjectKey(self.cluster, bus_kind(self.api_version, self.kind), self.namespace, self.name)
 
     def msg_id(self) -> str:
-        """Same change seen by two watchers -> same id -> stored once (JetStream dedup)."""
-        return f"{self.key}:{self.uid}:{self.resource_version}:{self.type}"
+        """Same change seen by two watchers (or listed again) -> same id -> stored once."""
+        suffix = ":DELETED" if self.type == "DELETED" else ""
+        return f"{self.key}:{self.uid}:{self.resource_version}{suffix}"
 
     @classmethod
     def from_object(cls, cluster: str, event_type: EventType, obj: dict[str, Any]) -> "ObjectEvent":

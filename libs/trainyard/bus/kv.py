@@ -144,6 +144,9 @@ class AppliedPlan(BaseModel):
     holder: str = ""
     claim_expires: float = Field(0.0, alias="claimExpires")
     owned: list[ObjectRef] = Field(default_factory=list)
+    # Hashes already applied at this generation (a re-delivered older plan of the same
+    # generation is then recognised and not applied again).
+    hashes: list[str] = Field(default_factory=list)
 
     def claim_live(self, now: float | None = None) -> bool:
         return self.state == "applying" and (now or time.time()) < self.claim_expires

@@ -51,6 +51,18 @@ def decode_token(token: str) -> str:
     return raw.decode("utf-8")
 
 
+# Kinds whose name is shared by several API groups get the group appended on the bus, so
+# a coscheduling PodGroup and a Volcano PodGroup of one TrainJob stay two objects.
+_GROUP_QUALIFIED_KINDS = frozenset({"PodGroup"})
+
+
+def bus_kind(api_version: str, kind: str) -> str:
+    """The kind token of an object on the bus: ``PodGroup.scheduling.x-k8s.io``, else the kind."""
+    if kind in _GROUP_QUALIFIED_KINDS:
+        return f"{kind}.{api_version.rpartition('/')[0]}"
+    return kind
+
+
 @dataclass(frozen=True)
 class ObjectKey:
     """Identity of one Kubernetes object in one cluster (namespace "" when cluster-scoped)."""

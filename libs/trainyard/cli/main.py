@@ -13,10 +13,13 @@ import sys
 from typing import Sequence
 
 COMMANDS: dict[str, str] = {
+    "watcher": "trainyard_services.watcher.main",
+    "planner": "trainyard_services.planner.main",
+    "applier": "trainyard_services.applier.main",
+    "status": "trainyard_services.status.main",
     "devcluster": "trainyard_services.devcluster.cli",
     "up": "trainyard.cli.up",
     "down": "trainyard.cli.down",
-    "crds": "trainyard.cli.crds",
 }
 
 

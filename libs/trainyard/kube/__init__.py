@@ -1,0 +1,1 @@
+"""Kubernetes client helpers: REST client from a kubeconfig, list+watch, SSA, status, events."""

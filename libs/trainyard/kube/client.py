@@ -1,0 +1,219 @@
+"""A thin async Kubernetes REST client over kubernetes-asyncio (auth, TLS from kubeconfig).
+
+The services handle several API groups generically (TrainJob, JobSet, PodGroups, Secrets...),
+so this talks JSON to REST paths instead of using the generated typed APIs.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any, AsyncIterator
+
+import aiohttp
+from kubernetes_asyncio import client as k8s_client
+from kubernetes_asyncio import config as k8s_config
+
+from trainyard.kube.resources import Resource, resource_for
+
+log = logging.getLogger(__name__)
+
+FIELD_MANAGER = "trainer"
+
+
+class KubeError(Exception):
+    """An API error with its HTTP status, Kubernetes reason and message."""
+
+    def __init__(self, status: int, reason: str, message: str, body: dict | None = None) -> None:
+        super().__init__(f"{status} {reason}: {message}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+        self.body = body or {}
+
+    @property
+    def not_found(self) -> bool:
+        return self.status == 404
+
+    @property
+    def conflict(self) -> bool:
+        return self.status == 409
+
+    @property
+    def transient(self) -> bool:
+        """Worth retrying: throttled, server-side trouble, timeouts, optimistic conflicts."""
+        return self.status in (0, 408, 409, 429) or self.status >= 500
+
+
+class KubeClient:
+    def __init__(self, api: k8s_client.ApiClient) -> None:
+        self._api = api
+        self._host = api.configuration.host.rstrip("/")
+
+    @classmethod
+    async def from_kubeconfig(cls, path: str | None) -> "KubeClient":
+        """From a kubeconfig file; in-cluster service-account config when ``path`` is None."""
+        if path:
+            api = await k8s_config.new_client_from_config(config_file=path)
+        else:
+            configuration = k8s_client.Configuration()
+            k8s_config.load_incluster_config(client_configuration=configuration)
+            api = k8s_client.ApiClient(configuration)
+        return cls(api)
+
+    async def close(self) -> None:
+        await self._api.close()
+
+    async def _headers(self, content_type: str = "application/json") -> dict[str, str]:
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        queries: list = []
+        await self._api.update_params_for_auth(headers, queries, ["BearerToken"])
+        return headers
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: dict[str, Any] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        timeout_s: float = 30.0,
+    ) -> dict[str, Any]:
+        """One API call; a non-2xx answer raises :class:`KubeError`."""
+        headers = await self._headers(content_type)
+        try:
+            response = await self._api.rest_client.request(
+                method, self._host + path, query_params=_clean(query), headers=headers,
+                body=body, _preload_content=False, _request_timeout=timeout_s,
+            )
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as err:
+            raise KubeError(0, "ConnectionError", str(err) or type(err).__name__) from err
+        async with response:
+            raw = await response.read()
+            return _decode(response.status, raw)
+
+    async def ping(self) -> bool:
+        try:
+            await self.request("GET", "/version", timeout_s=5.0)
+            return True
+        except KubeError:
+            return False
+
+    async def get(self, resource: Resource, namespace: str | None, name: str) -> dict | None:
+        try:
+            return await self.request("GET", resource.path(namespace, name))
+        except KubeError as err:
+            if err.not_found:
+                return None
+            raise
+
+    async def list(
+        self, resource: Resource, namespace: str | None = None, *, label_selector: str | None = None
+    ) -> tuple[list[dict], str]:
+        """All items (following ``continue`` pages) and the list's resourceVersion."""
+        items: list[dict] = []
+        token: str | None = None
+        while True:
+            body = await self.request(
+                "GET", resource.path(namespace),
+                query={"labelSelector": label_selector, "limit": 500, "continue": token},
+            )
+            for item in body.get("items") or []:
+                item.setdefault("apiVersion", resource.api_version)
+                item.setdefault("kind", resource.kind)
+                items.append(item)
+            token = (body.get("metadata") or {}).get("continue")
+            if not token:
+                return items, str((body.get("metadata") or {}).get("resourceVersion", ""))
+
+    async def watch(
+        self, resource: Resource, resource_version: str, *, timeout_s: int = 300,
+        label_selector: str | None = None,
+    ) -> AsyncIterator[dict]:
+        """Streams watch events (``{"type", "object"}``) from ``resource_version``, with
+        bookmarks. Ends when the server closes the stream."""
+        headers = await self._headers()
+        query = _clean({
+            "watch": "true", "resourceVersion": resource_version, "allowWatchBookmarks": "true",
+            "timeoutSeconds": timeout_s, "labelSelector": label_selector,
+        })
+        try:
+            response = await self._api.rest_client.request(
+                "GET", self._host + resource.path(), query_params=query, headers=headers,
+                _preload_content=False,
+                _request_timeout=aiohttp.ClientTimeout(total=None, sock_connect=10,
+                                                       sock_read=timeout_s + 30),
+            )
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as err:
+            raise KubeError(0, "ConnectionError", str(err) or type(err).__name__) from err
+        async with response:
+            if response.status != 200:
+                _decode(response.status, await response.read())
+            buffer = b""
+            try:
+                async for chunk in response.content.iter_any():
+                    buffer += chunk
+                    while b"\n" in buffer:
+                        line, buffer = buffer.split(b"\n", 1)
+                        if line.strip():
+                            yield json.loads(line)
+            except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as err:
+                raise KubeError(0, "ConnectionError", str(err) or type(err).__name__) from err
+            if buffer.strip():
+                yield json.loads(buffer)
+
+    async def apply(self, obj: dict, *, field_manager: str = FIELD_MANAGER, force: bool = True) -> dict:
+        """Server-side apply of a complete object (field manager ``trainer``, forced)."""
+        meta = obj.get("metadata") or {}
+        resource = resource_for(obj.get("apiVersion", ""), obj.get("kind", ""))
+        return await self.request(
+            "PATCH", resource.path(meta.get("namespace"), meta.get("name")),
+            query={"fieldManager": field_manager, "force": "true" if force else None},
+            body=obj, content_type="application/apply-patch+yaml",
+        )
+
+    async def delete(self, resource: Resource, namespace: str | None, name: str,
+                     *, uid: str | None = None) -> bool:
+        """Deletes (background propagation); False when already gone."""
+        body: dict[str, Any] = {"kind": "DeleteOptions", "apiVersion": "v1",
+                                "propagationPolicy": "Background"}
+        if uid:
+            body["preconditions"] = {"uid": uid}
+        try:
+            await self.request("DELETE", resource.path(namespace, name), body=body)
+            return True
+        except KubeError as err:
+            if err.not_found:
+                return False
+            raise
+
+    async def replace_status(self, resource: Resource, obj: dict) -> dict:
+        """PUT of the status subresource (optimistic concurrency on resourceVersion)."""
+        meta = obj["metadata"]
+        return await self.request("PUT", resource.path(meta.get("namespace"), meta["name"], "status"),
+                                  body=obj)
+
+    async def merge_patch(self, resource: Resource, namespace: str | None, name: str,
+                          patch: dict) -> dict:
+        return await self.request("PATCH", resource.path(namespace, name), body=patch,
+                                  content_type="application/merge-patch+json")
+
+    async def create(self, resource: Resource, namespace: str | None, obj: dict) -> dict:
+        return await self.request("POST", resource.path(namespace), body=obj)
+
+
+def _clean(query: dict[str, Any] | None) -> dict[str, Any]:
+    return {k: v for k, v in (query or {}).items() if v not in (None, "")}
+
+
+def _decode(status: int, raw: bytes) -> dict[str, Any]:
+    try:
+        body = json.loads(raw) if raw else {}
+    except ValueError:
+        body = {"message": raw.decode("utf-8", "replace")[:500]}
+    if 200 <= status <= 299:
+        return body
+    if not isinstance(body, dict):
+        body = {"message": str(body)}
+    raise KubeError(status, str(body.get("reason", "")), str(body.get("message", "")), body)

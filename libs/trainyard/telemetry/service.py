@@ -1,0 +1,131 @@
+"""Common service scaffolding: flags/env config, logging, tracing, health server, signals.
+
+Every service command takes the same core flags, each with an environment variable:
+
+=================  ========================  =======================================
+flag               env                       meaning
+=================  ========================  =======================================
+--kubeconfig       TRAINYARD_KUBECONFIG      kubeconfig path (KUBECONFIG is honoured)
+--nats-url         TRAINYARD_NATS_URL        NATS server URL
+--http-port        TRAINYARD_HTTP_PORT       health/metrics port (0 = pick a free one)
+--http-host        TRAINYARD_HTTP_HOST       health/metrics bind address
+--cluster          TRAINYARD_CLUSTER         cluster name used in subjects and keys
+--log-level        TRAINYARD_LOG_LEVEL       debug, info, warning, error
+--shutdown-grace   TRAINYARD_SHUTDOWN_GRACE  seconds to finish in-flight work on stop
+=================  ========================  =======================================
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+from dataclasses import dataclass
+from typing import Awaitable, Callable
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    service: str
+    kubeconfig: str | None
+    nats_url: str
+    http_host: str
+    http_port: int
+    cluster: str
+    log_level: str
+    shutdown_grace_s: float
+
+
+def _env(name: str, default: str | None = None) -> str | None:
+    value = os.environ.get(name)
+    return value if value not in (None, "") else default
+
+
+def add_common_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--kubeconfig", default=_env("TRAINYARD_KUBECONFIG", _env("KUBECONFIG")),
+                        help="kubeconfig path (env TRAINYARD_KUBECONFIG, then KUBECONFIG; "
+                             "in-cluster config when unset)")
+    parser.add_argument("--nats-url", default=_env("TRAINYARD_NATS_URL", "nats://127.0.0.1:4222"),
+                        help="NATS URL (env TRAINYARD_NATS_URL)")
+    parser.add_argument("--http-port", default=_env("TRAINYARD_HTTP_PORT", "8080"),
+                        help="port for /healthz, /readyz, /metrics; 0 picks a free port "
+                             "(env TRAINYARD_HTTP_PORT)")
+    parser.add_argument("--http-host", default=_env("TRAINYARD_HTTP_HOST", "127.0.0.1"),
+                        help="bind address of the HTTP server (env TRAINYARD_HTTP_HOST)")
+    parser.add_argument("--cluster", default=_env("TRAINYARD_CLUSTER", "default"),
+                        help="cluster name carried in subjects and KV keys (env TRAINYARD_CLUSTER)")
+    parser.add_argument("--log-level", default=_env("TRAINYARD_LOG_LEVEL", "info"),
+                        choices=["debug", "info", "warning", "error"],
+                        help="log level (env TRAINYARD_LOG_LEVEL)")
+    parser.add_argument("--shutdown-grace", default=_env("TRAINYARD_SHUTDOWN_GRACE", "10"),
+                        help="seconds to finish in-flight work on SIGTERM (env TRAINYARD_SHUTDOWN_GRACE)")
+
+
+def config_from_args(service: str, args: argparse.Namespace) -> ServiceConfig:
+    """Validates the common flags; a bad value raises UserError naming the flag."""
+    from trainyard.cli.main import UserError
+
+    port = _parse_number(args.http_port, "--http-port", int)
+    if not 0 <= port <= 65535:
+        raise UserError(f"--http-port: must be between 0 and 65535, got {port}")
+    grace = _parse_number(args.shutdown_grace, "--shutdown-grace", float)
+    if grace < 0:
+        raise UserError("--shutdown-grace: must be greater than or equal to 0")
+    if not str(args.nats_url).startswith(("nats://", "tls://", "ws://", "wss://")):
+        raise UserError(f"--nats-url: expected a nats:// URL, got {args.nats_url!r}")
+    if args.kubeconfig and not os.path.isfile(args.kubeconfig):
+        raise UserError(f"--kubeconfig: file not found: {args.kubeconfig}")
+    if not args.cluster:
+        raise UserError("--cluster: must not be empty")
+    return ServiceConfig(
+        service=service,
+        kubeconfig=args.kubeconfig,
+        nats_url=args.nats_url,
+        http_host=args.http_host,
+        http_port=port,
+        cluster=args.cluster,
+        log_level=args.log_level,
+        shutdown_grace_s=grace,
+    )
+
+
+def _parse_number(value: object, flag: str, kind: type):
+    from trainyard.cli.main import UserError
+
+    try:
+        return kind(value)
+    except (TypeError, ValueError):
+        raise UserError(f"{flag}: expected a number, got {value!r}") from None
+
+
+def run_service(config: ServiceConfig, main: Callable[[asyncio.Event], Awaitable[None]]) -> int:
+    """Runs ``main(stop)`` with logging and tracing set up; SIGTERM/SIGINT set ``stop``.
+
+    ``main`` should return once it has finished or handed back its in-flight work.
+    """
+    from trainyard.telemetry.logging import configure_logging
+    from trainyard.telemetry.tracing import configure_tracing
+
+    configure_logging(config.service, config.log_level)
+    provider = configure_tracing(config.service)
+
+    async def wrapper() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await main(stop)
+
+    try:
+        asyncio.run(wrapper())
+    except Exception:
+        log.exception("service stopped on an unexpected error")
+        return 1
+    finally:
+        provider.shutdown()
+        sys.stderr.flush()
+    return 0

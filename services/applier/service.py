@@ -1,0 +1,263 @@
+"""applier: plans -> server-side apply (field manager ``trainer``, forced) + deletions.
+
+Monotonic per TrainJob whatever the number of appliers: before touching the cluster an applier
+claims the TrainJob's entry in the ``ty_applied`` bucket with compare-and-set. A plan whose
+generation is older than the entry's is dropped; while another applier holds a live claim this
+one waits for it. The claim is released with the result (or expires after the lease, when its
+holder died).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from copy import deepcopy
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainyard.bus.consumer import Consumer, Delivery, PermanentError
+from trainyard.bus.envelopes import ApplyResult, EnvelopeError, ObjectRef, PlanMessage, decode
+from trainyard.bus.kv import AppliedPlan, CasConflict, Outcome, Versioned, applied_key
+from trainyard.bus.session import BusSession
+from trainyard.bus.subjects import ObjectKey, PLANS_PREFIX, encode_token, result_subject
+from trainyard.bus.topology import PLANS_STREAM, ConsumerSpec
+from trainyard.kube import resources as r
+from trainyard.kube.client import FIELD_MANAGER, KubeClient, KubeError
+from trainyard.kube.resources import resource_for
+from trainyard.telemetry import metrics
+
+log = logging.getLogger(__name__)
+
+CONSUMER = "applier"
+MANAGED_BY_TRAINER = "trainer.kubeflow.org/trainjob-controller"
+REASON_CREATION_FAILED = "TrainJobResourcesCreationFailed"
+MAX_HASHES = 8
+
+
+class Busy(Exception):
+    """Another applier holds a live claim on this TrainJob."""
+
+
+@dataclass(frozen=True)
+class Claim:
+    revision: int
+    previous: AppliedPlan | None
+
+
+@dataclass
+class Applier:
+    bus: BusSession
+    kube: KubeClient
+    cluster: str
+    lease_s: float = 30.0
+    holder: str = field(default_factory=lambda: f"applier-{uuid.uuid4().hex[:8]}")
+
+    def consumer_spec(self) -> ConsumerSpec:
+        return ConsumerSpec(PLANS_STREAM, CONSUMER, [f"{PLANS_PREFIX}.{encode_token(self.cluster)}.>"],
+                            ack_wait_s=self.lease_s * 2, max_deliver=8)
+
+    def consumer(self) -> Consumer:
+        return Consumer(self.bus.js, self.consumer_spec(), self.handle, service="applier",
+                        publisher=self.bus.publisher)
+
+    async def handle(self, delivery: Delivery) -> None:
+        try:
+            plan = decode(PlanMessage, delivery.data)
+        except EnvelopeError as err:
+            raise PermanentError(str(err)) from None
+        started = time.perf_counter()
+        outcome = await self.apply_plan(plan)
+        metrics.APPLIES.labels(outcome).inc()
+        metrics.APPLY_DURATION.observe(time.perf_counter() - started)
+
+    async def apply_plan(self, plan: PlanMessage) -> str:
+        trainjob = await self.bus.snapshots.get(ObjectKey(self.cluster, "TrainJob", plan.namespace, plan.name))
+        if trainjob is None or trainjob["metadata"].get("uid") != plan.uid:
+            return await self._report(plan, "skipped-stale", message="TrainJob is gone")
+        if ((trainjob.get("spec") or {}).get("managedBy") or MANAGED_BY_TRAINER) != MANAGED_BY_TRAINER:
+            return await self._report(plan, "skipped-stale", message="managed by another controller")
+        key = applied_key(self.cluster, plan.namespace, plan.name)
+        claim = await self._claim(key, plan)
+        if isinstance(claim, str):
+            return await self._report(plan, claim)
+        try:
+            applied, deleted = await self._apply_objects(plan, claim.previous)
+        except KubeError as err:
+            await self._release(key, claim)
+            if err.transient:
+                raise
+            message = f"TrainJob resources reconciliation failed: {_truncate(str(err.message or err))}"
+            await self.bus.outcomes.set(key, Outcome(uid=plan.uid, generation=plan.generation, stage="apply",
+                                                     reason=REASON_CREATION_FAILED, message=message))
+            await self._report(plan, "failed", reason=REASON_CREATION_FAILED, message=message)
+            raise PermanentError(f"apply of {plan.namespace}/{plan.name} failed: {err}") from None
+        except BaseException:
+            await self._release(key, claim)
+            raise
+        done = AppliedPlan(
+            uid=plan.uid, generation=plan.generation, planHash=plan.plan_hash, state="applied",
+            owned=list(plan.owned), hashes=_remember(claim.previous, plan),
+        )
+        try:
+            await self.bus.applied.compare_and_set(key, done, claim.revision)
+        except CasConflict:
+            log.warning("claim on %s/%s expired during apply", plan.namespace, plan.name)
+        await self.bus.outcomes.clear(key, "apply")
+        return await self._report(plan, "applied", applied=applied, deleted=deleted)
+
+    async def _claim(self, key: str, plan: PlanMessage) -> Claim | str:
+        waited = 0.0
+        delay = 0.02
+        while True:
+            current: Versioned = await self.bus.applied.read(key)
+            entry = current.value
+            same = entry is not None and entry.uid == plan.uid
+            if same and entry.generation > plan.generation:
+                return "skipped-stale"
+            if same and entry.generation == plan.generation and entry.state == "applied" \
+                    and plan.plan_hash in (entry.hashes or [entry.plan_hash]):
+                return "skipped-unchanged"
+            if same and entry.claim_live() and entry.holder != self.holder:
+                if waited > self.lease_s:
+                    raise Busy(f"{plan.namespace}/{plan.name} claimed by {entry.holder}")
+                await asyncio.sleep(delay)
+                waited += delay
+                delay = min(delay * 2, 0.5)
+                continue
+            previous = entry if same else None
+            if previous is not None and previous.state == "applying":
+                # A dead holder's claim: what it had applied before is what we know.
+                previous = previous.model_copy(update={"state": "applied"})
+            claim = AppliedPlan(
+                uid=plan.uid, generation=plan.generation, planHash=plan.plan_hash, state="applying",
+                holder=self.holder, claimExpires=time.time() + self.lease_s,
+                owned=list(previous.owned) if previous else [],
+                hashes=list(previous.hashes) if previous else [],
+            )
+            try:
+                revision = await self.bus.applied.compare_and_set(key, claim, current.revision)
+            except CasConflict:
+                continue
+            return Claim(revision, previous)
+
+    async def _release(self, key: str, claim: Claim) -> None:
+        """Puts the entry back as it was before our claim (best effort; it also expires)."""
+        previous = claim.previous or AppliedPlan(uid="", generation=0, planHash="")
+        try:
+            await self.bus.applied.compare_and_set(key, previous, claim.revision)
+        except Exception as err:
+            log.warning("releasing claim on %s failed: %s", key, err)
+
+    async def _apply_objects(self, plan: PlanMessage, previous: AppliedPlan | None
+                             ) -> tuple[list[ObjectRef], list[ObjectRef]]:
+        applied: list[ObjectRef] = []
+        for obj in plan.objects:
+            obj = with_owner(obj, plan)
+            if await self._apply_one(obj):
+                applied.append(ObjectRef.of(obj))
+        wanted = {_ref_key(ref) for ref in plan.owned}
+        deleted: list[ObjectRef] = []
+        for ref in (previous.owned if previous else []):
+            if _ref_key(ref) not in wanted and await self._delete_owned(ref, plan.uid):
+                deleted.append(ref)
+        return applied, deleted
+
+    async def _apply_one(self, obj: dict[str, Any]) -> bool:
+        meta = obj["metadata"]
+        resource = resource_for(obj["apiVersion"], obj["kind"])
+        if obj["kind"] == "Secret" and obj.get("immutable") is True:
+            # Created once, never updated (the MPI SSH keys, spec §5.3).
+            if await self.kube.get(resource, meta.get("namespace"), meta["name"]) is not None:
+                return False
+        if obj["kind"] == "JobSet":
+            await self._apply_jobset(obj)
+            return True
+        await self.kube.apply(obj)
+        return True
+
+    async def _apply_jobset(self, desired: dict[str, Any]) -> None:
+        """SSA of the JobSet, with suspend flipped on its own (kubeflow/trainer#3008).
+
+        A JobSet accepts template changes only while it is suspended, and upstream's single
+        apply of the whole object on resume trips over that. Here the full object is applied
+        while the JobSet is suspended and ``spec.suspend`` is changed by a separate patch: on
+        resume, apply (still suspended) then unsuspend; on suspend, suspend then apply.
+        """
+        meta = desired["metadata"]
+        current = await self.kube.get(r.JOBSET, meta["namespace"], meta["name"])
+        want_suspended = (desired.get("spec") or {}).get("suspend") is True
+        is_suspended = current is not None and (current.get("spec") or {}).get("suspend") is True
+        if current is None or want_suspended == is_suspended:
+            await self.kube.apply(desired)
+            return
+        if want_suspended:
+            await self._patch_suspend(meta, True)
+            await self.kube.apply(desired)
+            return
+        still_suspended = deepcopy(desired)
+        still_suspended["spec"]["suspend"] = True
+        await self.kube.apply(still_suspended)
+        await self._patch_suspend(meta, False)
+
+    async def _patch_suspend(self, meta: dict[str, Any], suspend: bool) -> None:
+        await self.kube.request(
+            "PATCH", r.JOBSET.path(meta["namespace"], meta["name"]),
+            query={"fieldManager": FIELD_MANAGER}, body={"spec": {"suspend": suspend}},
+            content_type="application/merge-patch+json",
+        )
+
+    async def _delete_owned(self, ref: ObjectRef, uid: str) -> bool:
+        """Deletes an object no longer planned, only if this TrainJob controls it."""
+        resource = resource_for(ref.api_version, ref.kind)
+        current = await self.kube.get(resource, ref.namespace or None, ref.name)
+        if current is None:
+            return False
+        owners = (current.get("metadata") or {}).get("ownerReferences") or []
+        if not any(o.get("uid") == uid for o in owners):
+            return False
+        return await self.kube.delete(resource, ref.namespace or None, ref.name)
+
+    async def _report(self, plan: PlanMessage, outcome: str, *, reason: str = "", message: str = "",
+                      applied: list[ObjectRef] | None = None, deleted: list[ObjectRef] | None = None) -> str:
+        result = ApplyResult(
+            cluster=plan.cluster, namespace=plan.namespace, name=plan.name, uid=plan.uid,
+            generation=plan.generation, planHash=plan.plan_hash, outcome=outcome,  # type: ignore[arg-type]
+            applied=applied or [], deleted=deleted or [], reason=reason, message=message,
+            applier=self.holder,
+        )
+        await self.bus.publisher.publish(result_subject(plan.cluster, plan.namespace, plan.name), result,
+                                         result.msg_id())
+        log.info("plan handled", extra={"trainjob": f"{plan.namespace}/{plan.name}", "outcome": outcome,
+                                        "generation": plan.generation})
+        return outcome
+
+
+def with_owner(obj: dict[str, Any], plan: PlanMessage) -> dict[str, Any]:
+    """Makes sure the object carries the controller reference to its TrainJob."""
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+    if any(ref.get("uid") == plan.uid for ref in refs):
+        return obj
+    obj = deepcopy(obj)
+    obj["metadata"].setdefault("ownerReferences", []).append({
+        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": plan.name,
+        "uid": plan.uid, "controller": True, "blockOwnerDeletion": True,
+    })
+    return obj
+
+
+def _ref_key(ref: ObjectRef) -> tuple[str, str, str, str]:
+    return ref.api_version, ref.kind, ref.namespace, ref.name
+
+
+def _remember(previous: AppliedPlan | None, plan: PlanMessage) -> list[str]:
+    same_generation = previous is not None and previous.generation == plan.generation
+    hashes = list(previous.hashes) if same_generation and previous else []
+    if plan.plan_hash not in hashes:
+        hashes.append(plan.plan_hash)
+    return hashes[-MAX_HASHES:]
+
+
+def _truncate(text: str, limit: int = 950) -> str:
+    """Upstream's event message rule: first 950 characters, then " ..." when longer."""
+    return text if len(text) <= limit else text[:limit] + " ..."

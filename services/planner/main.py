@@ -1,0 +1,126 @@
+"""`trainyard planner`: plan TrainJobs from bus events and serve the validating webhooks."""
+from __future__ import annotations
+
+import argparse
+import os
+
+HELP = "Plan TrainJobs (runtime + plugins -> desired objects) and serve the validating webhooks."
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    from trainyard.telemetry.service import add_common_flags
+
+    add_common_flags(parser)
+    env = os.environ.get
+    parser.add_argument("--webhook-port", default=env("TRAINYARD_WEBHOOK_PORT", "9443"),
+                        help="HTTPS port of the admission webhooks; 0 picks a free port, "
+                             "'off' disables them (env TRAINYARD_WEBHOOK_PORT)")
+    parser.add_argument("--webhook-host", default=env("TRAINYARD_WEBHOOK_HOST", "127.0.0.1"),
+                        help="bind address of the webhook server (env TRAINYARD_WEBHOOK_HOST)")
+    parser.add_argument("--webhook-url", default=env("TRAINYARD_WEBHOOK_URL"),
+                        help="base URL the API server calls (e.g. https://127.0.0.1:9443); default: "
+                             "https://<webhook-host>:<bound port> unless --webhook-service is set "
+                             "(env TRAINYARD_WEBHOOK_URL)")
+    parser.add_argument("--webhook-service", default=env("TRAINYARD_WEBHOOK_SERVICE"),
+                        help="Service name the API server calls in a real cluster, e.g. "
+                             "kubeflow-trainer-controller-manager (env TRAINYARD_WEBHOOK_SERVICE)")
+    parser.add_argument("--webhook-namespace", default=env("TRAINYARD_WEBHOOK_NAMESPACE", "kubeflow-system"),
+                        help="namespace of the webhook Service and certificate Secret "
+                             "(env TRAINYARD_WEBHOOK_NAMESPACE)")
+    parser.add_argument("--cert-check-interval", default=env("TRAINYARD_CERT_CHECK_INTERVAL", "60"),
+                        help="seconds between certificate expiry checks (env TRAINYARD_CERT_CHECK_INTERVAL)")
+
+
+def _webhook_port(value: str) -> int | None:
+    from trainyard.cli.main import UserError
+
+    if str(value).lower() == "off":
+        return None
+    try:
+        port = int(value)
+    except ValueError:
+        raise UserError(f"--webhook-port: expected a port number or 'off', got {value!r}") from None
+    if not 0 <= port <= 65535:
+        raise UserError(f"--webhook-port: must be between 0 and 65535, got {port}")
+    return port
+
+
+def run(args: argparse.Namespace) -> int:
+    from trainyard.cli.main import UserError
+    from trainyard.telemetry.service import config_from_args, run_service
+
+    config = config_from_args("planner", args)
+    webhook_port = _webhook_port(args.webhook_port)
+    try:
+        check_interval = float(args.cert_check_interval)
+    except ValueError:
+        raise UserError(f"--cert-check-interval: expected seconds, got {args.cert_check_interval!r}") from None
+    if args.webhook_url and not str(args.webhook_url).startswith("https://"):
+        raise UserError(f"--webhook-url: must start with https://, got {args.webhook_url!r}")
+
+    async def main(stop) -> None:
+        import asyncio
+        import logging
+
+        from trainyard.telemetry.runtime import ServiceRuntime
+        from trainyard_services.planner.service import Planner, webhook_observed
+
+        log = logging.getLogger("trainyard_services.planner")
+        runtime = ServiceRuntime(config)
+        webhook = tls = None
+        tasks = []
+        try:
+            await runtime.start(stop)
+            planner = Planner(runtime.bus, config.cluster)
+            if webhook_port is not None:
+                from trainyard_services.planner.certmanager import CertManager
+                from trainyard_services.planner.webhook import TlsFiles, WebhookServer, build_app
+
+                tls = TlsFiles()
+                app = build_app(webhook_observed(runtime.bus, runtime.kube, config.cluster))
+                host = args.webhook_host
+                service = (args.webhook_service, args.webhook_namespace) if args.webhook_service else None
+                hosts = [f"{args.webhook_service}.{args.webhook_namespace}.svc",
+                         f"{args.webhook_service}.{args.webhook_namespace}.svc.cluster.local"] \
+                    if service else [host if host not in ("0.0.0.0", "::") else "127.0.0.1", "localhost"]
+                manager = CertManager(runtime.kube, tls, namespace=args.webhook_namespace, hosts=hosts,
+                                      url_base=None, service=service, check_interval_s=check_interval)
+                # The TLS files must exist before the server loads them; the URL needs the port.
+                from trainyard_services.planner import certs
+                bootstrap = certs.issue(hosts)
+                tls.write(bootstrap.cert_pem, bootstrap.key_pem)
+                webhook = WebhookServer(app, host, webhook_port, tls)
+                bound = await webhook.start()
+                manager.url_base = None if service else (args.webhook_url or f"https://{hosts[0]}:{bound}")
+                log.info("webhook server listening", extra={"webhook_port": bound})
+                runtime.add_check("certificates", lambda: manager.ready)
+                await _retry_until(stop, manager.ensure, log)
+                tasks.append(asyncio.create_task(manager.run(stop)))
+            await planner.consumer().run(stop)
+        finally:
+            if webhook is not None:
+                await webhook.stop()
+            for task in tasks:
+                task.cancel()
+            if tls is not None:
+                tls.cleanup()
+            await runtime.close()
+
+    return run_service(config, main)
+
+
+async def _retry_until(stop, action, log) -> None:
+    import asyncio
+
+    delay = 0.2
+    while not stop.is_set():
+        try:
+            await action()
+            return
+        except Exception as err:
+            log.warning("webhook certificate/configuration not ready: %s", err)
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=delay)
+            except asyncio.TimeoutError:
+                pass
+            delay = min(delay * 2, 5.0)

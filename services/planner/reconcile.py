@@ -1,0 +1,192 @@
+"""Planning one TrainJob from the KV snapshots (level-triggered: the event is only a hint)."""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from trainyard.bus.envelopes import ApplyResult, ObjectEvent, ObjectRef, PlanMessage
+from trainyard.bus.kv import Outcome
+from trainyard.bus.session import BusSession
+from trainyard.bus.subjects import ObjectKey, bus_kind, plan_subject, result_subject
+from trainyard.pipeline.errors import PlanningError
+from trainyard.pipeline.planning import plan
+from trainyard.telemetry import metrics
+
+log = logging.getLogger(__name__)
+
+GROUP = "trainer.kubeflow.org"
+TRAINJOB_API_VERSION = f"{GROUP}/v1alpha1"
+MANAGED_BY_TRAINER = "trainer.kubeflow.org/trainjob-controller"
+REASON_CREATION_FAILED = "TrainJobResourcesCreationFailed"
+
+# The objects a TrainJob may own, named after it (spec §7.2).
+CHILD_KINDS: tuple[tuple[str, str, str], ...] = (
+    ("jobset.x-k8s.io/v1alpha2", "JobSet", ""),
+    ("scheduling.x-k8s.io/v1alpha1", "PodGroup", ""),
+    ("scheduling.volcano.sh/v1beta1", "PodGroup", ""),
+    ("v1", "Secret", "-mpi-ssh-auth"),
+    ("v1", "ConfigMap", "-mpi-hostfile"),
+)
+
+
+def _placeholder_ssh_key() -> tuple[bytes, bytes]:
+    return b"", b""
+
+
+def applied_store_key(cluster: str, namespace: str, name: str) -> str:
+    from trainyard.bus.kv import applied_key
+
+    return applied_key(cluster, namespace, name)
+
+
+def managed_by_us(trainjob: dict[str, Any]) -> bool:
+    """TrainJobs managed by another controller (e.g. MultiKueue) are left alone."""
+    managed_by = (trainjob.get("spec") or {}).get("managedBy")
+    return managed_by in (None, "", MANAGED_BY_TRAINER)
+
+
+def owner_of(obj: dict[str, Any]) -> str | None:
+    """The name of the TrainJob that controls ``obj``, if any."""
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("kind") == "TrainJob" and str(ref.get("apiVersion", "")).startswith(GROUP):
+            return ref.get("name")
+    return None
+
+
+def references_runtime(trainjob: dict[str, Any], kind: str, name: str) -> bool:
+    ref = (trainjob.get("spec") or {}).get("runtimeRef") or {}
+    return ref.get("name") == name and ref.get("kind", "ClusterTrainingRuntime") == kind \
+        and ref.get("apiGroup", GROUP) == GROUP
+
+
+async def affected_trainjobs(bus: BusSession, event: ObjectEvent) -> list[tuple[str, str]]:
+    """(namespace, name) of every TrainJob whose plan may change because of ``event``."""
+    if event.kind == "TrainJob":
+        return [(event.namespace, event.name)]
+    if event.kind in ("TrainingRuntime", "ClusterTrainingRuntime"):
+        namespace = event.namespace if event.kind == "TrainingRuntime" else None
+        jobs = await bus.snapshots.list(event.cluster, "TrainJob", namespace)
+        return [
+            ((j["metadata"].get("namespace") or ""), j["metadata"]["name"])
+            for j in jobs if references_runtime(j, event.kind, event.name)
+        ]
+    if event.kind == "PriorityClass":
+        return []  # read when planning Volcano PodGroups; changes do not re-plan (as upstream)
+    owner = owner_of(event.object)
+    return [(event.namespace, owner)] if owner else []
+
+
+async def observed_objects(bus: BusSession, cluster: str, trainjob: dict[str, Any]) -> list[dict[str, Any]]:
+    """Everything planning may read: the runtime, the owned children, PriorityClasses."""
+    meta = trainjob["metadata"]
+    namespace, name = meta.get("namespace") or "", meta["name"]
+    ref = (trainjob.get("spec") or {}).get("runtimeRef") or {}
+    found: list[dict[str, Any]] = []
+    runtime_kind = ref.get("kind", "ClusterTrainingRuntime")
+    if runtime_kind in ("TrainingRuntime", "ClusterTrainingRuntime") and ref.get("name"):
+        runtime_ns = namespace if runtime_kind == "TrainingRuntime" else ""
+        runtime = await bus.snapshots.get(ObjectKey(cluster, runtime_kind, runtime_ns, ref["name"]))
+        if runtime is not None:
+            found.append(runtime)
+    for api_version, kind, suffix in CHILD_KINDS:
+        child = await bus.snapshots.get(
+            ObjectKey(cluster, bus_kind(api_version, kind), namespace, name + suffix))
+        if child is not None and _owned_by(child, meta.get("uid")):
+            found.append(child)
+    found.extend(await bus.snapshots.list(cluster, "PriorityClass", ""))
+    return found
+
+
+def _owned_by(child: dict[str, Any], uid: str | None) -> bool:
+    refs = (child.get("metadata") or {}).get("ownerReferences") or []
+    return not refs or any(ref.get("uid") == uid for ref in refs)
+
+
+def is_child(obj: dict[str, Any], trainjob_name: str) -> bool:
+    meta = obj.get("metadata") or {}
+    return any(
+        obj.get("apiVersion") == api_version and obj.get("kind") == kind
+        and meta.get("name") == trainjob_name + suffix
+        for api_version, kind, suffix in CHILD_KINDS
+    )
+
+
+def owned_refs(trainjob: dict[str, Any], observed: list[dict[str, Any]]) -> list[ObjectRef]:
+    """Every object the TrainJob should own now, including the ones upstream leaves untouched
+    because they exist (a running JobSet): planned as if none of its children existed."""
+    name = trainjob["metadata"]["name"]
+    without_children = [o for o in observed if not is_child(o, name)]
+    full = plan(trainjob, None, without_children, new_ssh_key=_placeholder_ssh_key)
+    return [ObjectRef.of(o) for o in full.objects]
+
+
+@dataclass(frozen=True)
+class PlanDecision:
+    """What one planning pass decided for a TrainJob."""
+
+    message: PlanMessage | None = None
+    failure: ApplyResult | None = None
+    skipped: str = ""
+
+
+async def decide(bus: BusSession, cluster: str, trainjob: dict[str, Any]) -> PlanDecision:
+    meta = trainjob["metadata"]
+    namespace, name, uid = meta.get("namespace") or "", meta["name"], meta.get("uid", "")
+    generation = int(meta.get("generation") or 0)
+    if meta.get("deletionTimestamp"):
+        return PlanDecision(skipped="being deleted")
+    if not managed_by_us(trainjob):
+        return PlanDecision(skipped="managed by another controller")
+    observed = await observed_objects(bus, cluster, trainjob)
+    try:
+        result = plan(trainjob, None, observed)
+        owned = owned_refs(trainjob, observed)
+    except PlanningError as err:
+        return PlanDecision(failure=ApplyResult(
+            cluster=cluster, namespace=namespace, name=name, uid=uid, generation=generation,
+            outcome="plan-failed", reason=err.reason or REASON_CREATION_FAILED, message=err.message,
+        ))
+    applied = (await bus.applied.read(applied_store_key(cluster, namespace, name))).value
+    if applied is not None and applied.uid == uid and applied.state == "applied" \
+            and applied.plan_hash == result.hash and applied.generation >= generation:
+        return PlanDecision(skipped="unchanged")
+    return PlanDecision(message=PlanMessage(
+        cluster=cluster, namespace=namespace, name=name, uid=uid, generation=generation,
+        resourceVersion=str(meta.get("resourceVersion", "")), planHash=result.hash,
+        objects=list(result.objects), owned=owned,
+        suspended=(trainjob.get("spec") or {}).get("suspend") is True,
+    ))
+
+
+async def reconcile_trainjob(bus: BusSession, cluster: str, namespace: str, name: str) -> str:
+    """One planning pass; returns what happened (for logs and metrics)."""
+    trainjob = await bus.snapshots.get(ObjectKey(cluster, "TrainJob", namespace, name))
+    if trainjob is None:
+        return "gone"
+    decision = await decide(bus, cluster, trainjob)
+    outcome_key = applied_store_key(cluster, namespace, name)
+    if decision.failure is not None:
+        failure = decision.failure
+        await bus.outcomes.set(outcome_key, Outcome(
+            uid=failure.uid, generation=failure.generation, stage="plan",
+            reason=failure.reason, message=failure.message))
+        await bus.publisher.publish(result_subject(cluster, namespace, name), failure,
+                                    failure.msg_id() + ":" + _digest(failure.message))
+        metrics.PLANS.labels("failed").inc()
+        log.info("planning failed", extra={"trainjob": f"{namespace}/{name}", "error": failure.message})
+        return "failed"
+    await bus.outcomes.clear(outcome_key, "plan")
+    if decision.message is None:
+        metrics.PLANS.labels(decision.skipped.replace(" ", "_")).inc()
+        return decision.skipped
+    message = decision.message
+    await bus.publisher.publish(plan_subject(cluster, namespace, name), message, message.msg_id())
+    metrics.PLANS.labels("published").inc()
+    return "published"
+
+
+def _digest(text: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

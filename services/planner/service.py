@@ -1,0 +1,90 @@
+"""planner: TrainJob/runtime/child events -> one plan per TrainJob on JetStream; webhooks."""
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from trainyard.bus.consumer import Consumer, Delivery, PermanentError
+from trainyard.bus.envelopes import EnvelopeError, ObjectEvent, decode
+from trainyard.bus.session import BusSession
+from trainyard.bus.subjects import ObjectKey, event_filter
+from trainyard.bus.topology import EVENTS_STREAM, ConsumerSpec
+from trainyard.kube import resources as r
+from trainyard.kube.client import KubeClient, KubeError
+
+from trainyard_services.planner.reconcile import reconcile_trainjob
+
+log = logging.getLogger(__name__)
+
+CONSUMER = "planner"
+
+
+def trainjob_lane(subject: str) -> str:
+    """Lane key: namespace + name. Children share their TrainJob's name (a JobSet, PodGroups),
+    so one TrainJob's events are handled in order."""
+    namespace, name = subject.split(".")[-2:]
+    for suffix in ("-mpi-ssh-auth", "-mpi-hostfile"):  # encoded tokens keep "-" and letters
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+    return f"{namespace}.{name}"
+
+
+@dataclass
+class Planner:
+    bus: BusSession
+    cluster: str
+
+    async def handle(self, delivery: Delivery) -> None:
+        try:
+            event = decode(ObjectEvent, delivery.data)
+        except EnvelopeError as err:
+            raise PermanentError(str(err)) from None
+        if event.cluster != self.cluster:
+            return
+        from trainyard_services.planner.reconcile import affected_trainjobs
+
+        for namespace, name in await affected_trainjobs(self.bus, event):
+            outcome = await reconcile_trainjob(self.bus, self.cluster, namespace, name)
+            log.debug("planned", extra={"trainjob": f"{namespace}/{name}", "outcome": outcome})
+
+    def consumer_spec(self) -> ConsumerSpec:
+        return ConsumerSpec(EVENTS_STREAM, CONSUMER, [event_filter(self.cluster)],
+                            ack_wait_s=30, max_deliver=5)
+
+    def consumer(self) -> Consumer:
+        return Consumer(self.bus.js, self.consumer_spec(), self.handle, service="planner",
+                        publisher=self.bus.publisher, key_of=trainjob_lane)
+
+
+def webhook_observed(bus: BusSession, kube: KubeClient, cluster: str):
+    """What the TrainJob webhook rules read: runtime, existing JobSet, PriorityClasses."""
+
+    async def lookup(trainjob: dict[str, Any]) -> list[dict[str, Any]]:
+        meta = trainjob.get("metadata") or {}
+        namespace, name = meta.get("namespace") or "", meta.get("name") or ""
+        ref = (trainjob.get("spec") or {}).get("runtimeRef") or {}
+        kind = ref.get("kind", "ClusterTrainingRuntime")
+        found: list[dict[str, Any]] = []
+        if kind in ("TrainingRuntime", "ClusterTrainingRuntime") and ref.get("name"):
+            runtime_ns = namespace if kind == "TrainingRuntime" else ""
+            runtime = await bus.snapshots.get(ObjectKey(cluster, kind, runtime_ns, ref["name"]))
+            if runtime is None:  # just created, not yet seen by a watcher: ask the API server
+                resource = r.TRAINING_RUNTIME if kind == "TrainingRuntime" else r.CLUSTER_TRAINING_RUNTIME
+                try:
+                    runtime = await kube.get(resource, runtime_ns or None, ref["name"])
+                except KubeError as err:
+                    log.warning("runtime lookup failed: %s", err)
+            if runtime is not None:
+                runtime.setdefault("apiVersion", "trainer.kubeflow.org/v1alpha1")
+                runtime.setdefault("kind", kind)
+                found.append(runtime)
+        if name:
+            jobset = await bus.snapshots.get(ObjectKey(cluster, "JobSet", namespace, name))
+            if jobset is not None:
+                found.append(jobset)
+        found.extend(await bus.snapshots.list(cluster, "PriorityClass", ""))
+        return found
+
+    return lookup

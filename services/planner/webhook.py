@@ -1,0 +1,197 @@
+"""The validating admission webhooks (TrainJob, TrainingRuntime, ClusterTrainingRuntime).
+
+FastAPI over HTTPS. The verdict comes from the pipeline's validation (spec §6); the objects the
+rules read (runtime, existing JobSet, PriorityClasses) come from the KV snapshots, like
+upstream's informer cache, with a direct GET when a runtime is not there yet.
+"""
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import os
+import socket
+import ssl
+import tempfile
+from typing import Any, Awaitable, Callable
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from trainyard.pipeline.errors import aggregate_message
+from trainyard.pipeline.validation import ValidationResult, validate_runtime, validate_trainjob
+from trainyard.telemetry import metrics
+
+log = logging.getLogger(__name__)
+
+CONFIGURATION_NAME = "validator.trainer.kubeflow.org"
+GROUP = "trainer.kubeflow.org"
+WEBHOOKS = (
+    ("validator.clustertrainingruntime.trainer.kubeflow.org",
+     "/validate-trainer-kubeflow-org-v1alpha1-clustertrainingruntime", "clustertrainingruntimes"),
+    ("validator.trainingruntime.trainer.kubeflow.org",
+     "/validate-trainer-kubeflow-org-v1alpha1-trainingruntime", "trainingruntimes"),
+    ("validator.trainjob.trainer.kubeflow.org",
+     "/validate-trainer-kubeflow-org-v1alpha1-trainjob", "trainjobs"),
+)
+
+ObservedLookup = Callable[[dict[str, Any]], Awaitable[list[dict[str, Any]]]]
+
+
+def review_response(uid: str, result: ValidationResult) -> dict[str, Any]:
+    """The AdmissionReview answer (controller-runtime's conventions, spec §6.0)."""
+    response: dict[str, Any] = {"uid": uid, "allowed": result.allowed}
+    if result.warnings:
+        response["warnings"] = list(result.warnings)
+    if not result.allowed:
+        code = result.code if result.code in (403, 422) else 403
+        response["status"] = {
+            "metadata": {},
+            "code": code,
+            "reason": "Forbidden" if code == 403 else "Invalid",
+            "message": aggregate_message(result.texts()),
+        }
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
+
+
+def bad_review(detail: str) -> JSONResponse:
+    return JSONResponse({"error": detail}, status_code=400)
+
+
+def build_app(observed_for: ObservedLookup) -> FastAPI:
+    app = FastAPI(title="trainyard planner webhooks", docs_url=None, redoc_url=None, openapi_url=None)
+
+    async def read_review(request: Request) -> tuple[dict[str, Any], str] | JSONResponse:
+        try:
+            body = await request.json()
+        except ValueError:
+            return bad_review("request body: not JSON")
+        review = body.get("request") if isinstance(body, dict) else None
+        if not isinstance(review, dict):
+            return bad_review("request: missing AdmissionReview.request")
+        if not isinstance(review.get("object"), dict):
+            return bad_review("request.object: missing")
+        return review, str(review.get("uid", ""))
+
+    @app.post(WEBHOOKS[2][1])
+    async def trainjob(request: Request):
+        parsed = await read_review(request)
+        if isinstance(parsed, JSONResponse):
+            return parsed
+        review, uid = parsed
+        new, old = review["object"], review.get("oldObject") or None
+        observed = await observed_for(new)
+        result = validate_trainjob(new, old if review.get("operation") == "UPDATE" else None, None, observed)
+        metrics.WEBHOOK_REQUESTS.labels("trainjobs", str(result.allowed).lower()).inc()
+        return review_response(uid, result)
+
+    async def runtime(request: Request, resource: str):
+        parsed = await read_review(request)
+        if isinstance(parsed, JSONResponse):
+            return parsed
+        review, uid = parsed
+        old = review.get("oldObject") if review.get("operation") == "UPDATE" else None
+        result = validate_runtime(review["object"], old or None)
+        metrics.WEBHOOK_REQUESTS.labels(resource, str(result.allowed).lower()).inc()
+        return review_response(uid, result)
+
+    @app.post(WEBHOOKS[0][1])
+    async def cluster_training_runtime(request: Request):
+        return await runtime(request, "clustertrainingruntimes")
+
+    @app.post(WEBHOOKS[1][1])
+    async def training_runtime(request: Request):
+        return await runtime(request, "trainingruntimes")
+
+    return app
+
+
+def webhook_configuration(ca_bundle: bytes, *, url_base: str | None, service: tuple[str, str] | None,
+                          service_port: int = 443) -> dict[str, Any]:
+    """The ValidatingWebhookConfiguration (spec §6.0) pointing at this planner."""
+    webhooks = []
+    for name, path, resource in WEBHOOKS:
+        client: dict[str, Any] = {"caBundle": base64.b64encode(ca_bundle).decode("ascii")}
+        if url_base:
+            client["url"] = url_base.rstrip("/") + path
+        elif service:
+            client["service"] = {"name": service[0], "namespace": service[1], "path": path,
+                                 "port": service_port}
+        webhooks.append({
+            "name": name,
+            "admissionReviewVersions": ["v1"],
+            "clientConfig": client,
+            "failurePolicy": "Fail",
+            "sideEffects": "None",
+            "rules": [{"apiGroups": [GROUP], "apiVersions": ["v1alpha1"],
+                       "operations": ["CREATE", "UPDATE"], "resources": [resource]}],
+        })
+    return {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+            "metadata": {"name": CONFIGURATION_NAME}, "webhooks": webhooks}
+
+
+class TlsFiles:
+    """Cert and key written to a private temp dir (uvicorn/ssl read files), reloadable."""
+
+    def __init__(self) -> None:
+        self.dir = tempfile.mkdtemp(prefix="trainyard-webhook-")
+        self.cert = os.path.join(self.dir, "tls.crt")
+        self.key = os.path.join(self.dir, "tls.key")
+        self.context: ssl.SSLContext | None = None
+
+    def write(self, cert_pem: bytes, key_pem: bytes) -> None:
+        for path, data in ((self.cert, cert_pem), (self.key, key_pem)):
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+        if self.context is not None:
+            # New handshakes use the new certificate; open connections keep theirs.
+            self.context.load_cert_chain(self.cert, self.key)
+
+    def cleanup(self) -> None:
+        for path in (self.cert, self.key):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+        try:
+            os.rmdir(self.dir)
+        except OSError:
+            pass
+
+
+class WebhookServer:
+    def __init__(self, app: FastAPI, host: str, port: int, tls: TlsFiles) -> None:
+        self._app = app
+        self._host = host
+        self._port = port
+        self._tls = tls
+        self._server = None
+        self._task: asyncio.Task | None = None
+        self.bound_port: int | None = None
+
+    async def start(self) -> int:
+        import uvicorn
+
+        sock = socket.socket(socket.AF_INET6 if ":" in self._host else socket.AF_INET)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self._host, self._port))
+        self.bound_port = sock.getsockname()[1]
+        config = uvicorn.Config(self._app, ssl_certfile=self._tls.cert, ssl_keyfile=self._tls.key,
+                                log_level="warning", access_log=False, lifespan="off")
+        config.load()
+        self._tls.context = config.ssl
+        self._server = uvicorn.Server(config)
+        # _serve, not serve: serve() swaps the process's signal handlers, which belong to the
+        # service's own graceful shutdown.
+        self._task = asyncio.create_task(self._server._serve(sockets=[sock]))
+        return self.bound_port
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._task is not None:
+            try:
+                await asyncio.wait_for(self._task, timeout=5)
+            except (asyncio.TimeoutError, Exception):
+                self._task.cancel()

@@ -1,0 +1,225 @@
+"""status: folds JobSet status and plan/apply outcomes into TrainJob.status.
+
+Triggered by TrainJob and JobSet events and by apply results; recomputes from the KV
+snapshots with the pipeline's ``compute_trainjob_status`` (spec §5.2 steps 3-6) and writes the
+status subresource only when it changed. Events are recorded after a successful write, for the
+condition transitions it made. It also keeps the runtimes' ``resource-in-use`` finalizer
+(spec §2.4), since it sees every TrainJob and runtime event.
+"""
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from trainyard.bus.consumer import Consumer, Delivery, PermanentError
+from trainyard.bus.envelopes import ApplyResult, EnvelopeError, ObjectEvent, decode
+from trainyard.bus.kv import Outcome, applied_key
+from trainyard.bus.session import BusSession
+from trainyard.bus.subjects import RESULTS_PREFIX, ObjectKey, encode_token, event_filter
+from trainyard.bus.topology import EVENTS_STREAM, RESULTS_STREAM, ConsumerSpec
+from trainyard.kube import resources as r
+from trainyard.kube.client import KubeClient, KubeError
+from trainyard.kube.events import record_event
+from trainyard.pipeline.status import compute_trainjob_status, set_condition
+from trainyard.telemetry import metrics
+
+log = logging.getLogger(__name__)
+
+COMPONENT = "trainer-trainjob-controller"
+RUNTIME_COMPONENTS = {"TrainingRuntime": "trainer-trainingruntime-controller",
+                      "ClusterTrainingRuntime": "trainer-clustertrainingruntime-controller"}
+MANAGED_BY_TRAINER = "trainer.kubeflow.org/trainjob-controller"
+FINALIZER = "trainer.kubeflow.org/resource-in-use"
+GROUP = "trainer.kubeflow.org"
+
+
+def now_rfc3339() -> str:
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def desired_status(trainjob: dict[str, Any], jobset: dict[str, Any] | None,
+                   outcome: Outcome | None, now: str) -> dict[str, Any]:
+    """The pipeline's status fold, plus a ``Failed`` condition while planning or applying
+    fails (removed again by the fold's first step once the failure is gone)."""
+    status = compute_trainjob_status(trainjob, jobset, now)
+    uid = trainjob["metadata"].get("uid")
+    if outcome is not None and outcome.uid == uid:
+        conditions = list(status.get("conditions") or [])
+        failed = next((c for c in conditions if c.get("type") == "Failed"), None)
+        if failed is None or failed.get("reason") == outcome.reason:
+            set_condition(conditions, {"type": "Failed", "status": "True", "reason": outcome.reason,
+                                       "message": outcome.message}, now)
+            status["conditions"] = conditions
+    return status
+
+
+def comparable(status: dict[str, Any]) -> dict[str, Any]:
+    return status or {}
+
+
+def transitions(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]]:
+    """Conditions that are new or changed status/reason: one Event each."""
+    old = {c.get("type"): c for c in (before.get("conditions") or [])}
+    changed = []
+    for condition in after.get("conditions") or []:
+        previous = old.get(condition.get("type"))
+        if previous is None or previous.get("status") != condition.get("status") \
+                or previous.get("reason") != condition.get("reason"):
+            changed.append(condition)
+    return changed
+
+
+def runtime_of(trainjob: dict[str, Any]) -> tuple[str, str, str] | None:
+    """(kind, namespace, name) of the runtime the TrainJob references with the trainer group."""
+    ref = (trainjob.get("spec") or {}).get("runtimeRef") or {}
+    kind = ref.get("kind")
+    if ref.get("apiGroup") != GROUP or kind not in RUNTIME_COMPONENTS or not ref.get("name"):
+        return None
+    namespace = (trainjob.get("metadata") or {}).get("namespace") or "" if kind == "TrainingRuntime" else ""
+    return kind, namespace, ref["name"]
+
+
+@dataclass
+class StatusService:
+    bus: BusSession
+    kube: KubeClient
+    cluster: str
+
+    def consumers(self) -> list[Consumer]:
+        events = ConsumerSpec(EVENTS_STREAM, "status", [
+            event_filter(self.cluster, "TrainJob"), event_filter(self.cluster, "JobSet"),
+            event_filter(self.cluster, "TrainingRuntime"), event_filter(self.cluster, "ClusterTrainingRuntime"),
+        ], ack_wait_s=30, max_deliver=5)
+        results = ConsumerSpec(RESULTS_STREAM, "status-results",
+                               [f"{RESULTS_PREFIX}.{encode_token(self.cluster)}.>"], ack_wait_s=30, max_deliver=5)
+        lane = _namespace_name_lane
+        return [
+            Consumer(self.bus.js, events, self.handle_event, service="status",
+                     publisher=self.bus.publisher, key_of=lane),
+            Consumer(self.bus.js, results, self.handle_result, service="status",
+                     publisher=self.bus.publisher, key_of=lane),
+        ]
+
+    async def handle_event(self, delivery: Delivery) -> None:
+        try:
+            event = decode(ObjectEvent, delivery.data)
+        except EnvelopeError as err:
+            raise PermanentError(str(err)) from None
+        if event.kind in RUNTIME_COMPONENTS:
+            await self.reconcile_runtime(event.kind, event.namespace, event.name)
+            return
+        if event.kind == "TrainJob":
+            runtime = runtime_of(event.object)
+            if runtime is not None:
+                await self.reconcile_runtime(*runtime)
+            if event.type != "DELETED":
+                await self.reconcile_trainjob(event.namespace, event.name)
+            return
+        owner = next((ref.get("name") for ref in (event.object.get("metadata") or {}).get("ownerReferences") or []
+                      if ref.get("kind") == "TrainJob"), None)
+        if owner:
+            await self.reconcile_trainjob(event.namespace, owner)
+
+    async def handle_result(self, delivery: Delivery) -> None:
+        try:
+            result = decode(ApplyResult, delivery.data)
+        except EnvelopeError as err:
+            raise PermanentError(str(err)) from None
+        await self.reconcile_trainjob(result.namespace, result.name, result=result)
+
+    async def reconcile_trainjob(self, namespace: str, name: str, result: ApplyResult | None = None) -> None:
+        trainjob = await self.bus.snapshots.get(ObjectKey(self.cluster, "TrainJob", namespace, name))
+        for attempt in range(4):
+            if trainjob is None:
+                return
+            if ((trainjob.get("spec") or {}).get("managedBy") or MANAGED_BY_TRAINER) != MANAGED_BY_TRAINER:
+                return
+            uid = trainjob["metadata"].get("uid")
+            jobset = await self.bus.snapshots.get(ObjectKey(self.cluster, "JobSet", namespace, name))
+            if jobset is not None and not any(ref.get("uid") == uid for ref in
+                                               (jobset.get("metadata") or {}).get("ownerReferences") or []):
+                jobset = None  # left over from an earlier TrainJob of the same name
+            outcome = await self.bus.outcomes.get(applied_key(self.cluster, namespace, name))
+            before = trainjob.get("status") or {}
+            after = desired_status(trainjob, jobset, outcome, now_rfc3339())
+            if result is not None and result.uid == uid and result.outcome in ("failed", "plan-failed"):
+                await record_event(self.kube, trainjob, "Warning", "TrainJobResourcesCreationFailed",
+                                   _creation_failed_message(result.message), COMPONENT)
+                result = None
+            if comparable(after) == comparable(before):
+                metrics.STATUS_WRITES.labels("unchanged").inc()
+                return
+            body = dict(trainjob)
+            body["status"] = after
+            try:
+                await self.kube.replace_status(r.TRAINJOB, body)
+            except KubeError as err:
+                if err.not_found:
+                    return
+                if err.conflict:
+                    # Our snapshot is behind: read the live object and fold again.
+                    metrics.STATUS_WRITES.labels("conflict").inc()
+                    trainjob = await self.kube.get(r.TRAINJOB, namespace, name)
+                    if trainjob is not None:
+                        trainjob.setdefault("apiVersion", r.TRAINJOB.api_version)
+                        trainjob.setdefault("kind", r.TRAINJOB.kind)
+                    continue
+                metrics.STATUS_WRITES.labels("error").inc()
+                raise
+            metrics.STATUS_WRITES.labels("written").inc()
+            for condition in transitions(before, after):
+                await record_event(self.kube, trainjob, _event_type(condition), condition.get("reason") or
+                                   condition.get("type"), condition.get("message") or "", COMPONENT)
+            return
+        raise RuntimeError(f"status of {namespace}/{name}: conflicts kept coming")
+
+    async def reconcile_runtime(self, kind: str, namespace: str, name: str) -> None:
+        """Adds ``resource-in-use`` while TrainJobs reference the runtime; removes it once the
+        runtime is being deleted and none does (never from a live runtime), spec §2.4."""
+        resource = r.TRAINING_RUNTIME if kind == "TrainingRuntime" else r.CLUSTER_TRAINING_RUNTIME
+        runtime = await self.kube.get(resource, namespace or None, name)
+        if runtime is None:
+            return
+        jobs = await self.bus.snapshots.list(self.cluster, "TrainJob", namespace if namespace else None)
+        in_use = any(runtime_of(j) == (kind, namespace, name) for j in jobs
+                     if not (j.get("metadata") or {}).get("deletionTimestamp"))
+        meta = runtime.get("metadata") or {}
+        finalizers = list(meta.get("finalizers") or [])
+        if FINALIZER not in finalizers and in_use:
+            finalizers.append(FINALIZER)
+        elif FINALIZER in finalizers and meta.get("deletionTimestamp") and not in_use:
+            finalizers.remove(FINALIZER)
+        else:
+            return
+        patch = {"metadata": {"finalizers": finalizers, "resourceVersion": meta.get("resourceVersion")}}
+        try:
+            await self.kube.merge_patch(resource, namespace or None, name, patch)
+        except KubeError as err:
+            if err.not_found:
+                return
+            raise  # a conflict is retried with the message
+        log.info("runtime finalizer updated", extra={"runtime": f"{kind}/{namespace}/{name}",
+                                                     "in_use": in_use})
+
+
+def _event_type(condition: dict[str, Any]) -> str:
+    return "Warning" if condition.get("type") == "Failed" else "Normal"
+
+
+def _creation_failed_message(message: str) -> str:
+    prefix = "TrainJob resources reconciliation failed: "
+    if message.startswith(prefix):
+        return message
+    text = message if len(message) <= 950 else message[:950] + " ..."
+    return prefix + text
+
+
+def _namespace_name_lane(subject: str) -> str:
+    return ".".join(subject.split(".")[-2:])
+
+
+async def run_status(service: StatusService, stop: asyncio.Event) -> None:
+    await asyncio.gather(*(consumer.run(stop) for consumer in service.consumers()))

@@ -1,0 +1,145 @@
+"""watcher: list+watch of the trainer objects -> KV snapshots + events on JetStream.
+
+Each observed change is first recorded in the snapshot bucket (so a consumer woken by the
+event reads at least that version), then published with ``Nats-Msg-Id`` =
+object/uid/resourceVersion: two watcher replicas publish the same ids, JetStream keeps one.
+Events are queued and published in pipelined batches, in observation order.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from typing import Any
+
+from trainyard.bus.envelopes import EventType, ObjectEvent
+from trainyard.bus.kv import resource_version_newer
+from trainyard.bus.publisher import Outgoing
+from trainyard.bus.session import BusSession
+from trainyard.bus.subjects import bus_kind, event_subject
+from trainyard.kube import resources as r
+from trainyard.kube.client import KubeClient
+from trainyard.kube.resources import Resource
+from trainyard.kube.watch import list_and_watch
+from trainyard.telemetry import metrics
+
+log = logging.getLogger(__name__)
+
+WATCHED: tuple[Resource, ...] = (
+    r.TRAINJOB, r.TRAINING_RUNTIME, r.CLUSTER_TRAINING_RUNTIME, r.JOBSET,
+    r.COSCHEDULING_PODGROUP, r.VOLCANO_PODGROUP, r.SECRET, r.CONFIGMAP, r.PRIORITY_CLASS,
+)
+# Secrets and ConfigMaps matter only when a TrainJob owns them (the MPI ones).
+OWNED_ONLY = (r.SECRET, r.CONFIGMAP)
+BATCH_MAX = 512
+
+
+def owned_by_trainjob(obj: dict[str, Any]) -> bool:
+    return any(
+        ref.get("kind") == r.TRAINJOB.kind and str(ref.get("apiVersion", "")).startswith(r.TRAINJOB.group)
+        for ref in (obj.get("metadata") or {}).get("ownerReferences") or []
+    )
+
+
+class EventSink:
+    """Queues events and publishes them in batches (snapshot first, then the event)."""
+
+    def __init__(self, bus: BusSession, cluster: str, queue_size: int = 4096) -> None:
+        self._bus = bus
+        self._cluster = cluster
+        self._queue: asyncio.Queue[ObjectEvent] = asyncio.Queue(maxsize=queue_size)
+
+    async def put(self, event_type: EventType, obj: dict[str, Any]) -> None:
+        event = ObjectEvent.from_object(self._cluster, event_type, obj)
+        metrics.WATCH_EVENTS.labels(event.kind, event_type).inc()
+        await self._queue.put(event)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not (stop.is_set() and self._queue.empty()):
+            try:
+                first = await asyncio.wait_for(self._queue.get(), timeout=0.5)
+            except asyncio.TimeoutError:
+                continue
+            batch = [first]
+            while len(batch) < BATCH_MAX and not self._queue.empty():
+                batch.append(self._queue.get_nowait())
+            await self._flush_until_done(batch, stop)
+
+    async def _flush_until_done(self, batch: list[ObjectEvent], stop: asyncio.Event) -> None:
+        attempt = 0
+        while True:
+            try:
+                await self._flush(batch)
+                return
+            except Exception as err:  # NATS away: keep the batch, in order, and retry
+                attempt += 1
+                log.warning("publishing %d events failed (%s); retrying", len(batch), err)
+                if stop.is_set() and attempt > 20:
+                    log.error("giving up on %d events at shutdown (a relist recovers them)", len(batch))
+                    return
+                await asyncio.sleep(min(0.2 * attempt, 2.0))
+
+    async def _flush(self, batch: list[ObjectEvent]) -> None:
+        by_key: OrderedDict[Any, list[ObjectEvent]] = OrderedDict()
+        for event in batch:
+            by_key.setdefault(event.key, []).append(event)
+
+        async def record(events: list[ObjectEvent]) -> None:
+            for event in events:
+                await self._bus.snapshots.record(event.key, event.object, deleted=event.type == "DELETED")
+
+        await asyncio.gather(*(record(events) for events in by_key.values()))
+        await self._bus.publisher.publish_many(
+            Outgoing(event_subject(e.key), e, e.msg_id()) for e in batch
+        )
+
+
+class ResourceFeed:
+    """The watch handler of one resource: turns list/watch results into sink events."""
+
+    def __init__(self, bus: BusSession, sink: EventSink, cluster: str) -> None:
+        self._bus = bus
+        self._sink = sink
+        self._cluster = cluster
+        self.synced: set[str] = set()
+
+    def _wanted(self, resource: Resource, obj: dict[str, Any]) -> bool:
+        return resource not in OWNED_ONLY or owned_by_trainjob(obj)
+
+    async def on_event(self, resource: Resource, event_type: str, obj: dict[str, Any]) -> None:
+        if event_type in ("ADDED", "MODIFIED", "DELETED") and self._wanted(resource, obj):
+            await self._sink.put(event_type, obj)  # type: ignore[arg-type]
+
+    async def on_relist(self, resource: Resource, items: list[dict[str, Any]], list_rv: str) -> None:
+        """Publishes the listed state, and DELETED for stored objects no longer listed."""
+        listed: set[tuple[str, str]] = set()
+        for obj in items:
+            if not self._wanted(resource, obj):
+                continue
+            meta = obj.get("metadata") or {}
+            listed.add((meta.get("namespace") or "", meta.get("name", "")))
+            await self._sink.put("ADDED", obj)
+        kind = bus_kind(resource.api_version, resource.kind)
+        for snapshot in await self._bus.snapshots.list_snapshots(self._cluster, kind):
+            meta = snapshot.object.get("metadata") or {}
+            where = (meta.get("namespace") or "", meta.get("name", ""))
+            if snapshot.deleted or where in listed:
+                continue
+            # Written after our list by a faster replica? Then it is not a deletion.
+            if list_rv and resource_version_newer(snapshot.resource_version, list_rv):
+                continue
+            await self._sink.put("DELETED", snapshot.object)
+        self.synced.add(resource.plural + "." + resource.group)
+
+
+async def run_watcher(bus: BusSession, kube: KubeClient, cluster: str, stop: asyncio.Event,
+                      feed_ready: list[ResourceFeed] | None = None) -> None:
+    sink = EventSink(bus, cluster)
+    feed = ResourceFeed(bus, sink, cluster)
+    if feed_ready is not None:
+        feed_ready.append(feed)
+    sink_task = asyncio.create_task(sink.run(stop))
+    watches = [asyncio.create_task(list_and_watch(kube, resource, feed, stop)) for resource in WATCHED]
+    await stop.wait()
+    await asyncio.gather(*watches, return_exceptions=True)
+    await sink_task

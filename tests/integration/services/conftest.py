@@ -1,0 +1,142 @@
+"""Fixtures for the service integration tests: a real nats-server, a real devcluster, and the
+four services as real processes (`python -m trainyard.cli.main <service> ...`), each stopped by
+pid at the end of the test."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+CRDS = REPO / "deploy" / "crds"
+HOST = "127.0.0.1"
+
+
+@dataclass
+class ServiceProcess:
+    name: str
+    args: list[str]
+    log_path: Path
+    env: dict[str, str]
+    process: subprocess.Popen | None = None
+    http_port: int = 0
+
+    def start(self) -> None:
+        log = open(self.log_path, "ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "trainyard.cli.main", self.name, *self.args],
+            stdout=subprocess.PIPE, stderr=log, cwd=REPO, env=self.env, text=True,
+        )
+        log.close()
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        if "listening on" not in line:
+            self.stop()
+            raise RuntimeError(f"{self.name} did not start: {line!r}\n{self.log_path.read_text()[-3000:]}")
+        self.http_port = int(line.rsplit(":", 1)[1].strip())
+
+    def get(self, path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://{HOST}:{self.http_port}{path}", timeout=5) as resp:
+                return resp.status, resp.read().decode()
+        except urllib.error.HTTPError as err:
+            return err.code, err.read().decode()
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process is not None and self.process.poll() is not None:
+                raise RuntimeError(f"{self.name} exited: {self.log_path.read_text()[-3000:]}")
+            try:
+                if self.get("/readyz")[0] == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"{self.name} not ready: {self.get('/readyz')}\n{self.log_path.read_text()[-3000:]}")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 20.0) -> int | None:
+        if self.process is None:
+            return None
+        if self.process.poll() is None:
+            os.kill(self.process.pid, sig)
+            try:
+                self.process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                os.kill(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+        if self.process.stdout:
+            self.process.stdout.close()
+        code = self.process.returncode
+        self.process = None
+        return code
+
+    def kill(self) -> None:
+        self.stop(signal.SIGKILL)
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+
+@dataclass
+class Stack:
+    """nats-server + devcluster + any number of service processes."""
+
+    nats: object
+    cluster: object
+    workdir: Path
+    services: list[ServiceProcess] = field(default_factory=list)
+
+    def start_service(self, name: str, *extra: str, ready: bool = True) -> ServiceProcess:
+        index = sum(1 for s in self.services if s.name == name)
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        args = ["--kubeconfig", str(self.cluster.kubeconfig), "--nats-url", self.nats.url,
+                "--http-port", "0", "--shutdown-grace", "5", *extra]
+        if name == "planner" and "--webhook-port" not in extra:
+            args += ["--webhook-port", "0", "--webhook-namespace", "trainyard-system"]
+        service = ServiceProcess(name, args, self.workdir / f"{name}-{index}.log", env)
+        service.start()
+        self.services.append(service)
+        if ready:
+            service.wait_ready()
+        return service
+
+    def start_all(self) -> dict[str, ServiceProcess]:
+        return {name: self.start_service(name) for name in ("watcher", "planner", "applier", "status")}
+
+    def stop_all(self) -> None:
+        for service in reversed(self.services):
+            service.stop()
+
+    def kubectl(self, *args: str, **kw):
+        return self.cluster.kubectl(*args, **kw)
+
+
+def install_crds(cluster) -> None:
+    cluster.kubectl("apply", "--server-side", "-f", str(CRDS))
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        result = cluster.kubectl("get", "trainjobs,jobsets", "-A", check=False)
+        if result.returncode == 0:
+            return
+        time.sleep(0.2)
+    raise RuntimeError("CRDs not served")
+
+
+@pytest.fixture
+def stack(nats_server, devcluster, tmp_path) -> Iterator[Stack]:
+    install_crds(devcluster)
+    running = Stack(nats_server, devcluster, tmp_path)
+    try:
+        yield running
+    finally:
+        running.stop_all()
