@@ -179,9 +179,9 @@ class Stack:
             write_state(self.layout, self.state)
         self.say(f"  devcluster  ready   API server on port {self.ports.api}  (data in {self.layout.devcluster_dir})")
 
-    async def install_manifests(self) -> None:
+    async def install_crds(self) -> None:
+        """CRDs, the kubeflow-system namespace and the SDK's public ConfigMap: nothing a webhook checks."""
         crds = manifests.load_crds(self.config.deploy_dir)
-        runtimes = manifests.load_runtimes(self.config.deploy_dir)
         client = await kubeapi.open_client(self.layout.kubeconfig)
         try:
             for crd in crds:
@@ -189,12 +189,23 @@ class Stack:
             await kubeapi.wait_until_served(
                 client, "/apis/trainer.kubeflow.org/v1alpha1/clustertrainingruntimes", timeout_s=30
             )
-            for manifest in (manifests.system_namespace(), manifests.public_configmap(), *runtimes):
+            for manifest in (manifests.system_namespace(), manifests.public_configmap()):
                 await kubeapi.create_or_update(client, manifest)
         finally:
             await client.close()
-        names = ", ".join(r["metadata"]["name"] for r in runtimes)
-        self.say(f"  installed   {len(crds)} CRDs; runtimes: {names}")
+        self.say(f"  installed   {len(crds)} CRDs, {manifests.SYSTEM_NAMESPACE}/{manifests.PUBLIC_CONFIGMAP}")
+
+    async def install_runtimes(self) -> None:
+        """After the planner is ready: runtimes pass its validating webhook, and on a resumed data
+        dir the webhook configuration from the last run is only current once the planner re-registered."""
+        runtimes = manifests.load_runtimes(self.config.deploy_dir)
+        client = await kubeapi.open_client(self.layout.kubeconfig)
+        try:
+            for runtime in runtimes:
+                await kubeapi.create_or_update(client, runtime)
+        finally:
+            await client.close()
+        self.say(f"  installed   runtimes {', '.join(r['metadata']['name'] for r in runtimes)}")
 
     async def start_service(self, name: str) -> None:
         assert self.ports is not None
@@ -221,9 +232,11 @@ class Stack:
             await self.start_nats()
         if "devcluster" not in self.config.skip:
             await self.start_devcluster()
-            await self.install_manifests()
+            await self.install_crds()
         services = [name for name in SERVICES if name not in self.config.skip]
         await asyncio.gather(*(self.start_service(name) for name in services))
+        if "devcluster" not in self.config.skip:
+            await self.install_runtimes()
 
     # -- stopping ------------------------------------------------------------------------------
 
