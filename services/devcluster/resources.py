@@ -181,6 +181,10 @@ class Api:
         if not isinstance(body, dict):
             raise errors.bad_request(f"the body of a {rt.kind} must be a JSON object")
         obj = copy.deepcopy(body)
+        if rt.builtin:
+            # built-in decoding defaults the group/version/kind from the endpoint, as upstream
+            obj.setdefault("apiVersion", rt.api_version)
+            obj.setdefault("kind", rt.kind)
         api_version, kind = obj.get("apiVersion"), obj.get("kind")
         if not kind:
             raise errors.bad_request("Object 'Kind' is missing in the request body")
