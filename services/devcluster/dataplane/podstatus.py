@@ -170,7 +170,8 @@ def render_status(view: PodView, old_status: dict[str, Any] | None, now: str) ->
                                                  view.sandbox_ready),
                                   old_status.get("conditions"), now)
     scheduled = view.scheduled or next(
-        (c for c in old_status.get("conditions") or [] if c.get("type") == "PodScheduled"),
+        (c for c in old_status.get("conditions") or []
+         if c.get("type") == "PodScheduled" and c.get("status") == "True"),
         {"type": "PodScheduled", "status": "True", "lastProbeTime": None,
          "lastTransitionTime": now})
     conditions.append(scheduled)
