@@ -111,3 +111,19 @@ def test_defaulting_is_idempotent() -> None:
     doc = _runtime({"mlPolicy": {"mpi": {}}, "template": {"spec": {"replicatedJobs": [{"name": "a", "template": {}}]}}})
     once = apply_defaults(parse_object(doc))
     assert dump_object(apply_defaults(once)) == dump_object(once)
+
+
+def test_jobset_and_podgroup_objects_get_their_crd_defaults() -> None:
+    jobset = {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": "j"},
+        "spec": {"replicatedJobs": [{"name": "node", "template": {}}], "volumeClaimPolicies": [{"retentionPolicy": {}}]},
+    }
+    spec = _defaulted(jobset)["spec"]
+    assert spec["replicatedJobs"] == [{"name": "node", "template": {}, "replicas": 1, "groupName": "default"}]
+    assert spec["volumeClaimPolicies"] == [{"retentionPolicy": {"whenDeleted": "Delete"}}]
+    podgroup = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup", "metadata": {"name": "p"}, "spec": {"minMember": 2}}
+    assert _defaulted(podgroup)["spec"] == {"minMember": 2, "queue": "default"}
+    coscheduling = {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup", "metadata": {"name": "p"}, "spec": {"minMember": 2}}
+    assert _defaulted(coscheduling) == coscheduling
