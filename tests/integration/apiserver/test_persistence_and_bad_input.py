@@ -1,0 +1,149 @@
+"""Restart persistence, data-dir checks, and bad input over raw HTTP(S) against a real devcluster."""
+from __future__ import annotations
+
+import json
+import ssl
+import subprocess
+import sys
+
+import httpx
+import pytest
+
+from fixtures.devcluster import REPO, start_devcluster
+from integration.apiserver._manifests import install_trainer_crds, trainjob
+
+TJ = "/apis/trainer.kubeflow.org/v1alpha1/namespaces/default/trainjobs"
+
+
+def http(cluster) -> httpx.Client:
+    ctx = ssl.create_default_context(cafile=str(cluster.ca_cert))
+    return httpx.Client(base_url=cluster.url, verify=ctx, headers={"Authorization": f"Bearer {cluster.token}"}, timeout=10)
+
+
+def test_restart_keeps_objects_crds_and_resource_version(tmp_path):
+    data = tmp_path / "data"
+    first = start_devcluster(data)
+    try:
+        install_trainer_crds(first)
+        first.kubectl("create", "-f", "-", input=trainjob("kept", 2))
+        before = json.loads(first.kubectl("get", "trainjob", "kept", "-o", "json").stdout)
+        with http(first) as c:
+            list_rv = int(c.get(TJ).json()["metadata"]["resourceVersion"])
+    finally:
+        first.stop()
+    second = start_devcluster(data)
+    try:
+        after = json.loads(second.kubectl("get", "trainjob", "kept", "-o", "json").stdout)
+        assert after == before
+        with http(second) as c:
+            assert int(c.get(TJ).json()["metadata"]["resourceVersion"]) == list_rv
+            created = c.post("/api/v1/namespaces/default/configmaps",
+                             json={"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "after"}})
+            assert int(created.json()["metadata"]["resourceVersion"]) == list_rv + 1
+    finally:
+        second.stop()
+
+
+def _up(data_dir) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "trainyard.cli.main", "devcluster", "up", "--port", "0",
+                           "--data-dir", str(data_dir)], capture_output=True, text=True, timeout=60, cwd=REPO)
+
+
+def test_corrupt_or_foreign_data_dir_is_refused_with_a_clear_error(tmp_path):
+    corrupt = tmp_path / "corrupt"
+    corrupt.mkdir()
+    (corrupt / "devcluster.db").write_bytes(b"this is not sqlite" * 100)
+    result = _up(corrupt)
+    assert result.returncode == 2
+    assert "error: --data-dir:" in result.stderr and "Traceback" not in result.stderr
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine")
+    result = _up(foreign)
+    assert result.returncode == 2 and "not a trainyard devcluster data dir" in result.stderr
+    assert (foreign / "notes.txt").read_text() == "mine"
+
+
+@pytest.fixture(scope="module")
+def cluster(devcluster_module):
+    install_trainer_crds(devcluster_module)
+    return devcluster_module
+
+
+def _status(response: httpx.Response, code: int, reason: str) -> dict:
+    assert response.status_code == code, response.text
+    body = response.json()
+    assert body["kind"] == "Status" and body["code"] == code and body["reason"] == reason
+    return body
+
+
+def test_bad_input_gets_a_status_and_changes_nothing(cluster):
+    with http(cluster) as c:
+        before = c.get(TJ).json()["metadata"]["resourceVersion"]
+        _status(c.post(TJ, content=b"{not json", headers={"Content-Type": "application/json"}), 400, "BadRequest")
+        wrong_kind = json.loads(json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}))
+        assert "kind" in _status(c.post(TJ, json=wrong_kind), 400, "BadRequest")["message"]
+        body = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+                "metadata": {"name": "x" * 300}, "spec": {"runtimeRef": {"name": "r"}}}
+        invalid = _status(c.post(TJ, json=body), 422, "Invalid")
+        assert invalid["details"]["causes"][0]["field"] == "metadata.name"
+        body["metadata"] = {"name": "Bad_Name"}
+        _status(c.post(TJ, json=body), 422, "Invalid")
+        body["metadata"] = {"name": "ok", "namespace": "other"}
+        mismatch = _status(c.post(TJ, json=body), 400, "BadRequest")
+        assert mismatch["message"] == "the namespace of the provided object does not match the namespace sent on the request"
+        body["metadata"] = {"name": "typed"}
+        body["spec"] = {"runtimeRef": {"name": "r"}, "trainer": {"numNodes": "two"}}
+        typed = _status(c.post(TJ, json=body), 422, "Invalid")
+        assert typed["details"]["causes"][0]["field"] == "spec.trainer.numNodes"
+        assert typed["message"].startswith('TrainJob.trainer.kubeflow.org "typed" is invalid: spec.trainer.numNodes')
+        body["spec"] = {"trainer": {"numNodes": 1}}
+        required = _status(c.post(TJ, json=body), 422, "Invalid")
+        assert required["details"]["causes"][0] == {"reason": "FieldValueRequired", "message": "Required value",
+                                                    "field": "spec.runtimeRef"}
+        _status(c.post(TJ, content=b"x" * (4 * 1024 * 1024), headers={"Content-Type": "application/json"}),
+                413, "RequestEntityTooLarge")
+        _status(c.get("/apis/nope.example.com/v1/things"), 404, "NotFound")
+        _status(c.put(TJ, json=body), 405, "MethodNotAllowed")
+        _status(c.get(TJ, params={"labelSelector": "a in ("}), 400, "BadRequest")
+        _status(c.get(TJ, params={"fieldSelector": "spec.x=1"}), 400, "BadRequest")
+        missing = _status(c.get(TJ + "/missing"), 404, "NotFound")
+        assert missing["message"] == 'trainjobs.trainer.kubeflow.org "missing" not found'
+        _status(c.post("/api/v1/namespaces/nowhere/configmaps",
+                       json={"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}), 404, "NotFound")
+        assert c.get("/healthz").text == "ok"
+        assert c.get(TJ).json()["metadata"]["resourceVersion"] == before
+
+
+def test_strict_unknown_fields_and_warn_header(cluster):
+    with http(cluster) as c:
+        body = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": {"name": "strict"},
+                "spec": {"runtimeRef": {"name": "r"}, "bogus": 1}}
+        strict = _status(c.post(TJ, json=body, params={"fieldValidation": "Strict"}), 400, "BadRequest")
+        assert strict["message"] == 'strict decoding error: unknown field "spec.bogus"'
+        warned = c.post(TJ, json=body, params={"fieldValidation": "Warn"})
+        assert warned.status_code == 201
+        assert warned.headers["Warning"] == '299 - "unknown field \\"spec.bogus\\""'
+        assert "bogus" not in warned.json()["spec"]  # pruned
+
+
+def test_requests_without_the_token_are_unauthorized(cluster):
+    ctx = ssl.create_default_context(cafile=str(cluster.ca_cert))
+    with httpx.Client(base_url=cluster.url, verify=ctx, timeout=10) as c:
+        _status(c.get("/api/v1/namespaces"), 401, "Unauthorized")
+        assert c.get("/version").json()["gitVersion"].startswith("v1.36.")
+
+
+def test_optimistic_concurrency_and_delete_preconditions(cluster):
+    with http(cluster) as c:
+        cm = c.post("/api/v1/namespaces/default/configmaps",
+                    json={"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "occ"}, "data": {"a": "1"}}).json()
+        stale = dict(cm, data={"a": "2"})
+        ok = c.put("/api/v1/namespaces/default/configmaps/occ", json=stale)
+        assert ok.status_code == 200
+        conflict = _status(c.put("/api/v1/namespaces/default/configmaps/occ", json=dict(cm, data={"a": "3"})), 409, "Conflict")
+        assert "the object has been modified" in conflict["message"]
+        pre = {"preconditions": {"resourceVersion": cm["metadata"]["resourceVersion"]}}
+        _status(c.request("DELETE", "/api/v1/namespaces/default/configmaps/occ", json=pre), 409, "Conflict")
+        done = c.delete("/api/v1/namespaces/default/configmaps/occ")
+        assert done.json()["status"] == "Success"
