@@ -20,6 +20,8 @@ COMMANDS: dict[str, str] = {
     "devcluster": "trainyard_services.devcluster.cli",
     "up": "trainyard.cli.up",
     "down": "trainyard.cli.down",
+    "plan": "trainyard.cli.plan",
+    "validate": "trainyard.cli.validate",
 }
 
 

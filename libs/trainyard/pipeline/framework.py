@@ -47,14 +47,17 @@ class PlanContext:
 
     def owner_reference(self) -> dict[str, Any]:
         meta = mapping(self.trainjob.get("metadata"))
-        return {
+        reference: dict[str, Any] = {
             "apiVersion": str(self.trainjob.get("apiVersion") or "trainer.kubeflow.org/v1alpha1"),
             "kind": "TrainJob",
             "name": self.name,
-            "uid": str(meta.get("uid") or ""),
-            "controller": True,
-            "blockOwnerDeletion": True,
         }
+        # A TrainJob read from a file has no uid yet; the reference then carries none.
+        if meta.get("uid"):
+            reference["uid"] = str(meta["uid"])
+        reference["controller"] = True
+        reference["blockOwnerDeletion"] = True
+        return reference
 
 
 @dataclass
