@@ -187,6 +187,6 @@ def _write(objects: list[dict[str, Any]], output: str) -> None:
 
         sys.stdout.write(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}, indent=2) + "\n")
         return
-    import yaml
+    from trainyard.pipeline import render_yaml
 
-    sys.stdout.write(yaml.safe_dump_all(objects, sort_keys=False, default_flow_style=False, width=120))
+    sys.stdout.write(render_yaml(objects))

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from .errors import ErrorType, FieldError, PlanningError, aggregate_message
 from .observed import ObservedState
-from .planning import Plan, canonical_json, plan, plan_hash
+from .planning import Plan, canonical_json, plan, plan_hash, render_yaml
 from .status import compute_trainjob_status
 from .validation import ValidationResult, validate_runtime, validate_trainjob
 
 __all__ = [
     "ErrorType", "FieldError", "ObservedState", "Plan", "PlanningError", "ValidationResult",
     "aggregate_message", "canonical_json", "compute_trainjob_status", "plan", "plan_hash",
-    "validate_runtime", "validate_trainjob",
+    "render_yaml", "validate_runtime", "validate_trainjob",
 ]

@@ -35,6 +35,18 @@ def canonical_json(objects: Sequence[dict[str, Any]]) -> bytes:
     return json.dumps(list(objects), sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
+def render_yaml(objects: Sequence[dict[str, Any]]) -> str:
+    """Multi-document YAML in plan order (keys in document order, no anchors/aliases)."""
+    import yaml
+
+    class _PlainDumper(yaml.SafeDumper):
+        def ignore_aliases(self, data: Any) -> bool:
+            return True
+
+    return yaml.dump_all(list(objects), Dumper=_PlainDumper, sort_keys=False, default_flow_style=False,
+                         width=120, allow_unicode=True)
+
+
 def plan_hash(objects: Sequence[dict[str, Any]]) -> str:
     return "sha256:" + hashlib.sha256(canonical_json(objects)).hexdigest()
 

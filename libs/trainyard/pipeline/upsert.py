@@ -63,5 +63,6 @@ def api_env_var(env: Item) -> Item:
                 carried[key] = {f: ref[f] for f in fields if f in ref}
         out["valueFrom"] = carried
     else:
-        out["value"] = env.get("value", "")
+        value = env.get("value", "")
+        out["value"] = value if isinstance(value, str) else str(value)
     return out

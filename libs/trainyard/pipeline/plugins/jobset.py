@@ -6,7 +6,7 @@ from trainyard.api import constants as c
 from typing import Any
 
 from .. import names
-from ..documents import dig, ensure_list, ensure_mapping, items, mapping
+from ..documents import clone, dig, ensure_list, ensure_mapping, items, mapping
 from ..errors import FieldError, PlanningError, forbidden, internal, invalid
 from ..framework import PlanContext, Plugin, ValidationContext, Verdict
 from ..observed import ReadError
@@ -100,7 +100,8 @@ def _apply_trainer(ctx: PlanContext) -> None:
             if trainer.get("args") is not None:
                 container["args"] = list(trainer["args"])
         if isinstance(resources, dict) and (resources.get("limits") is not None or resources.get("requests") is not None):
-            container["resources"] = {k: resources[k] for k in ("limits", "requests") if resources.get(k) is not None}
+            container["resources"] = {k: clone(resources[k]) for k in ("limits", "requests")
+                                      if resources.get(k) is not None}
         if trainer.get("env"):
             env = ensure_list(container, "env")
             for entry in items(trainer.get("env")):

@@ -7,7 +7,7 @@ import base64
 from typing import Any
 
 from .. import names
-from ..documents import ensure_list, items
+from ..documents import clone, ensure_list, items
 from ..errors import PlanningError, invalid
 from ..framework import PlanContext, Plugin, ValidationContext, Verdict
 from ..observed import ReadError
@@ -55,9 +55,9 @@ def enforce_ml_policy(ctx: PlanContext) -> None:
         if pod_set.name not in (names.NODE, names.LAUNCHER):
             continue
         is_launcher = pod_set.name == names.LAUNCHER
-        pod_set.upsert_volume(dict(ssh_volume))
+        pod_set.upsert_volume(clone(ssh_volume))
         if is_launcher:
-            pod_set.upsert_volume(dict(hostfile_volume))
+            pod_set.upsert_volume(clone(hostfile_volume))
         container = pod_set.container(names.NODE)
         if container is None:
             continue
