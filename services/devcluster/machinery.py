@@ -170,6 +170,6 @@ def check_builtin_fields(rt: ResourceType, obj: dict[str, Any], opts: Any) -> No
 def decode_protobuf(body: bytes) -> dict[str, Any]:
     module = _lib("protobuf")
     try:
-        return module.decode_object(body)
+        return module.decode_kubernetes_protobuf(body)
     except ValueError as err:
         raise errors.bad_request(f"error decoding protobuf body: {err}") from err

@@ -26,6 +26,8 @@ log = logging.getLogger("trainyard.devcluster.api")
 
 DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease", "kubeflow-system")
 FOREGROUND = "foregroundDeletion"
+# the server's own controllers (garbage collector, namespace controller) are not sent to webhooks
+INTERNAL_MANAGERS = {"generic-garbage-collector", "namespace-controller", "devcluster"}
 ORPHAN = "orphan"
 # metadata the client cannot set through create/update bodies
 _SERVER_META = ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation",
@@ -400,7 +402,8 @@ class Api:
             obj = self.schemas.process(rt, obj, old, opts)
         else:
             self._builtin_checks(rt, obj, opts)
-        if self.admission is not None and not (rt.group == "admissionregistration.k8s.io"):
+        if self.admission is not None and rt.group != "admissionregistration.k8s.io" \
+                and opts.manager not in INTERNAL_MANAGERS:
             admitted = await self.admission(operation, rt, obj, old, opts)
             if admitted is not None:
                 obj = admitted
@@ -524,6 +527,8 @@ class Api:
                                   {"group": "meta.k8s.io", "kind": "DeleteOptions"})
         if meta.get("deletionTimestamp"):
             return obj, True
+        if self.admission is not None and opts.manager not in INTERNAL_MANAGERS:
+            await self.admission("DELETE", rt, None, obj, opts)
         finalizers = list(meta.get("finalizers") or [])
         if policy == "Foreground" and FOREGROUND not in finalizers and self.store.dependents(meta["uid"]):
             finalizers.append(FOREGROUND)

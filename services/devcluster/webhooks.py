@@ -1,13 +1,209 @@
-"""Admission webhooks: call Mutating then Validating webhook configurations (AdmissionReview v1)."""
+"""Admission webhooks: Mutating then Validating webhook configurations, AdmissionReview v1.
+
+The server calls each matching webhook over HTTPS (trusting its ``caBundle``), honouring
+``rules`` (operations, groups, versions, resources incl. ``x/status``, scope),
+``namespaceSelector``, ``objectSelector``, ``failurePolicy`` and ``timeoutSeconds``. Mutating
+webhooks answer JSON patches that are applied in order; a denial becomes the client's error as
+upstream words it: ``admission webhook "<name>" denied the request: <message>``.
+"""
 from __future__ import annotations
 
+import asyncio
+import base64
+import json
+import logging
+import ssl
+import uuid
 from typing import Any
+
+from . import errors
+from .errors import ApiError
+
+log = logging.getLogger("trainyard.devcluster.webhooks")
+
+MUTATING = ("admissionregistration.k8s.io", "mutatingwebhookconfigurations")
+VALIDATING = ("admissionregistration.k8s.io", "validatingwebhookconfigurations")
+
+
+def _matches_list(values: list[str] | None, wanted: str) -> bool:
+    values = values or []
+    return "*" in values or wanted in values
+
+
+def _resource_matches(resources: list[str] | None, resource: str, subresource: str) -> bool:
+    full = f"{resource}/{subresource}" if subresource else resource
+    for pattern in resources or []:
+        if pattern == "*/*" or pattern == full:
+            return True
+        if pattern == "*" and not subresource:
+            return True
+        if "/" in pattern:
+            res, sub = pattern.split("/", 1)
+            if (res == "*" and sub == subresource) or (res == resource and sub == "*" and subresource):
+                return True
+    return False
+
+
+def rule_matches(rule: dict[str, Any], operation: str, rt: Any, subresource: str) -> bool:
+    if not _matches_list(rule.get("operations"), operation):
+        return False
+    if not _matches_list(rule.get("apiGroups"), rt.group):
+        return False
+    if not _matches_list(rule.get("apiVersions"), rt.version):
+        return False
+    if not _resource_matches(rule.get("resources"), rt.resource, subresource):
+        return False
+    scope = rule.get("scope", "*")
+    if scope == "Cluster" and rt.namespaced:
+        return False
+    if scope == "Namespaced" and not rt.namespaced:
+        return False
+    return True
+
+
+def _selector_matches(selector: dict[str, Any] | None, labels: dict[str, str]) -> bool:
+    if not selector:
+        return True
+    from trainyard.apimachinery.selectors import label_selector_from_struct
+    return label_selector_from_struct(selector).matches(labels)
+
+
+def _ssl_context(ca_bundle: str | None) -> ssl.SSLContext:
+    if ca_bundle:
+        ctx = ssl.create_default_context(cadata=base64.b64decode(ca_bundle).decode())
+    else:
+        ctx = ssl.create_default_context()
+    return ctx
+
+
+def _url(client_config: dict[str, Any]) -> str:
+    if client_config.get("url"):
+        return client_config["url"]
+    service = client_config.get("service") or {}
+    path = service.get("path") or "/"
+    return f"https://{service.get('name')}.{service.get('namespace')}.svc:{service.get('port', 443)}{path}"
 
 
 class Admission:
     def __init__(self, api: Any) -> None:
         self.api = api
+        self._session: Any = None
+
+    def _configurations(self, key: tuple[str, str]) -> list[dict[str, Any]]:
+        return [stored.load() for _, stored in self.api.store.list(key)]
+
+    def _namespace_labels(self, rt: Any, obj: dict[str, Any] | None, old: dict[str, Any] | None) -> dict[str, str]:
+        target = obj or old or {}
+        if rt.storage_key == ("", "namespaces"):
+            return dict((target.get("metadata") or {}).get("labels") or {})
+        namespace = (target.get("metadata") or {}).get("namespace")
+        if not namespace:
+            return {}
+        stored = self.api.store.get(("", "namespaces"), "", namespace)
+        return dict(stored.labels) if stored else {}
+
+    def _matching(self, key: tuple[str, str], operation: str, rt: Any, obj: dict[str, Any] | None,
+                  old: dict[str, Any] | None, subresource: str) -> list[dict[str, Any]]:
+        found = []
+        for configuration in sorted(self._configurations(key), key=lambda c: c["metadata"]["name"]):
+            for hook in configuration.get("webhooks") or []:
+                if not any(rule_matches(rule, operation, rt, subresource) for rule in hook.get("rules") or []):
+                    continue
+                if rt.namespaced or rt.storage_key == ("", "namespaces"):
+                    if not _selector_matches(hook.get("namespaceSelector"), self._namespace_labels(rt, obj, old)):
+                        continue
+                labels_new = dict(((obj or {}).get("metadata") or {}).get("labels") or {})
+                labels_old = dict(((old or {}).get("metadata") or {}).get("labels") or {})
+                selector = hook.get("objectSelector")
+                if selector and not (_selector_matches(selector, labels_new) or (old and _selector_matches(selector, labels_old))):
+                    continue
+                found.append(hook)
+        return found
 
     async def admit(self, operation: str, rt: Any, obj: dict[str, Any] | None, old: dict[str, Any] | None,
                     opts: Any) -> dict[str, Any] | None:
-        return None
+        """Run mutating then validating webhooks; returns the mutated object (or None: unchanged)."""
+        subresource = opts.subresource or ""
+        mutating = self._matching(MUTATING, operation, rt, obj, old, subresource)
+        validating = self._matching(VALIDATING, operation, rt, obj, old, subresource)
+        if not mutating and not validating:
+            return None
+        current = obj
+        changed = False
+        for hook in mutating:
+            response = await self._call(hook, operation, rt, current, old, opts)
+            if response is None:
+                continue
+            patch = response.get("patch")
+            if patch and current is not None:
+                if response.get("patchType", "JSONPatch") != "JSONPatch":
+                    raise errors.internal(f'webhook "{hook.get("name")}" returned an unsupported patchType')
+                from trainyard.apimachinery.json_patch import apply_json_patch
+                try:
+                    current = apply_json_patch(current, json.loads(base64.b64decode(patch)))
+                except ValueError as err:
+                    raise errors.internal(f'failed to apply the patch of webhook "{hook.get("name")}": {err}') from err
+                changed = True
+        if validating:
+            await asyncio.gather(*(self._call(hook, operation, rt, current, old, opts) for hook in validating))
+        return current if changed else None
+
+    async def _call(self, hook: dict[str, Any], operation: str, rt: Any, obj: dict[str, Any] | None,
+                    old: dict[str, Any] | None, opts: Any) -> dict[str, Any] | None:
+        import aiohttp
+        name = hook.get("name", "")
+        meta = (obj or old or {}).get("metadata") or {}
+        gvk = {"group": rt.group, "version": rt.version, "kind": rt.kind}
+        gvr = {"group": rt.group, "version": rt.version, "resource": rt.resource}
+        review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+            "uid": str(uuid.uuid4()), "kind": gvk, "resource": gvr, "requestKind": gvk, "requestResource": gvr,
+            "name": meta.get("name", ""), "operation": operation,
+            "userInfo": {"username": "devcluster-admin", "groups": ["system:masters", "system:authenticated"]},
+            "object": obj, "oldObject": old, "dryRun": bool(opts.dry_run),
+            "options": {"apiVersion": "meta.k8s.io/v1", "kind": f"{operation.capitalize()}Options",
+                        "fieldManager": opts.manager} if operation != "DELETE" else
+            {"apiVersion": "meta.k8s.io/v1", "kind": "DeleteOptions"}}}
+        if rt.namespaced:
+            review["request"]["namespace"] = meta.get("namespace", "")
+        if opts.subresource:
+            review["request"]["subResource"] = opts.subresource
+        client_config = hook.get("clientConfig") or {}
+        timeout = float(hook.get("timeoutSeconds") or 10)
+        fail_open = hook.get("failurePolicy", "Fail") == "Ignore"
+        try:
+            if self._session is None or self._session.closed:
+                self._session = aiohttp.ClientSession()
+            async with self._session.post(_url(client_config), json=review, ssl=_ssl_context(client_config.get("caBundle")),
+                                          timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
+                if resp.status != 200:
+                    raise RuntimeError(f"the server responded with status {resp.status}")
+                answer = await resp.json(content_type=None)
+            response = answer.get("response") if isinstance(answer, dict) else None
+            if not isinstance(response, dict):
+                raise RuntimeError("the webhook answered no AdmissionReview response")
+        except ApiError:
+            raise
+        except Exception as err:  # noqa: BLE001 - any call failure goes through failurePolicy
+            if fail_open:
+                log.warning("webhook %s failed (ignored by failurePolicy): %s", name, err)
+                return None
+            raise errors.internal(f'failed calling webhook "{name}": {err}') from err
+        for warning in response.get("warnings") or []:
+            opts.warnings.append(str(warning))
+        if not response.get("allowed"):
+            raise _denied(name, response.get("status") or {})
+        return response
+
+
+def _denied(name: str, result: dict[str, Any]) -> ApiError:
+    denied_by = f'admission webhook "{name}" denied the request'
+    code = int(result.get("code") or 0)
+    if code < 400:
+        code = 400
+    if result.get("message"):
+        message = f"{denied_by}: {result['message']}"
+    elif result.get("reason"):
+        message = f"{denied_by}: {result['reason']}"
+    else:
+        message = f"{denied_by} without explanation"
+    return ApiError(code, str(result.get("reason") or ""), message, result.get("details"))

@@ -188,3 +188,91 @@ def test_describe_shows_events(cluster):
     cluster.kubectl("create", "-f", "-", input=json.dumps(event))
     described = cluster.kubectl("describe", "trainjob", "described").stdout
     assert "JobSet described created" in described
+
+
+def test_logs_follow_streams_until_the_container_terminates(cluster):
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "logger"},
+           "spec": {"containers": [{"name": "node", "image": "busybox"}, {"name": "side", "image": "busybox"}]}}
+    cluster.kubectl("create", "-f", "-", input=json.dumps(pod))
+    status = {"status": {"phase": "Running", "containerStatuses": [
+        {"name": "node", "ready": True, "restartCount": 0, "image": "busybox", "imageID": "", "state": {"running": {}}}]}}
+    cluster.kubectl("patch", "pod", "logger", "--subresource=status", "--type=merge", "-p", json.dumps(status))
+    log_file = cluster.data_dir / "pods" / "default" / "logger" / "node.log"
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    log_file.write_text("line 1\nline 2\n")
+    assert cluster.kubectl("logs", "logger", "-c", "node", "--tail=1").stdout == "line 2\n"
+    follower = subprocess.Popen([str(cluster_kubectl(cluster)), f"--cache-dir={cluster.cache_dir}", "logs", "-f",
+                                 "logger", "-c", "node"], env=cluster_env(cluster), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(0.8)
+        with log_file.open("a") as handle:
+            handle.write("line 3\n")
+        time.sleep(0.5)
+        assert follower.poll() is None  # still following
+        done = {"status": {"phase": "Succeeded", "containerStatuses": [
+            {"name": "node", "ready": False, "restartCount": 0, "image": "busybox", "imageID": "",
+             "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}]}}
+        cluster.kubectl("patch", "pod", "logger", "--subresource=status", "--type=merge", "-p", json.dumps(done))
+        out, err = follower.communicate(timeout=15)
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+            follower.wait()
+    assert out == "line 1\nline 2\nline 3\n", err
+    missing = cluster.kubectl("logs", "logger", "-c", "nope", check=False)
+    assert missing.returncode != 0 and "container nope is not valid for pod logger" in missing.stderr
+
+
+def test_owner_reference_garbage_collection_background_and_foreground(cluster):
+    cluster.kubectl("create", "-f", "-", input=trainjob("owner-bg", 1))
+    cluster.kubectl("create", "-f", "-", input=trainjob("owner-fg", 1))
+    for owner in ("owner-bg", "owner-fg"):
+        uid = json.loads(cluster.kubectl("get", "trainjob", owner, "-o", "json").stdout)["metadata"]["uid"]
+        ref = [{"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": owner, "uid": uid,
+                "controller": True, "blockOwnerDeletion": True}]
+        cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"{owner}-cm", "ownerReferences": ref}}
+        cluster.kubectl("create", "-f", "-", input=json.dumps(cm))
+        cm_uid = json.loads(cluster.kubectl("get", "cm", f"{owner}-cm", "-o", "json").stdout)["metadata"]["uid"]
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"{owner}-pod", "ownerReferences": [
+            {"apiVersion": "v1", "kind": "ConfigMap", "name": f"{owner}-cm", "uid": cm_uid}]},
+               "spec": {"containers": [{"name": "node", "image": "busybox"}]}}
+        cluster.kubectl("create", "-f", "-", input=json.dumps(pod))
+    cluster.kubectl("delete", "trainjob", "owner-bg")
+    cluster.kubectl("delete", "trainjob", "owner-fg", "--cascade=foreground")
+    left = cluster.kubectl("get", "cm,pods", "-o", "name").stdout.split()
+    assert not [n for n in left if "owner-" in n]
+    assert cluster.kubectl("get", "trainjob", "owner-fg", check=False).returncode != 0
+
+
+def test_namespace_deletion_removes_its_contents(cluster):
+    cluster.kubectl("create", "namespace", "doomed")
+    cluster.kubectl("create", "-n", "doomed", "-f", "-", input=trainjob("inside", 1))
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "inside", "namespace": "doomed"}}
+    cluster.kubectl("create", "-f", "-", input=json.dumps(cm))
+    cluster.kubectl("delete", "namespace", "doomed", "--timeout=30s")
+    assert cluster.kubectl("get", "ns", "doomed", check=False).returncode != 0
+    assert "inside" not in cluster.kubectl("get", "trainjobs,cm", "-A", "-o", "name").stdout
+
+
+def test_generator_commands_send_protobuf_bodies(cluster):
+    cluster.kubectl("create", "configmap", "proto-cm", "--from-literal=a=b")
+    cluster.kubectl("create", "secret", "generic", "proto-secret", "--from-literal=p=q")
+    cluster.kubectl("create", "serviceaccount", "proto-sa")
+    cluster.kubectl("create", "job", "proto-job", "--image=busybox", "--", "echo", "hi")
+    cluster.kubectl("run", "proto-pod", "--image=busybox", "--labels=app=proto", "--", "sleep", "1")
+    assert json.loads(cluster.kubectl("get", "cm", "proto-cm", "-o", "json").stdout)["data"] == {"a": "b"}
+    job = json.loads(cluster.kubectl("get", "job", "proto-job", "-o", "json").stdout)
+    assert job["spec"]["template"]["spec"]["containers"][0]["command"] == ["echo", "hi"]
+    assert json.loads(cluster.kubectl("get", "pod", "proto-pod", "-o", "json").stdout)["metadata"]["labels"] == {"app": "proto"}
+
+
+def test_server_side_apply_with_kubectl_conflict_and_force(cluster):
+    cluster.kubectl("apply", "--server-side", "-f", "-", input=trainjob("ssa-kubectl", 2))
+    cluster.kubectl("patch", "trainjob", "ssa-kubectl", "--type=merge", "-p", '{"spec":{"trainer":{"numNodes":5}}}')
+    conflict = cluster.kubectl("apply", "--server-side", "-f", "-", input=trainjob("ssa-kubectl", 3), check=False)
+    assert conflict.returncode != 0
+    assert 'conflict with "kubectl-patch"' in conflict.stderr and ".spec.trainer.numNodes" in conflict.stderr
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=trainjob("ssa-kubectl", 3))
+    obj = json.loads(cluster.kubectl("get", "trainjob", "ssa-kubectl", "-o", "json").stdout)
+    assert obj["spec"]["trainer"]["numNodes"] == 3
