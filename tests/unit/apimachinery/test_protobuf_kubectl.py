@@ -151,7 +151,7 @@ def test_kubectl_create_job_body_decodes(recording_server: RecordingServer, tmp_
 )
 def test_kubectl_generator_bodies_decode_exactly(recording_server: RecordingServer, tmp_path: Path,
                                                   args: list[str], expected: dict) -> None:
-    result = run_kubectl(recording_server, tmp_path, *args, "--dry-run=server")
+    result = run_kubectl(recording_server, tmp_path, "--dry-run=server", *args)
     assert result.returncode == 0, result.stderr
     content_type, body = recording_server.bodies[-1]
     assert content_type == "application/vnd.kubernetes.protobuf"
