@@ -58,6 +58,14 @@ def json_path(loc: Iterable[str | int]) -> str:
     return path or "(document)"
 
 
+# pydantic messages that name Python classes, reworded in JSON terms.
+_MESSAGES_BY_TYPE = {
+    "model_type": "Input should be an object",
+    "model_attributes_type": "Input should be an object",
+    "dict_type": "Input should be an object",
+}
+
+
 def format_validation_error(exc: ValidationError, prefix: str = "") -> list[str]:
     """One ``json.path: message`` line per pydantic error, with wire (camelCase) names."""
     lines = []
@@ -66,7 +74,7 @@ def format_validation_error(exc: ValidationError, prefix: str = "") -> list[str]
         path = json_path(loc)
         if prefix:
             path = f"{prefix}.{path}" if loc else prefix
-        lines.append(f"{path}: {error['msg']}")
+        lines.append(f"{path}: {_MESSAGES_BY_TYPE.get(error['type'], error['msg'])}")
     return lines
 
 
@@ -108,10 +116,19 @@ def dump_object(model: KubeModel) -> dict[str, Any]:
     return model.model_dump(by_alias=True, exclude_unset=True)
 
 
+class KubernetesYamlLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """A safe loader that reads timestamps as strings, as Kubernetes does (YAML -> JSON)."""
+
+    yaml_implicit_resolvers = {
+        first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
+
+
 def load_yaml_documents(text: str, filename: str = "<input>") -> list[dict[str, Any]]:
     """The non-empty documents of a YAML stream; a syntax error names the file and line."""
     try:
-        docs = [doc for doc in yaml.safe_load_all(text) if doc is not None]
+        docs = [doc for doc in yaml.load_all(text, Loader=KubernetesYamlLoader) if doc is not None]
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark is not None else "YAML"

@@ -128,3 +128,17 @@ def test_errors_in_a_later_document_name_it() -> None:
     with pytest.raises(FieldError) as caught:
         parse_yaml(text, "all.yaml")
     assert str(caught.value) == "all.yaml (document 2): spec.runtimeRef.name: Field required"
+
+
+def test_a_section_of_the_wrong_shape_is_named_in_json_terms() -> None:
+    assert _errors(_trainjob("x")) == ["spec: Input should be an object"]  # type: ignore[arg-type]
+    assert _errors(_trainjob({"runtimeRef": {"name": "t"}, "labels": ["a"]})) == ["spec.labels: Input should be an object"]
+
+
+def test_yaml_timestamps_stay_strings_as_in_kubernetes() -> None:
+    text = (
+        "apiVersion: trainer.kubeflow.org/v1alpha1\nkind: TrainJob\n"
+        "metadata: {name: j, creationTimestamp: 2025-11-07T10:00:00Z}\nspec: {runtimeRef: {name: t}}\n"
+    )
+    (job,) = parse_yaml(text, "job.yaml")
+    assert job.metadata.creation_timestamp == "2025-11-07T10:00:00Z"
