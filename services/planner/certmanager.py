@@ -40,7 +40,8 @@ class CertManager:
         self.ready = False
 
     async def ensure(self) -> certs.CertBundle:
-        """Loads or creates/rotates the certificate; writes the TLS files; applies the VWC."""
+        """Loads or creates/rotates the certificate; writes the TLS files; applies the VWC
+        (every time: a configuration someone deleted or edited is put back)."""
         for _ in range(5):
             secret = await self._kube.get(r.SECRET, self._namespace, certs.SECRET_NAME)
             bundle = certs.from_secret_data((secret or {}).get("data") or {})
@@ -60,11 +61,10 @@ class CertManager:
             raise RuntimeError("could not settle the webhook certificate Secret")
         if self.current is None or bundle.cert_pem != self.current.cert_pem:
             self._tls.write(bundle.cert_pem, bundle.key_pem)
-        if self.current is None or bundle.ca_bundle_pem != self.current.ca_bundle_pem:
-            await self._kube.apply(
-                webhook_configuration(bundle.ca_bundle_pem, url_base=self.url_base, service=self._service),
-                field_manager=WEBHOOK_FIELD_MANAGER,
-            )
+        await self._kube.apply(
+            webhook_configuration(bundle.ca_bundle_pem, url_base=self.url_base, service=self._service),
+            field_manager=WEBHOOK_FIELD_MANAGER,
+        )
         self.current = bundle
         self.ready = True
         return bundle

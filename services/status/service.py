@@ -33,6 +33,7 @@ RUNTIME_COMPONENTS = {"TrainingRuntime": "trainer-trainingruntime-controller",
                       "ClusterTrainingRuntime": "trainer-clustertrainingruntime-controller"}
 MANAGED_BY_TRAINER = "trainer.kubeflow.org/trainjob-controller"
 FINALIZER = "trainer.kubeflow.org/resource-in-use"
+REASON_CREATION_FAILED = "TrainJobResourcesCreationFailed"
 GROUP = "trainer.kubeflow.org"
 
 
@@ -51,7 +52,7 @@ def desired_status(trainjob: dict[str, Any], jobset: dict[str, Any] | None,
         failed = next((c for c in conditions if c.get("type") == "Failed"), None)
         if failed is None or failed.get("reason") == outcome.reason:
             set_condition(conditions, {"type": "Failed", "status": "True", "reason": outcome.reason,
-                                       "message": outcome.message}, now)
+                                       "message": creation_failed_message(outcome.message)}, now)
             status["conditions"] = conditions
     return status
 
@@ -61,10 +62,13 @@ def comparable(status: dict[str, Any]) -> dict[str, Any]:
 
 
 def transitions(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]]:
-    """Conditions that are new or changed status/reason: one Event each."""
+    """Conditions that are new or changed status/reason: one Event each (a creation failure
+    has its own Warning event, recorded when the failure is reported)."""
     old = {c.get("type"): c for c in (before.get("conditions") or [])}
     changed = []
     for condition in after.get("conditions") or []:
+        if condition.get("reason") == REASON_CREATION_FAILED:
+            continue
         previous = old.get(condition.get("type"))
         if previous is None or previous.get("status") != condition.get("status") \
                 or previous.get("reason") != condition.get("reason"):
@@ -147,7 +151,7 @@ class StatusService:
             after = desired_status(trainjob, jobset, outcome, now_rfc3339())
             if result is not None and result.uid == uid and result.outcome in ("failed", "plan-failed"):
                 await record_event(self.kube, trainjob, "Warning", "TrainJobResourcesCreationFailed",
-                                   _creation_failed_message(result.message), COMPONENT)
+                                   creation_failed_message(result.message), COMPONENT)
                 result = None
             if comparable(after) == comparable(before):
                 metrics.STATUS_WRITES.labels("unchanged").inc()
@@ -209,7 +213,8 @@ def _event_type(condition: dict[str, Any]) -> str:
     return "Warning" if condition.get("type") == "Failed" else "Normal"
 
 
-def _creation_failed_message(message: str) -> str:
+def creation_failed_message(message: str) -> str:
+    """Upstream's event text: the error cut at 950 characters (then " ...")."""
     prefix = "TrainJob resources reconciliation failed: "
     if message.startswith(prefix):
         return message

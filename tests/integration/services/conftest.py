@@ -140,3 +140,121 @@ def stack(nats_server, devcluster, tmp_path) -> Iterator[Stack]:
         yield running
     finally:
         running.stop_all()
+
+
+class Api:
+    """A small synchronous REST client for assertions (httpx, the devcluster's token and CA)."""
+
+    def __init__(self, cluster) -> None:
+        import ssl
+
+        import httpx
+
+        self._client = httpx.Client(base_url=cluster.url,
+                                    verify=ssl.create_default_context(cafile=str(cluster.ca_cert)),
+                                    headers={"Authorization": f"Bearer {cluster.token}"}, timeout=30)
+
+    def request(self, method: str, path: str, body=None, content_type: str = "application/json"):
+        import json as _json
+
+        response = self._client.request(method, path, content=None if body is None else _json.dumps(body),
+                                        headers={"Content-Type": content_type})
+        return response
+
+    def get(self, path: str):
+        response = self.request("GET", path)
+        if response.status_code == 404:
+            return None
+        response.raise_for_status()
+        return response.json()
+
+    def create(self, path: str, body):
+        response = self.request("POST", path, body)
+        assert response.status_code in (200, 201), response.text
+        return response.json()
+
+    def merge_patch(self, path: str, patch, status: bool = False):
+        response = self.request("PATCH", path + ("/status" if status else ""), patch,
+                                "application/merge-patch+json")
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    def delete(self, path: str):
+        return self.request("DELETE", path)
+
+    def close(self) -> None:
+        self._client.close()
+
+
+TRAINJOBS = "/apis/trainer.kubeflow.org/v1alpha1/namespaces/{ns}/trainjobs"
+JOBSETS = "/apis/jobset.x-k8s.io/v1alpha2/namespaces/{ns}/jobsets"
+CTR = "/apis/trainer.kubeflow.org/v1alpha1/clustertrainingruntimes"
+
+
+def wait_for(predicate, timeout: float = 30.0, interval: float = 0.1, what: str = "condition"):
+    """Polls ``predicate`` until it returns something truthy; returns that value."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out waiting for {what}; last value: {last!r}")
+
+
+def trainjob(name: str, ns: str = "default", runtime: str = "torch-distributed", **spec) -> dict:
+    return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"runtimeRef": {"name": runtime}, **spec}}
+
+
+def small_runtime(name: str = "torch-distributed") -> dict:
+    """A ClusterTrainingRuntime shaped like upstream's torch-distributed (image kept)."""
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
+        "metadata": {"name": name, "labels": {"trainer.kubeflow.org/framework": "torch"}},
+        "spec": {
+            "mlPolicy": {"numNodes": 1, "torch": {"numProcPerNode": "auto"}},
+            "template": {"spec": {"replicatedJobs": [{
+                "name": "node",
+                "template": {
+                    "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
+                    "spec": {"template": {"spec": {"containers": [{
+                        "name": "node", "image": "pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime",
+                        "command": ["/bin/sh", "-c", "echo training"],
+                    }]}}},
+                },
+            }]}},
+        },
+    }
+
+
+@pytest.fixture
+def api(devcluster) -> Iterator[Api]:
+    client = Api(devcluster)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+@pytest.fixture(scope="module")
+def shared_stack(nats_server_module, devcluster_module, tmp_path_factory) -> Iterator[Stack]:
+    """One stack (all four services running) for a whole test module; tests use their own names."""
+    install_crds(devcluster_module)
+    running = Stack(nats_server_module, devcluster_module, tmp_path_factory.mktemp("services"))
+    running.start_all()
+    try:
+        yield running
+    finally:
+        running.stop_all()
+
+
+@pytest.fixture(scope="module")
+def shared_api(devcluster_module) -> Iterator[Api]:
+    client = Api(devcluster_module)
+    try:
+        yield client
+    finally:
+        client.close()

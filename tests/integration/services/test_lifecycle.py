@@ -1,0 +1,150 @@
+"""TrainJob lifecycle through the four services (real nats-server, real devcluster)."""
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from integration.services.conftest import (
+    CTR, JOBSETS, TRAINJOBS, small_runtime, trainjob, wait_for,
+)
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def condition(obj, kind):
+    return next((c for c in (obj or {}).get("status", {}).get("conditions", []) if c["type"] == kind), None)
+
+
+@pytest.fixture(scope="module")
+def running(shared_stack, shared_api):
+    shared_api.create(CTR, small_runtime())
+    return {s.name: s for s in shared_stack.services}
+
+
+@pytest.fixture
+def stack(shared_stack):
+    return shared_stack
+
+
+@pytest.fixture
+def api(shared_api):
+    return shared_api
+
+
+def test_invalid_trainjob_is_rejected_by_the_webhook_through_kubectl(stack, api, running):
+    manifest = json.dumps(trainjob("bad-env", runtime="torch-distributed", trainer={
+        "numProcPerNode": 2, "env": [{"name": "PET_NNODES", "value": "3"},
+                                     {"name": "PET_MASTER_PORT", "value": "1"}]}))
+    result = stack.kubectl("apply", "-f", "-", input=manifest, check=False)
+    assert result.returncode == 1
+    assert 'admission webhook "validator.trainjob.trainer.kubeflow.org" denied the request: ' \
+        "spec.trainer.env: Invalid value: " in result.stderr
+    assert "must not have reserved envs, invalid envs configured: [PET_MASTER_PORT PET_NNODES]" in result.stderr
+    missing = json.dumps(trainjob("no-runtime", runtime="absent"))
+    result = stack.kubectl("apply", "-f", "-", input=missing, check=False)
+    assert 'spec.RuntimeRef: Invalid value: ' in result.stderr
+    assert 'clustertrainingruntimes.trainer.kubeflow.org "absent" not found: specified ' \
+        "clusterTrainingRuntime must be created before the TrainJob is created" in result.stderr
+    assert api.get(TRAINJOBS.format(ns="default") + "/bad-env") is None
+
+
+def test_create_complete_and_finalizer(stack, api, running):
+    api.create(TRAINJOBS.format(ns="default"), trainjob("mnist-v1", trainer={"numNodes": 2}))
+    jobset = wait_for(lambda: api.get(JOBSETS.format(ns="default") + "/mnist-v1"), what="JobSet")
+    tj = api.get(TRAINJOBS.format(ns="default") + "/mnist-v1")
+    owner = jobset["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["name"], owner["uid"], owner["controller"]) == \
+        ("TrainJob", "mnist-v1", tj["metadata"]["uid"], True)
+    assert [m["manager"] for m in jobset["metadata"]["managedFields"]] == ["trainer"]
+    assert jobset["spec"]["suspend"] is False
+    node = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]
+    assert node["parallelism"] == 2
+
+    # The runtime in use carries the finalizer.
+    wait_for(lambda: "trainer.kubeflow.org/resource-in-use" in
+             (api.get(CTR + "/torch-distributed")["metadata"].get("finalizers") or []), what="finalizer")
+
+    # The JobSet finishes: the TrainJob gets upstream's Complete condition, copied from it.
+    api.merge_patch(JOBSETS.format(ns="default") + "/mnist-v1", {"status": {
+        "conditions": [{"type": "Completed", "status": "True", "reason": "AllJobsCompleted",
+                        "message": "jobset completed successfully",
+                        "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+        "replicatedJobsStatus": [{"name": "node", "ready": 0, "succeeded": 1, "failed": 0,
+                                  "active": 0, "suspended": 0}],
+    }}, status=True)
+    done = wait_for(lambda: condition(api.get(TRAINJOBS.format(ns="default") + "/mnist-v1"), "Complete"),
+                    what="Complete condition")
+    assert (done["status"], done["reason"], done["message"], done["lastTransitionTime"]) == \
+        ("True", "AllJobsCompleted", "jobset completed successfully", "2026-01-01T00:00:00Z")
+    status = api.get(TRAINJOBS.format(ns="default") + "/mnist-v1")["status"]
+    assert status["jobsStatus"] == [{"name": "node", "ready": 0, "succeeded": 1, "failed": 0,
+                                     "active": 0, "suspended": 0}]
+    assert [c["type"] for c in status["conditions"]] == ["Complete"]
+    printed = stack.kubectl("get", "trainjob", "mnist-v1", "-n", "default").stdout
+    assert "Complete" in printed
+
+
+def test_suspend_change_resume_lands_the_new_spec(stack, api, running):
+    path = TRAINJOBS.format(ns="default") + "/paused"
+    api.create(TRAINJOBS.format(ns="default"), trainjob("paused", suspend=True,
+                                                        trainer={"image": "busybox:1"}))
+    jobset_path = JOBSETS.format(ns="default") + "/paused"
+    jobset = wait_for(lambda: api.get(jobset_path), what="suspended JobSet")
+    assert jobset["spec"]["suspend"] is True
+    suspended = wait_for(lambda: condition(api.get(path), "Suspended"), what="Suspended condition")
+    assert (suspended["status"], suspended["reason"], suspended["message"]) == \
+        ("True", "Suspended", "TrainJob is suspended")
+
+    def image(js):
+        return js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]["image"]
+
+    # Change while suspended: the JobSet follows.
+    api.merge_patch(path, {"spec": {"trainer": {"image": "busybox:2"}}})
+    wait_for(lambda: image(api.get(jobset_path)) == "busybox:2", what="JobSet image busybox:2")
+    # Change and resume in one update: the new spec lands and the JobSet runs.
+    api.merge_patch(path, {"spec": {"suspend": False, "trainer": {"image": "busybox:3"}}})
+    resumed = wait_for(lambda: (lambda js: js if js["spec"]["suspend"] is False else None)(api.get(jobset_path)),
+                       what="resumed JobSet")
+    assert image(resumed) == "busybox:3"
+    cond = wait_for(lambda: (lambda c: c if c and c["status"] == "False" else None)(
+        condition(api.get(path), "Suspended")), what="Resumed condition")
+    assert (cond["reason"], cond["message"]) == ("Resumed", "TrainJob is resumed")
+    # Running: a spec change is not applied (upstream never modifies a running JobSet).
+    api.merge_patch(path, {"spec": {"trainer": {"image": "busybox:4"}}})
+    time.sleep(1.5)
+    assert image(api.get(jobset_path)) == "busybox:3"
+
+
+def test_missing_runtime_becomes_a_condition_and_recovers(stack, api, running):
+    # A TrainJob that slipped past admission (webhook configuration removed for the moment;
+    # the planner puts it back at its next certificate check).
+    api.delete("/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/"
+               "validator.trainer.kubeflow.org")
+    path = TRAINJOBS.format(ns="default") + "/orphan"
+    api.create(TRAINJOBS.format(ns="default"), trainjob("orphan", runtime="not.there"))
+    failed = wait_for(lambda: condition(api.get(path), "Failed"), what="Failed condition")
+    assert failed["status"] == "True"
+    assert failed["reason"] == "TrainJobResourcesCreationFailed"
+    assert 'clustertrainingruntimes.trainer.kubeflow.org "not.there" not found' in failed["message"]
+    events = wait_for(lambda: [e for e in api.get("/api/v1/namespaces/default/events")["items"]
+                               if e["reason"] == "TrainJobResourcesCreationFailed"], what="event")
+    assert events[0]["type"] == "Warning"
+    assert events[0]["involvedObject"]["name"] == "orphan"
+    assert events[0]["message"].startswith("TrainJob resources reconciliation failed: ")
+    # The runtime appears: the TrainJob is planned and the Failed condition goes away.
+    api.create(CTR, small_runtime("not.there"))  # a dotted name travels safely on the bus
+    wait_for(lambda: api.get(JOBSETS.format(ns="default") + "/orphan"), what="JobSet after runtime appeared")
+    wait_for(lambda: condition(api.get(path), "Failed") is None, what="Failed removed")
+
+
+def test_trainjob_managed_by_multikueue_is_left_alone(stack, api, running):
+    api.create(TRAINJOBS.format(ns="default"),
+               trainjob("remote", managedBy="kueue.x-k8s.io/multikueue"))
+    api.create(TRAINJOBS.format(ns="default"), trainjob("local"))
+    wait_for(lambda: api.get(JOBSETS.format(ns="default") + "/local"), what="local JobSet")
+    time.sleep(1.0)
+    assert api.get(JOBSETS.format(ns="default") + "/remote") is None
+    assert "status" not in api.get(TRAINJOBS.format(ns="default") + "/remote") or \
+        not api.get(TRAINJOBS.format(ns="default") + "/remote")["status"]
