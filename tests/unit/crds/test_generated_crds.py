@@ -185,6 +185,7 @@ def test_deploy_crds_match_a_fresh_generation() -> None:
 # --- the schemas accept what upstream accepts and reject what it rejects ----------------------------
 
 
+@functools.cache
 def _validator(file_name: str) -> jsonschema.Draft7Validator:
     return jsonschema.Draft7Validator(json.loads(json.dumps(schema_of(generated()[file_name]))))
 
@@ -233,33 +234,52 @@ def test_invalid_trainjobs_fail_the_generated_schema(spec: dict, bad_path: list)
 # --- the command ------------------------------------------------------------------------------------
 
 
-def _trainyard(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "trainyard.cli.main", *args], capture_output=True, text=True, cwd=REPO, timeout=60)
+def _crds_command(*argv: str) -> int:
+    """Run the ``crds`` command module in-process (as ``trainyard crds`` does)."""
+    import argparse
+
+    from trainyard.cli import crds
+
+    parser = argparse.ArgumentParser()
+    crds.configure(parser)
+    return crds.run(parser.parse_args(argv))
 
 
-def test_crds_command_writes_files_and_checks_them(tmp_path: Path) -> None:
+def test_crds_command_writes_files_and_checks_them(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "crds"
-    assert _trainyard("crds", "--out", str(out)).returncode == 0
+    assert _crds_command("--out", str(out)) == 0
     assert sorted(p.name for p in out.iterdir()) == sorted(crd_file_names())
-    assert _trainyard("crds", "--out", str(out), "--check").returncode == 0
+    assert _crds_command("--out", str(out), "--check") == 0
     (out / "jobset.x-k8s.io_jobsets.yaml").write_text("stale\n")
-    checked = _trainyard("crds", "--out", str(out), "--check")
-    assert checked.returncode == 1
-    assert "jobset.x-k8s.io_jobsets.yaml: differs from a fresh generation" in checked.stderr
+    capsys.readouterr()
+    assert _crds_command("--out", str(out), "--check") == 1
+    assert "jobset.x-k8s.io_jobsets.yaml: differs from a fresh generation" in capsys.readouterr().err
 
 
-def test_crds_command_prints_every_crd_by_default() -> None:
-    printed = _trainyard("crds")
-    assert printed.returncode == 0
-    names = [doc["metadata"]["name"] for doc in yaml.load_all(printed.stdout, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))]
+def test_crds_command_prints_every_crd_by_default(capsys: pytest.CaptureFixture[str]) -> None:
+    assert _crds_command() == 0
+    printed = capsys.readouterr().out
+    names = [doc["metadata"]["name"] for doc in yaml.load_all(printed, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))]
     assert names == [crd["metadata"]["name"] for crd in generate_crds()]
 
 
-def test_crds_command_reports_bad_arguments_in_one_line(tmp_path: Path) -> None:
+def test_crds_command_rejects_bad_arguments_with_a_user_error(tmp_path: Path) -> None:
+    from trainyard.cli.main import UserError
+
+    with pytest.raises(UserError, match="--check needs --out DIR"):
+        _crds_command("--check")
     file = tmp_path / "file"
     file.write_text("x")
-    result = _trainyard("crds", "--out", str(file))
+    with pytest.raises(UserError, match="is not a directory"):
+        _crds_command("--out", str(file))
+
+
+def test_trainyard_crds_prints_bad_arguments_in_one_line(tmp_path: Path) -> None:
+    file = tmp_path / "file"
+    file.write_text("x")
+    result = subprocess.run(
+        [sys.executable, "-m", "trainyard.cli.main", "crds", "--out", str(file)],
+        capture_output=True, text=True, cwd=REPO, timeout=60,
+    )
     assert result.returncode == 2
     assert result.stderr.strip() == f"error: --out: {file} is not a directory"
-    result = _trainyard("crds", "--check")
-    assert result.returncode == 2 and "Traceback" not in result.stderr
