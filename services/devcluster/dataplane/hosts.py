@@ -37,14 +37,21 @@ def service_names(namespace: str, service: str) -> list[str]:
 
 
 def render_hosts(own_ip: str, own_hostname: str, own_fqdn: str | None,
-                 records: list[PodRecord]) -> str:
-    """One pod's hosts file: its own names first, then every published pod and service."""
+                 records: list[PodRecord], own_namespace: str = "") -> str:
+    """One pod's hosts file: its own names first, then every published pod and service.
+
+    The relative form ``h.s`` is namespace-local (the resolver's search list starts with the
+    pod's namespace), so it is listed only for pods of the same namespace.
+    """
     lines = [HEADER]
     own = [own_fqdn] if own_fqdn else []
     lines.append(f"{own_ip}\t{' '.join(own + [own_hostname])}\n")
     services: dict[tuple[str, str], list[str]] = {}
     for record in sorted(records, key=lambda r: (r.namespace, r.subdomain, r.hostname)):
-        lines.append(f"{record.ip}\t{' '.join(pod_names(record))}\n")
+        names = pod_names(record)
+        if own_namespace and record.namespace != own_namespace:
+            names = names[:-1]
+        lines.append(f"{record.ip}\t{' '.join(names)}\n")
         services.setdefault((record.namespace, record.subdomain), []).append(record.ip)
     for (namespace, service), ips in sorted(services.items()):
         for ip in ips:
@@ -69,7 +76,7 @@ class HostsTable:
 
     def __init__(self) -> None:
         self.records: dict[str, PodRecord] = {}
-        self.files: dict[str, tuple[Path, str, str, str | None]] = {}
+        self.files: dict[str, tuple[Path, str, str, str | None, str]] = {}
         self.services: set[tuple[str, str]] | None = None  # None: every subdomain published
 
     def published(self) -> list[PodRecord]:
@@ -87,7 +94,7 @@ class HostsTable:
             record = PodRecord(namespace=namespace, hostname=hostname, subdomain=subdomain, ip=ip)
             self.records[uid] = record
             fqdn = pod_names(record)[0]
-        self.files[uid] = (path, ip, hostname, fqdn)
+        self.files[uid] = (path, ip, hostname, fqdn, namespace)
         self.refresh()
 
     def drop_record(self, uid: str) -> None:
@@ -106,8 +113,8 @@ class HostsTable:
 
     def refresh(self) -> None:
         records = self.published()
-        for path, ip, hostname, fqdn in list(self.files.values()):
+        for path, ip, hostname, fqdn, namespace in list(self.files.values()):
             try:
-                write_in_place(path, render_hosts(ip, hostname, fqdn, records))
+                write_in_place(path, render_hosts(ip, hostname, fqdn, records, namespace))
             except OSError:
                 continue
