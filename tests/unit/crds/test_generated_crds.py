@@ -283,3 +283,64 @@ def test_trainyard_crds_prints_bad_arguments_in_one_line(tmp_path: Path) -> None
     )
     assert result.returncode == 2
     assert result.stderr.strip() == f"error: --out: {file} is not a directory"
+
+
+# --- CEL rules compile and mean what upstream means ---------------------------------------------
+
+
+def _rules_at(file_name: str, path: str) -> list[str]:
+    return [r["rule"] for r in dict(schema_nodes(schema_of(generated()[file_name])))[path]["x-kubernetes-validations"]]
+
+
+def _cel_accepts(rule: str, value: Any) -> bool:
+    """True when the rule holds; a CEL evaluation error counts as a rejection (as in Kubernetes)."""
+    import celpy
+
+    env = celpy.Environment()
+    try:
+        return bool(env.program(env.compile(rule)).evaluate({"self": celpy.json_to_cel(value)}))
+    except Exception:  # noqa: BLE001 - CEL type errors reject the object
+        return False
+
+
+def test_every_cel_rule_compiles() -> None:
+    import celpy
+
+    env = celpy.Environment()
+    rules = {
+        rule["rule"]
+        for crd in generate_crds()
+        for _, node in schema_nodes(schema_of(crd))
+        for rule in node.get("x-kubernetes-validations", [])
+    }
+    assert len(rules) >= 9
+    for rule in rules:
+        env.compile(rule)
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "accepted"),
+    [
+        (".spec.mlPolicy", {"torch": {}, "mpi": {}}, False),
+        (".spec.mlPolicy", {"torch": {}}, True),
+        (".spec.mlPolicy", {"numNodes": 2, "torch": {"elasticPolicy": {}}}, False),
+        (".spec.mlPolicy", {"numNodes": 2, "torch": {}}, True),
+        (".spec.mlPolicy.torch.numProcPerNode", 4, True),
+        (".spec.mlPolicy.torch.numProcPerNode", "gpu", True),
+        (".spec.mlPolicy.torch.numProcPerNode", 0, False),
+        (".spec.mlPolicy.torch.numProcPerNode", "tpu", False),
+        (".spec.template.spec", {"startupPolicy": {"startupPolicyOrder": "InOrder"}, "replicatedJobs": [{"name": "a", "dependsOn": []}]}, False),
+        (".spec.template.spec", {"startupPolicy": {"startupPolicyOrder": "AnyOrder"}, "replicatedJobs": [{"name": "a", "dependsOn": []}]}, True),
+    ],
+)
+def test_runtime_cel_rules_accept_and_reject_like_upstream(path: str, value: Any, accepted: bool) -> None:
+    assert all(_cel_accepts(rule, value) for rule in _rules_at("trainer.kubeflow.org_clustertrainingruntimes.yaml", path)) is accepted
+
+
+@pytest.mark.parametrize(
+    ("name", "accepted"),
+    [("mnist", True), ("a" * 63, True), ("a" * 64, False), ("Mnist", False), ("1job", False), ("job-", False)],
+)
+def test_trainjob_name_rules(name: str, accepted: bool) -> None:
+    rules = _rules_at("trainer.kubeflow.org_trainjobs.yaml", "")
+    assert all(_cel_accepts(rule, {"metadata": {"name": name}}) for rule in rules) is accepted
