@@ -29,29 +29,29 @@ def _join(path: str, key: str) -> str:
 def _walk_model(obj: KubeModel, path: str, found: list[str]) -> None:
     extras = obj.__pydantic_extra__ or {}
     k8s_name = type(obj).k8s_definition
-    schema = definition(k8s_name) if k8s_name else None
+    properties = definition(k8s_name).get("properties", {}) if k8s_name else None
     for key, value in extras.items():
-        if schema is not None and key in schema.get("properties", {}):
-            _walk_schema(value, schema["properties"][key], _join(path, key), found)
+        if properties is not None and key in properties:
+            _walk_schema(value, properties[key], _join(path, key), found)
         elif not (path == "" and key in _ENVELOPE):
             found.append(_join(path, key))
     for name, info in type(obj).model_fields.items():
-        if name not in obj.model_fields_set:
-            continue
-        key = info.alias or name
-        _walk_value(getattr(obj, name), _join(path, key), found, schema, key)
+        if name in obj.model_fields_set:
+            key = info.alias or name
+            field_schema = properties.get(key) if properties is not None else None
+            _walk_value(getattr(obj, name), _join(path, key), found, field_schema)
 
 
-def _walk_value(value: Any, path: str, found: list[str], schema: dict | None, key: str) -> None:
+def _walk_value(value: Any, path: str, found: list[str], field_schema: dict[str, Any] | None) -> None:
+    """A typed field's value: models check themselves, untyped data is checked by schema."""
     if isinstance(value, KubeModel):
         _walk_model(value, path, found)
     elif isinstance(value, list):
+        items = field_schema.get("items") if field_schema else None
         for index, item in enumerate(value):
-            _walk_value(item, f"{path}[{index}]", found, None, key)
-            if isinstance(item, dict) and schema is not None:
-                _walk_schema(item, schema["properties"].get(key, {}).get("items", {}), f"{path}[{index}]", found)
-    elif isinstance(value, dict) and schema is not None:
-        _walk_schema(value, schema.get("properties", {}).get(key, {}), path, found)
+            _walk_value(item, f"{path}[{index}]", found, items)
+    elif isinstance(value, dict) and field_schema is not None:
+        _walk_schema(value, field_schema, path, found)
 
 
 def _walk_schema(value: Any, schema: dict[str, Any], path: str, found: list[str]) -> None:

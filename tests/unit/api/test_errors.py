@@ -142,3 +142,19 @@ def test_yaml_timestamps_stay_strings_as_in_kubernetes() -> None:
     )
     (job,) = parse_yaml(text, "job.yaml")
     assert job.metadata.creation_timestamp == "2025-11-07T10:00:00Z"
+
+
+def test_strict_mode_checks_untyped_parts_of_built_in_types() -> None:
+    pod = {"containers": [{"name": "c", "resources": {"claims": [{"name": "x", "nope": 1}]}}], "affinity": {"nodeAffinity": {"bad": 1}}}
+    doc = {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": "a", "managedFields": [{"manager": "m", "bogus": 1}]},
+        "spec": {"replicatedJobs": [{"name": "a", "template": {"spec": {"template": {"spec": pod}}}}]},
+    }
+    pod_path = "spec.replicatedJobs[0].template.spec.template.spec"
+    assert _errors(doc, strict=True) == [
+        "metadata.managedFields[0].bogus: Extra inputs are not permitted",
+        f"{pod_path}.containers[0].resources.claims[0].nope: Extra inputs are not permitted",
+        f"{pod_path}.affinity.nodeAffinity.bad: Extra inputs are not permitted",
+    ]
