@@ -1,5 +1,7 @@
 """Server-side apply: ownership, conflicts, force, removal of unapplied fields, Update entries."""
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from trainyard.apimachinery.fieldpath import format_path, from_fields_v1, to_fields_v1
 from trainyard.apimachinery.openapi_definitions import builtin_schema, structural_schema
@@ -208,3 +210,36 @@ def test_deployment_apply_after_kubectl_create_shares_unchanged_replicas() -> No
               manager="kubectl", schema=DEPLOYMENT, now=T2)
     assert str(raised.value) == ('Apply failed with 1 conflict: conflict with "kubectl-client-side-apply" '
                                  f"using apps/v1 at {T1}: .spec.replicas")
+
+
+label_maps = st.dictionaries(st.sampled_from(["a", "b", "c", "example.com/d"]), st.sampled_from(["1", "2"]), max_size=4)
+env_lists = st.lists(st.sampled_from(["A", "B", "C", "D"]), unique=True, max_size=4).map(
+    lambda names: [{"name": name, "value": name.lower()} for name in names])
+
+
+@settings(max_examples=40, deadline=None)
+@given(label_maps, env_lists, label_maps, env_lists.filter(bool))
+def test_one_applier_converges_to_its_latest_config(labels1, env1, labels2, env2) -> None:
+    """Whatever a sole manager applied before, the object ends up holding exactly the new config."""
+    first = apply(None, trainjob({"trainer": {"env": env1}}, labels=labels1), manager="m", schema=TRAINJOB, now=T1)
+    second = apply(first.object, trainjob({"trainer": {"env": env2}}, labels=labels2), manager="m", schema=TRAINJOB, now=T2)
+    assert second.object["metadata"].get("labels", {}) == labels2
+    assert second.object["spec"]["trainer"]["env"] == env2
+    again = apply(second.object, trainjob({"trainer": {"env": env2}}, labels=labels2), manager="m", schema=TRAINJOB, now=T3)
+    assert not again.changed
+
+
+def test_an_applied_empty_list_owns_nothing_so_its_struct_goes_away() -> None:
+    """Upstream quirk kept on purpose: `env: []` owns no field, so the spec it was in is pruned."""
+    first = apply(None, trainjob({"trainer": {"env": [{"name": "A"}]}}), manager="m", schema=TRAINJOB, now=T1)
+    second = apply(first.object, trainjob({"trainer": {"env": []}}), manager="m", schema=TRAINJOB, now=T2)
+    assert "spec" not in second.object
+
+
+@settings(max_examples=40, deadline=None)
+@given(label_maps, label_maps)
+def test_fields_of_another_manager_survive_removal(mine, theirs) -> None:
+    base = apply(None, trainjob({}, labels=theirs), manager="them", schema=TRAINJOB, now=T1).object
+    mine_applied = apply(base, trainjob({}, labels={**mine, **theirs}), manager="me", schema=TRAINJOB, now=T2).object
+    withdrawn = apply(mine_applied, trainjob({}), manager="me", schema=TRAINJOB, now=T3).object
+    assert withdrawn["metadata"].get("labels", {}) == theirs

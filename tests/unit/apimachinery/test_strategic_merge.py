@@ -1,6 +1,6 @@
 """Strategic merge patch behaves like the Kubernetes API server for built-in types."""
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trainyard.apimachinery.errors import PatchError, UnsupportedPatchType
@@ -192,12 +192,14 @@ def test_custom_resources_have_no_strategic_patch_unless_caller_falls_back() -> 
 labels = st.dictionaries(st.text(min_size=1, max_size=5), st.text(max_size=5), max_size=4)
 
 
+@settings(max_examples=40, deadline=None)
 @given(labels, labels)
 def test_label_patches_merge_like_dict_update(live: dict, patch: dict) -> None:
     merged = strategic_merge_patch({"metadata": {"labels": live}}, {"metadata": {"labels": patch}}, POD)
     assert merged["metadata"]["labels"] == {**live, **patch}
 
 
+@settings(max_examples=40, deadline=None)
 @given(st.lists(st.sampled_from("abcdef"), unique=True), st.lists(st.sampled_from("abcdef"), unique=True))
 def test_container_merge_keeps_every_name_once(live: list, patch: list) -> None:
     original = {"spec": {"containers": [{"name": n, "image": "old"} for n in live]}}
