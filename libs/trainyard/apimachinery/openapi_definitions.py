@@ -14,7 +14,7 @@ never care which one they hold.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 from typing import Any, Mapping
@@ -108,10 +108,18 @@ class SchemaNode:
 
     schema: Mapping[str, Any]
     crd: bool = False
+    # Children resolved so far: walking the same type again (every request) costs nothing.
+    _children: dict[str, SchemaNode | None] = field(default_factory=dict, compare=False, repr=False)
 
     # -- navigation -------------------------------------------------------------------------
     def field(self, name: str) -> SchemaNode | None:
         """The schema of struct field `name`, or of a map value; None when unknown."""
+        key = "f:" + name
+        if key not in self._children:
+            self._children[key] = self._resolve_field(name)
+        return self._children[key]
+
+    def _resolve_field(self, name: str) -> SchemaNode | None:
         properties = self.schema.get("properties")
         if properties and name in properties:
             return self._child(properties[name])
@@ -122,8 +130,14 @@ class SchemaNode:
 
     def items(self) -> SchemaNode | None:
         """The schema of list items; None when unknown."""
-        items = self.schema.get("items")
-        return self._child(items) if isinstance(items, Mapping) else None
+        if "items" not in self._children:
+            items = self.schema.get("items")
+            self._children["items"] = self._child(items) if isinstance(items, Mapping) else None
+        return self._children["items"]
+
+    def has_field(self, name: str) -> bool:
+        """Whether `name` is a declared struct field (not a free-form map key)."""
+        return name in (self.schema.get("properties") or {})
 
     def _child(self, raw: Mapping[str, Any]) -> SchemaNode:
         return SchemaNode(resolve(raw), self.crd)
@@ -210,8 +224,14 @@ def _resolved_definition(name: str) -> Mapping[str, Any]:
     return resolve(definition(name))
 
 
+@lru_cache(maxsize=None)
 def builtin_schema(type_name: str) -> SchemaNode:
-    """The schema walker of a built-in type, e.g. `io.k8s.api.core.v1.PodTemplateSpec`."""
+    """The schema walker of a built-in type, e.g. `io.k8s.api.core.v1.PodTemplateSpec`.
+
+    One shared walker per type (its resolved children are cached): treat it as read-only.
+    """
+    if not has_definition(type_name):
+        raise UnknownDefinitionError(type_name)
     return SchemaNode(_resolved_definition(type_name), crd=False)
 
 

@@ -194,7 +194,7 @@ def apply(
     live_object = _without_managed_fields(live or {})
     entries = decode_managed_fields(((live or {}).get("metadata") or {}).get("managedFields"))
     scoped_config = _scope_config(config, subresource, status_is_subresource)
-    merged = _merge(live_object, scoped_config, schema, ())
+    merged = _merge(copy.deepcopy(live_object), scoped_config, schema, ())
     if subresource == "status" or status_is_subresource:
         merged = _restore_out_of_scope(merged, live_object, subresource)
     applied = _owned_in_scope(_to_field_set(scoped_config, schema), subresource, status_is_subresource)
@@ -339,7 +339,7 @@ def _child_schema(schema: SchemaNode, key: str) -> SchemaNode:
 
 
 def _is_declared_field(schema: SchemaNode, key: str) -> bool:
-    return key in (schema.schema.get("properties") or {})
+    return schema.has_field(key)
 
 
 def _is_atomic(value: Any, schema: SchemaNode) -> bool:
@@ -446,21 +446,19 @@ def _compare_at(old: Any, new: Any, schema: SchemaNode, path: Path,
 
 
 def _merge(live: Any, config: Any, schema: SchemaNode, path: Path) -> Any:
+    """Merge `config` into `live`; both are private copies, so `live` is updated in place."""
     if isinstance(live, dict) and isinstance(config, dict) and not _is_atomic(config, schema):
-        result = copy.deepcopy(live)
         for key, value in config.items():
             if value is None:
-                result.pop(key, None)  # applying null owns the field and leaves it unset
-            elif key in result:
-                result[key] = _merge(result[key], value, _child_schema(schema, key), path + (("f", key),))
+                live.pop(key, None)  # applying null owns the field and leaves it unset
+            elif key in live:
+                live[key] = _merge(live[key], value, _child_schema(schema, key), path + (("f", key),))
             else:
-                result[key] = _drop_nulls(value)
-        return result
+                live[key] = _drop_nulls(value)
+        return live
     if isinstance(live, list) and isinstance(config, list) and not _is_atomic(config, schema):
         return _merge_list(live, config, schema, path)
-    if isinstance(config, list) and not _is_atomic(config, schema):
-        _check_unique_items(_list_items(config, schema, path), path)
-    return _drop_nulls(copy.deepcopy(config))
+    return _drop_nulls(config)
 
 
 def _merge_list(live: list, config: list, schema: SchemaNode, path: Path) -> list:
@@ -475,9 +473,9 @@ def _merge_list(live: list, config: list, schema: SchemaNode, path: Path) -> lis
         if element in config_by_key and element in live_by_key:
             result.append(_merge(live_by_key[element], config_by_key[element], item_schema, path + (element,)))
         elif element in config_by_key:
-            result.append(_drop_nulls(copy.deepcopy(config_by_key[element])))
+            result.append(_drop_nulls(config_by_key[element]))
         else:
-            result.append(copy.deepcopy(live_by_key[element]))
+            result.append(live_by_key[element])
     return result
 
 
@@ -556,15 +554,15 @@ def _prune(merged: dict[str, Any], schema: SchemaNode, last_applied: FieldSet, e
 
 def _with_named_parents(fields: FieldSet, schema: SchemaNode) -> FieldSet:
     expanded = set(fields)
+    schema_at: dict[Path, SchemaNode] = {(): schema}
     for path in fields:
-        current = schema
-        for depth, (kind, text) in enumerate(path[:-1]):
-            if kind == "f":
-                if _is_declared_field(current, text):
-                    expanded.add(path[: depth + 1])
-                current = _child_schema(current, text)
-            else:
-                current = current.items() or UNTYPED
+        for depth in range(len(path) - 1):
+            prefix, (kind, text) = path[:depth], path[depth]
+            parent = schema_at[prefix]
+            if kind == "f" and _is_declared_field(parent, text):
+                expanded.add(path[: depth + 1])
+            if path[: depth + 1] not in schema_at:
+                schema_at[path[: depth + 1]] = _child_schema(parent, text) if kind == "f" else (parent.items() or UNTYPED)
     return expanded
 
 
