@@ -20,7 +20,7 @@ JSON merge patch fallback.
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable
+from typing import Any
 
 from trainyard.apimachinery.errors import PatchError, UnsupportedPatchType
 from trainyard.apimachinery.merge_patch import json_merge_patch
@@ -202,7 +202,7 @@ def _merge_ordered_lists(original: dict[str, Any], patch: dict[str, Any], schema
         merge_key = child.patch_merge_key
         live = original.get(field)
         patch_list = patch.pop(field, None)
-        if live is not None and not isinstance(live, list) or patch_list is not None and not isinstance(patch_list, list):
+        if (live is not None and not isinstance(live, list)) or (patch_list is not None and not isinstance(patch_list, list)):
             raise PatchError(f"{_where(field_path)}: {directive_key} applies to a list field")
         _check_order_covers_patch(patch_list or [], order, merge_key, field_path)
         if live is None and patch_list is None:
@@ -344,8 +344,7 @@ def _same_item(item: Json, other: Json, merge_key: str) -> bool:
 
 
 def _index_in(items: list, item: Json, merge_key: str) -> int:
-    matches: Callable[[Json], bool] = lambda candidate: _same_item(item, candidate, merge_key)  # noqa: E731
-    return next((position for position, candidate in enumerate(items) if matches(candidate)), -1)
+    return next((position for position, candidate in enumerate(items) if _same_item(item, candidate, merge_key)), -1)
 
 
 def _where(path: str) -> str:
