@@ -141,6 +141,11 @@ def test_kubectl_create_job_body_decodes(recording_server: RecordingServer, tmp_
         (["create", "secret", "generic", "s", "--from-literal=k=v"],
          {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}, "data": {"k": "dg=="}}),
         (["create", "serviceaccount", "sa"], {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "sa"}}),
+        (["create", "service", "nodeport", "np", "--tcp=80:http"],
+         {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "np", "labels": {"app": "np"}},
+          "spec": {"ports": [{"name": "80-http", "protocol": "TCP", "port": 80, "targetPort": "http"}],
+                   "selector": {"app": "np"}, "type": "NodePort"},
+          "status": {"loadBalancer": {}}}),
         (["create", "job", "j", "--image=busybox", "--", "echo", "hi"],
          {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"},
           "spec": {"template": {"metadata": {}, "spec": {
