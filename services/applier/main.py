@@ -35,7 +35,8 @@ def run(args: argparse.Namespace) -> int:
         runtime = ServiceRuntime(config)
         try:
             await runtime.start(stop)
-            applier = Applier(runtime.bus, runtime.kube, config.cluster, lease_s=lease)
+            applier = Applier(runtime.bus, runtime.kube, config.cluster, lease_s=lease,
+                              ack_wait_s=max(config.ack_wait_s, lease))
             await applier.consumer().run(stop)
         finally:
             await runtime.close()

@@ -51,11 +51,12 @@ class Applier:
     kube: KubeClient
     cluster: str
     lease_s: float = 30.0
+    ack_wait_s: float = 60.0
     holder: str = field(default_factory=lambda: f"applier-{uuid.uuid4().hex[:8]}")
 
     def consumer_spec(self) -> ConsumerSpec:
         return ConsumerSpec(PLANS_STREAM, CONSUMER, [f"{PLANS_PREFIX}.{encode_token(self.cluster)}.>"],
-                            ack_wait_s=self.lease_s * 2, max_deliver=8)
+                            ack_wait_s=self.ack_wait_s, max_deliver=8)
 
     def consumer(self) -> Consumer:
         return Consumer(self.bus.js, self.consumer_spec(), self.handle, service="applier",
@@ -226,8 +227,9 @@ class Applier:
             applied=applied or [], deleted=deleted or [], reason=reason, message=message,
             applier=self.holder,
         )
+        # One result per handling (not deduplicated): the stream is the record of what was applied.
         await self.bus.publisher.publish(result_subject(plan.cluster, plan.namespace, plan.name), result,
-                                         result.msg_id())
+                                         f"{result.msg_id()}:{self.holder}:{uuid.uuid4().hex[:8]}")
         log.info("plan handled", extra={"trainjob": f"{plan.namespace}/{plan.name}", "outcome": outcome,
                                         "generation": plan.generation})
         return outcome

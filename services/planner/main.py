@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
         tasks = []
         try:
             await runtime.start(stop)
-            planner = Planner(runtime.bus, config.cluster)
+            planner = Planner(runtime.bus, config.cluster, config.ack_wait_s)
             if webhook_port is not None:
                 from trainyard_services.planner.certmanager import CertManager
                 from trainyard_services.planner.webhook import TlsFiles, WebhookServer, build_app

@@ -35,6 +35,7 @@ def trainjob_lane(subject: str) -> str:
 class Planner:
     bus: BusSession
     cluster: str
+    ack_wait_s: float = 30.0
 
     async def handle(self, delivery: Delivery) -> None:
         try:
@@ -51,7 +52,7 @@ class Planner:
 
     def consumer_spec(self) -> ConsumerSpec:
         return ConsumerSpec(EVENTS_STREAM, CONSUMER, [event_filter(self.cluster)],
-                            ack_wait_s=30, max_deliver=5)
+                            ack_wait_s=self.ack_wait_s, max_deliver=5)
 
     def consumer(self) -> Consumer:
         return Consumer(self.bus.js, self.consumer_spec(), self.handle, service="planner",

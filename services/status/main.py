@@ -24,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
         runtime = ServiceRuntime(config)
         try:
             await runtime.start(stop)
-            await run_status(StatusService(runtime.bus, runtime.kube, config.cluster), stop)
+            await run_status(StatusService(runtime.bus, runtime.kube, config.cluster, config.ack_wait_s), stop)
         finally:
             await runtime.close()
 

@@ -91,14 +91,16 @@ class StatusService:
     bus: BusSession
     kube: KubeClient
     cluster: str
+    ack_wait_s: float = 30.0
 
     def consumers(self) -> list[Consumer]:
         events = ConsumerSpec(EVENTS_STREAM, "status", [
             event_filter(self.cluster, "TrainJob"), event_filter(self.cluster, "JobSet"),
             event_filter(self.cluster, "TrainingRuntime"), event_filter(self.cluster, "ClusterTrainingRuntime"),
-        ], ack_wait_s=30, max_deliver=5)
+        ], ack_wait_s=self.ack_wait_s, max_deliver=5)
         results = ConsumerSpec(RESULTS_STREAM, "status-results",
-                               [f"{RESULTS_PREFIX}.{encode_token(self.cluster)}.>"], ack_wait_s=30, max_deliver=5)
+                               [f"{RESULTS_PREFIX}.{encode_token(self.cluster)}.>"],
+                               ack_wait_s=self.ack_wait_s, max_deliver=5)
         lane = _namespace_name_lane
         return [
             Consumer(self.bus.js, events, self.handle_event, service="status",

@@ -25,7 +25,8 @@ async def connect(
             on_state(connected)
 
     async def disconnected() -> None:
-        log.warning("nats disconnected", extra={"nats_url": url})
+        if not client.is_closed and not client.is_draining:  # not our own close()
+            log.warning("nats disconnected", extra={"nats_url": url})
         notify(False)
 
     async def reconnected() -> None:
@@ -38,6 +39,7 @@ async def connect(
     async def closed() -> None:
         notify(False)
 
+    client: Client
     client = await nats.connect(
         servers=[url],
         name=name,

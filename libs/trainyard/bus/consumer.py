@@ -242,7 +242,7 @@ class Consumer:
             headers={k: v for k, v in delivery.headers.items()},
         )
         subject = subjects.dead_letter_subject(msg.subject)
-        msg_id = f"dead:{self._spec.stream}:{delivery.stream_sequence}"
+        msg_id = f"dead:{self._spec.stream}:{self.name}:{delivery.stream_sequence}"
         log.error(
             "message moved to dead letter",
             extra={"consumer": self.name, "subject": msg.subject, "error": error,

@@ -12,6 +12,8 @@ flag               env                       meaning
 --cluster          TRAINYARD_CLUSTER         cluster name used in subjects and keys
 --log-level        TRAINYARD_LOG_LEVEL       debug, info, warning, error
 --shutdown-grace   TRAINYARD_SHUTDOWN_GRACE  seconds to finish in-flight work on stop
+--ack-wait         TRAINYARD_ACK_WAIT        seconds before an unacknowledged message is
+                                             redelivered (e.g. after a crash)
 =================  ========================  =======================================
 """
 from __future__ import annotations
@@ -38,6 +40,7 @@ class ServiceConfig:
     cluster: str
     log_level: str
     shutdown_grace_s: float
+    ack_wait_s: float = 30.0
 
 
 def _env(name: str, default: str | None = None) -> str | None:
@@ -63,6 +66,9 @@ def add_common_flags(parser: argparse.ArgumentParser) -> None:
                         help="log level (env TRAINYARD_LOG_LEVEL)")
     parser.add_argument("--shutdown-grace", default=_env("TRAINYARD_SHUTDOWN_GRACE", "10"),
                         help="seconds to finish in-flight work on SIGTERM (env TRAINYARD_SHUTDOWN_GRACE)")
+    parser.add_argument("--ack-wait", default=_env("TRAINYARD_ACK_WAIT", "30"),
+                        help="seconds before a message taken by a crashed or stuck replica is "
+                             "delivered again (env TRAINYARD_ACK_WAIT)")
 
 
 def config_from_args(service: str, args: argparse.Namespace) -> ServiceConfig:
@@ -75,6 +81,9 @@ def config_from_args(service: str, args: argparse.Namespace) -> ServiceConfig:
     grace = _parse_number(args.shutdown_grace, "--shutdown-grace", float)
     if grace < 0:
         raise UserError("--shutdown-grace: must be greater than or equal to 0")
+    ack_wait = _parse_number(getattr(args, "ack_wait", 30), "--ack-wait", float)
+    if ack_wait <= 0:
+        raise UserError("--ack-wait: must be greater than 0")
     if not str(args.nats_url).startswith(("nats://", "tls://", "ws://", "wss://")):
         raise UserError(f"--nats-url: expected a nats:// URL, got {args.nats_url!r}")
     if args.kubeconfig and not os.path.isfile(args.kubeconfig):
@@ -90,6 +99,7 @@ def config_from_args(service: str, args: argparse.Namespace) -> ServiceConfig:
         cluster=args.cluster,
         log_level=args.log_level,
         shutdown_grace_s=grace,
+        ack_wait_s=ack_wait,
     )
 
 

@@ -30,13 +30,19 @@ class ServiceProcess:
     http_port: int = 0
 
     def start(self) -> None:
+        self.spawn()
+        self.await_listening()
+
+    def spawn(self) -> None:
         log = open(self.log_path, "ab")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "trainyard.cli.main", self.name, *self.args],
             stdout=subprocess.PIPE, stderr=log, cwd=REPO, env=self.env, text=True,
         )
         log.close()
-        assert self.process.stdout is not None
+
+    def await_listening(self) -> None:
+        assert self.process is not None and self.process.stdout is not None
         line = self.process.stdout.readline()
         if "listening on" not in line:
             self.stop()
@@ -97,6 +103,19 @@ class Stack:
     services: list[ServiceProcess] = field(default_factory=list)
 
     def start_service(self, name: str, *extra: str, ready: bool = True) -> ServiceProcess:
+        return self.start_services([(name, list(extra))], ready=ready)[0]
+
+    def start_services(self, specs: list[tuple[str, list[str]]], ready: bool = True) -> list[ServiceProcess]:
+        """Starts several services at once (in parallel: Python start-up dominates)."""
+        started = [self._spawn(name, extra) for name, extra in specs]
+        for service in started:
+            service.await_listening()
+        if ready:
+            for service in started:
+                service.wait_ready()
+        return started
+
+    def _spawn(self, name: str, extra: list[str]) -> ServiceProcess:
         index = sum(1 for s in self.services if s.name == name)
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         args = ["--kubeconfig", str(self.cluster.kubeconfig), "--nats-url", self.nats.url,
@@ -104,14 +123,13 @@ class Stack:
         if name == "planner" and "--webhook-port" not in extra:
             args += ["--webhook-port", "0", "--webhook-namespace", "trainyard-system"]
         service = ServiceProcess(name, args, self.workdir / f"{name}-{index}.log", env)
-        service.start()
+        service.spawn()
         self.services.append(service)
-        if ready:
-            service.wait_ready()
         return service
 
-    def start_all(self) -> dict[str, ServiceProcess]:
-        return {name: self.start_service(name) for name in ("watcher", "planner", "applier", "status")}
+    def start_all(self, *extra: str) -> dict[str, ServiceProcess]:
+        names = ("watcher", "planner", "applier", "status")
+        return dict(zip(names, self.start_services([(n, list(extra)) for n in names])))
 
     def stop_all(self) -> None:
         for service in reversed(self.services):
@@ -258,3 +276,44 @@ def shared_api(devcluster_module) -> Iterator[Api]:
         yield client
     finally:
         client.close()
+
+
+def bus_call(url: str, action):
+    """Runs ``await action(BusSession)`` against the stack's NATS from a synchronous test."""
+    import asyncio
+
+    from trainyard.bus.session import BusSession
+
+    async def main():
+        session = await BusSession.open(url, "test-inspector")
+        try:
+            return await action(session)
+        finally:
+            await session.close()
+
+    return asyncio.run(main())
+
+
+def stream_messages(url: str, stream: str, subject: str = ">") -> list:
+    """Every message currently in ``stream`` (subject filter), read with an ephemeral consumer."""
+    async def read(session):
+        from nats.js.api import ConsumerConfig, DeliverPolicy
+
+        info = await session.js.stream_info(stream)
+        if info.state.messages == 0:
+            return []
+        sub = await session.js.pull_subscribe(subject, stream=stream, config=ConsumerConfig(
+            deliver_policy=DeliverPolicy.ALL, inactive_threshold=30.0))
+        out = []
+        while True:
+            try:
+                msgs = await sub.fetch(500, timeout=1.0)
+            except Exception:
+                break
+            out.extend(msgs)
+            if len(msgs) < 500 and len(out) >= info.state.messages:
+                break
+        await sub.unsubscribe()
+        return out
+
+    return bus_call(url, read)

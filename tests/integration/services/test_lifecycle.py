@@ -7,7 +7,7 @@ import time
 import pytest
 
 from integration.services.conftest import (
-    CTR, JOBSETS, TRAINJOBS, small_runtime, trainjob, wait_for,
+    CTR, JOBSETS, TRAINJOBS, bus_call, small_runtime, stream_messages, trainjob, wait_for,
 )
 
 pytestmark = pytest.mark.timeout(180)
@@ -148,3 +148,55 @@ def test_trainjob_managed_by_multikueue_is_left_alone(stack, api, running):
     assert api.get(JOBSETS.format(ns="default") + "/remote") is None
     assert "status" not in api.get(TRAINJOBS.format(ns="default") + "/remote") or \
         not api.get(TRAINJOBS.format(ns="default") + "/remote")["status"]
+
+
+def test_poison_messages_go_to_the_dead_letter_and_consuming_goes_on(stack, api, running):
+    from trainyard.bus.envelopes import DeadLetter, decode
+
+    async def publish_garbage(session):
+        await session.js.publish("ty.events.default.TrainJob.default.poison", b"{not json")
+        await session.js.publish("ty.desired.default.TrainJob.default.poison", b'{"v":1}')
+
+    bus_call(stack.nats.url, publish_garbage)
+    letters = wait_for(lambda: (lambda msgs: msgs if len(msgs) >= 3 else None)(
+        stream_messages(stack.nats.url, "TY_DEAD_LETTER")), what="dead letters")
+    by_consumer = {}
+    for msg in letters:
+        letter = decode(DeadLetter, msg.data)
+        by_consumer[letter.consumer] = letter
+    assert set(by_consumer) == {"planner", "status", "applier"}
+    assert by_consumer["planner"].subject == "ty.events.default.TrainJob.default.poison"
+    assert by_consumer["planner"].error.startswith("invalid ObjectEvent")
+    assert by_consumer["applier"].error.startswith("invalid PlanMessage: ")
+    # The services keep consuming.
+    api.create(TRAINJOBS.format(ns="default"), trainjob("after-poison"))
+    wait_for(lambda: api.get(JOBSETS.format(ns="default") + "/after-poison"), what="JobSet after poison")
+
+
+def test_health_readiness_metrics_and_graceful_shutdown(stack, api, running):
+    """Last in this module: it stops NATS and then every service."""
+    api.create(TRAINJOBS.format(ns="default"), trainjob("observed"))
+    wait_for(lambda: api.get(JOBSETS.format(ns="default") + "/observed"), what="JobSet")
+    for name, service in running.items():
+        assert service.get("/healthz") == (200, "ok\n")
+        assert service.get("/readyz")[0] == 200
+    metrics = {name: service.get("/metrics")[1] for name, service in running.items()}
+    assert 'trainyard_watch_events_total{kind="TrainJob",type="ADDED"}' in metrics["watcher"]
+    assert 'trainyard_plans_total{result="published"}' in metrics["planner"]
+    assert 'trainyard_applies_total{outcome="applied"}' in metrics["applier"]
+    assert "controller_runtime_reconcile_total" in metrics["status"]
+    assert "workqueue_queue_duration_seconds_bucket" in metrics["applier"]
+    # Losing NATS makes every service unready (and ready again once it is back).
+    stack.nats.stop()
+    wait_for(lambda: all(s.get("/readyz")[0] == 503 for s in running.values()), what="unready")
+    assert "not ready: nats" in running["planner"].get("/readyz")[1]
+    stack.nats.start()
+    wait_for(lambda: all(s.get("/readyz")[0] == 200 for s in running.values()), what="ready again")
+
+
+    # SIGTERM: each service finishes, logs "stopped" and exits 0.
+    for service in running.values():
+        assert service.stop() == 0
+    logs = [json.loads(line) for line in running["applier"].log_path.read_text().splitlines()
+            if line.startswith("{")]
+    assert logs[-1]["msg"] == "stopped" and logs[-1]["service"] == "applier"
