@@ -28,12 +28,13 @@ def _setup_logging(level: str) -> None:
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
 
 
-def run_up(data_dir: Path, host: str, port: int, watch_history: int, log_level: str) -> int:
+def run_up(data_dir: Path, host: str, port: int, watch_history: int, log_level: str,
+           dataplane: bool = False) -> int:
     from trainyard.cli.main import UserError
     from .storage import DataDirError
     _setup_logging(log_level)
     try:
-        asyncio.run(_main(data_dir, host, port, watch_history))
+        asyncio.run(_main(data_dir, host, port, watch_history, dataplane))
     except DataDirError as err:
         raise UserError(f"--data-dir: {err}") from None
     except OSError as err:
@@ -43,7 +44,7 @@ def run_up(data_dir: Path, host: str, port: int, watch_history: int, log_level: 
     return 0
 
 
-async def _main(data_dir: Path, host: str, port: int, watch_history: int) -> None:
+async def _main(data_dir: Path, host: str, port: int, watch_history: int, dataplane: bool = False) -> None:
     from .server import serve
     from .tls import ensure_credentials, kubeconfig_text
 
@@ -52,6 +53,7 @@ async def _main(data_dir: Path, host: str, port: int, watch_history: int) -> Non
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     ready_file = data_dir / "ready"
+    dataplane_task: asyncio.Task | None = None
 
     def on_ready(url: str, bound_port: int) -> None:
         kubeconfig = data_dir / "kubeconfig"
@@ -64,8 +66,14 @@ async def _main(data_dir: Path, host: str, port: int, watch_history: int) -> Non
         print(f"  export KUBECONFIG={kubeconfig}", flush=True)
         print("  kubectl get namespaces", flush=True)
         print(json.dumps(line), flush=True)
+        if dataplane:
+            nonlocal dataplane_task
+            from .dataplane.plane import start_embedded
+            dataplane_task = start_embedded(data_dir, kubeconfig, stop)
 
     try:
         await serve(data_dir, host=host, port=port, history_size=watch_history, on_ready=on_ready, stop=stop)
     finally:
+        if dataplane_task is not None:
+            await dataplane_task  # stops every pod and removes its namespaces
         ready_file.unlink(missing_ok=True)

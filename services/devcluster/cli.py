@@ -24,6 +24,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     up.add_argument("--watch-history", type=int, default=4096,
                     help="changes kept for watches; older resourceVersions get 410 Expired (default 4096)")
     up.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    up.add_argument("--dataplane", action=argparse.BooleanOptionalAction, default=True,
+                    help="run the data plane (JobSet/Job controllers, scheduler, pod runner; default on)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -38,4 +40,5 @@ def run(args: argparse.Namespace) -> int:
     if data_dir.exists() and not data_dir.is_dir():
         raise UserError(f"--data-dir: {data_dir} exists and is not a directory")
     from trainyard_services.devcluster.app import run_up
-    return run_up(data_dir, args.host, args.port, args.watch_history, args.log_level)
+    return run_up(data_dir, args.host, args.port, args.watch_history, args.log_level,
+                  dataplane=args.dataplane)

@@ -277,7 +277,7 @@ class Kubelet:
             return_exceptions=True)
         writers = list(self.writers.values())
         if writers:
-            await asyncio.wait(writers, timeout=5)
+            await asyncio.wait(writers, timeout=1)
         for task in writers:
             task.cancel()
 

@@ -17,6 +17,7 @@ import ipaddress
 import logging
 import os
 import random
+import re
 import secrets
 import shutil
 import signal
@@ -211,8 +212,7 @@ class BridgeNetwork:
 async def cleanup_stale() -> list[str]:
     """Remove namespaces and links of instances whose owning process is gone."""
     removed: list[str] = []
-    if not STATE_DIR.is_dir():
-        return removed
+    STATE_DIR.mkdir(parents=True, exist_ok=True)
     for marker in STATE_DIR.glob("*.pid"):
         instance = marker.stem
         try:
@@ -230,6 +230,15 @@ async def cleanup_stale() -> list[str]:
         await _run("ip", "link", "delete", f"{NAME_PREFIX}b{instance}", check=False)
         removed.append(f"{NAME_PREFIX}b{instance}")
         marker.unlink(missing_ok=True)
+    # The marker is written before the bridge is made, so a bridge without one is stale.
+    live = {marker.stem for marker in STATE_DIR.glob("*.pid")}
+    links = await _run("ip", "-o", "link", "show", "type", "bridge", check=False)
+    for line in links.splitlines():
+        parts = line.split(":")
+        name = parts[1].strip().split("@")[0] if len(parts) > 1 else ""
+        if re.fullmatch(rf"{NAME_PREFIX}b[0-9a-f]{{5}}", name) and name[3:] not in live:
+            await _run("ip", "link", "delete", name, check=False)
+            removed.append(name)
     return removed
 
 

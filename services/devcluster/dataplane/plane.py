@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Callable
 
 from trainyard.kube.client import KubeClient
-from trainyard.kube.resources import JOBSET
+from trainyard.kube.resources import JOBSET, Resource
 
 from .controllers import JobController, JobSetController
 from .informers import JOB, POD, SERVICE, Informer
@@ -19,6 +19,7 @@ from .network import open_network
 
 log = logging.getLogger(__name__)
 SYNC_TIMEOUT_S = 30.0
+CRD = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False)
 
 
 @dataclass
@@ -42,6 +43,7 @@ async def run_dataplane(options: DataPlaneOptions, stop: asyncio.Event) -> None:
     gpus = detect_gpus()
     capacity = options.capacity or machine_capacity(gpus)
     tasks: list[asyncio.Task[None]] = []
+    running: dict[str, asyncio.Task[None]] = {}
     kubelet: Kubelet | None = None
     try:
         await register_node(client, node_object(options.node_name, capacity, network.host_ip))
@@ -51,7 +53,22 @@ async def run_dataplane(options: DataPlaneOptions, stop: asyncio.Event) -> None:
         jobsets = Informer(client, JOBSET)
         groups = podgroup_informers(client)
         informers = [pods, jobs, services, jobsets] + [informer for _, informer in groups]
-        tasks += [asyncio.create_task(i.run(stop), name=f"informer-{i.resource.plural}") for i in informers]
+        for informer in informers:
+            running[informer.resource.plural + "." + informer.resource.group] = asyncio.create_task(
+                informer.run(stop), name=f"informer-{informer.resource.plural}")
+        by_crd = {i.resource.plural + "." + i.resource.group: i for i in (jobsets, *(g for _, g in groups))}
+
+        def on_crd(event: str, crd: dict) -> None:
+            # A CRD installed after start: list it now instead of waiting out the 404 back-off.
+            name = (crd.get("metadata") or {}).get("name", "")
+            informer = by_crd.get(name)
+            if informer is None or informer.synced.is_set() or event == "DELETED" or stop.is_set():
+                return
+            running[name].cancel()
+            running[name] = asyncio.create_task(informer.run(stop), name=f"informer-{name}")
+        crds = Informer(client, CRD)
+        crds.listeners.append(on_crd)
+        tasks.append(asyncio.create_task(crds.run(stop), name="informer-crds"))
         # Pods, Jobs and Services are built in; JobSet/PodGroup CRDs may be installed later.
         await asyncio.wait_for(asyncio.gather(pods.synced.wait(), jobs.synced.wait(),
                                               services.synced.wait()), SYNC_TIMEOUT_S)
@@ -76,9 +93,29 @@ async def run_dataplane(options: DataPlaneOptions, stop: asyncio.Event) -> None:
         if kubelet is not None:
             await kubelet.stop()
         stop.set()
+        tasks.extend(running.values())
         for task in tasks:
             task.cancel()
         with contextlib.suppress(Exception):
             await asyncio.gather(*tasks, return_exceptions=True)
         await network.close()
         await client.close()
+
+
+def start_embedded(data_dir: Path, kubeconfig: Path, stop: asyncio.Event) -> asyncio.Task[None]:
+    """Start the data plane inside ``trainyard devcluster up`` once its API server serves.
+
+    Its start-up line (which network mode it runs in) goes to stderr, as JSON logs do.
+    """
+    import sys
+
+    options = DataPlaneOptions(kubeconfig=kubeconfig, data_dir=data_dir,
+                               announce=lambda line: print(line, file=sys.stderr, flush=True))
+
+    async def guarded() -> None:
+        try:
+            await run_dataplane(options, stop)
+        except Exception:
+            log.exception("the data plane stopped with an error")
+
+    return asyncio.get_running_loop().create_task(guarded(), name="dataplane")
