@@ -51,6 +51,14 @@ class KubeModel(BaseModel):
                     self.__pydantic_fields_set__.discard(name)
         return self
 
+    # Dumps default to the wire form (only fields that were set): a full dump would turn every
+    # absent field into an explicit null, which Kubernetes patches read as "delete this".
+    def model_dump(self, *, exclude_unset: bool = True, **kwargs: Any) -> dict[str, Any]:
+        return super().model_dump(exclude_unset=exclude_unset, **kwargs)
+
+    def model_dump_json(self, *, exclude_unset: bool = True, **kwargs: Any) -> str:
+        return super().model_dump_json(exclude_unset=exclude_unset, **kwargs)
+
     def to_dict(self) -> dict[str, Any]:
         """The wire form: camelCase keys, only fields that were set, extras verbatim."""
         return self.model_dump(by_alias=True, exclude_unset=True)

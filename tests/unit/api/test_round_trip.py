@@ -121,3 +121,13 @@ def _trainjob(spec_extra: dict) -> dict:
         "metadata": {"name": "job", "namespace": "default"},
         "spec": {"runtimeRef": {"name": "torch-distributed"}, **spec_extra},
     }
+
+
+def test_plain_model_dump_is_the_wire_form_too() -> None:
+    import json
+
+    doc = _trainjob({"trainer": {"numNodes": 2}})
+    job = parse_object(doc)
+    assert job.model_dump() == doc
+    assert json.loads(job.model_dump_json()) == doc
+    assert job.model_dump(exclude_unset=False)["spec"]["suspend"] is None
