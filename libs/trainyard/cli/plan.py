@@ -118,23 +118,6 @@ def load_inputs(files: list[str], runtime_dirs: list[str], namespace: str) -> li
     return documents
 
 
-def schema_errors(doc: Document) -> list[Any]:
-    """Type errors from the API models, as pipeline field errors."""
-    from trainyard.api.objects import FieldError as ModelError
-    from trainyard.api.objects import parse_object
-    from trainyard.pipeline.errors import ErrorType, FieldError
-
-    try:
-        parse_object(doc.body)
-    except ModelError as err:
-        found = []
-        for line in err.errors:
-            path, _, detail = line.partition(": ")
-            found.append(FieldError(ErrorType.INVALID, path, detail=detail))
-        return found
-    return []
-
-
 def render_rejection(result: Any, doc: Document, operation: str) -> list[str]:
     """What kubectl prints for a request the API server or the webhook refuses."""
     reason = "Invalid" if result.code == 422 else "Forbidden"
@@ -162,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
     rejected = False
     planned: list[dict[str, Any]] = []
     for doc in trainjobs:
-        result = validate_trainjob(doc.body, observed=state, schema_check=lambda _body, d=doc: schema_errors(d))
+        result = validate_trainjob(doc.body, observed=state)
         print_warnings(result.warnings)
         if not result.allowed:
             rejected = True

@@ -35,8 +35,7 @@ def _key(body: dict[str, Any]) -> tuple[str, str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from trainyard.cli.plan import (RUNTIME_KINDS, cluster_state, load_inputs, print_warnings, render_rejection,
-                                    schema_errors)
+    from trainyard.cli.plan import RUNTIME_KINDS, cluster_state, load_inputs, print_warnings, render_rejection
     from trainyard.pipeline import ObservedState, validate_runtime, validate_trainjob
 
     documents = load_inputs(args.files, args.runtimes, args.namespace)
@@ -54,11 +53,10 @@ def run(args: argparse.Namespace) -> int:
     rejected = False
     for doc in checked:
         old = old_by_key.get(_key(doc.body))
-        check = (lambda _body, d=doc: schema_errors(d))
         if doc.kind == "TrainJob":
-            result = validate_trainjob(doc.body, old, observed=state, schema_check=check)
+            result = validate_trainjob(doc.body, old, observed=state)
         else:
-            result = validate_runtime(doc.body, old, schema_check=check)
+            result = validate_runtime(doc.body, old)
         print_warnings(result.warnings)
         if result.allowed:
             action = "update" if old is not None else "create"

@@ -88,6 +88,37 @@ def cel_error(field_path: str, value: Any, message: str) -> FieldError:
     return FieldError(ErrorType.INVALID, field_path, _cel_value(value), message)
 
 
+def model_schema_errors(doc: dict[str, Any]) -> list[FieldError]:
+    """Type errors found by the API models (``trainyard.api``), as field errors."""
+    from trainyard.api.objects import FieldError as ModelFieldError
+    from trainyard.api.objects import parse_object
+
+    try:
+        parse_object(doc)
+    except ModelFieldError as err:
+        found = []
+        for line in err.errors:
+            path, _, detail = line.partition(": ")
+            found.append(FieldError(ErrorType.INVALID, path, detail=detail))
+        return found
+    return []
+
+
+def _schema_errors(new: dict[str, Any], old: dict[str, Any] | None,
+                   crd_rules: Callable[[dict[str, Any], dict[str, Any] | None], list[FieldError]],
+                   schema_check: SchemaCheck | None) -> list[FieldError]:
+    """Type errors and the CRD rules. The rules assume well-typed input, so with type errors
+    they only replace a type error on the same field by their Kubernetes wording."""
+    typed = schema_check(new) if schema_check else []
+    if not typed:
+        return crd_rules(new, old)
+    try:
+        own = {error.field: error for error in crd_rules(new, old)}
+    except (TypeError, AttributeError, KeyError, ValueError):
+        own = {}
+    return [own.get(error.field, error) for error in typed]
+
+
 # --- TrainJob -----------------------------------------------------------------------------
 
 def trainjob_schema_errors(new: dict[str, Any], old: dict[str, Any] | None) -> list[FieldError]:
@@ -142,19 +173,18 @@ def trainjob_schema_errors(new: dict[str, Any], old: dict[str, Any] | None) -> l
 
 def validate_trainjob(new: Any, old: Any | None = None, runtime: Any | None = None,
                       observed: Iterable[Any] | ObservedState = (), *,
-                      schema_check: SchemaCheck | None = None,
+                      schema_check: SchemaCheck | None = model_schema_errors,
                       plugins: Sequence[Plugin] = REGISTRY) -> ValidationResult:
     """Admission of a TrainJob create (``old`` None) or update.
 
     ``runtime`` is the referenced runtime; when None it is looked up in ``observed``, which
     also holds the objects the rules read (existing JobSet, PriorityClasses).
-    ``schema_check`` adds type errors from the API models (the CLI passes one).
+    ``schema_check`` adds type errors; by default those of the API models.
     """
     new_doc = trainjob_with_defaults(as_document(new))
     old_doc = trainjob_with_defaults(as_document(old)) if old is not None else None
     state = observed if isinstance(observed, ObservedState) else ObservedState.of(observed)
-    schema = list(schema_check(new_doc)) if schema_check else []
-    schema += trainjob_schema_errors(new_doc, old_doc)
+    schema = _schema_errors(new_doc, old_doc, trainjob_schema_errors, schema_check)
     if schema:
         return ValidationResult(code=422, errors=schema, webhook=TRAINJOB_WEBHOOK)
     result = ValidationResult(webhook=TRAINJOB_WEBHOOK)
@@ -265,11 +295,13 @@ def _jobset_spec_errors(jobset_spec: dict[str, Any]) -> list[FieldError]:
     for index, job in enumerate(jobs):
         job = mapping(job)
         path = f"{base}.replicatedJobs[{index}]"
-        if not job.get("name"):
+        name = job.get("name")
+        if not name or not isinstance(name, str):
             errors.append(FieldError(ErrorType.REQUIRED, f"{path}.name"))
-        elif job["name"] in seen:
-            errors.append(FieldError(ErrorType.DUPLICATE, f"{path}", {"name": job["name"]}))
-        seen.add(job.get("name"))
+        elif name in seen:
+            errors.append(FieldError(ErrorType.DUPLICATE, f"{path}", {"name": name}))
+        else:
+            seen.add(name)
         depends_on = items(job.get("dependsOn"))
         if len(depends_on) > 5:
             errors.append(FieldError(ErrorType.TOO_MANY, f"{path}.dependsOn", len(depends_on),
@@ -302,15 +334,14 @@ def replicated_job_errors(runtime: dict[str, Any]) -> list[FieldError]:
 
 
 def validate_runtime(new: Any, old: Any | None = None, *,
-                     schema_check: SchemaCheck | None = None) -> ValidationResult:
+                     schema_check: SchemaCheck | None = model_schema_errors) -> ValidationResult:
     """Admission of a TrainingRuntime / ClusterTrainingRuntime create (``old`` None) or update."""
     new_doc = runtime_with_defaults(as_document(new))
     old_doc = runtime_with_defaults(as_document(old)) if old is not None else None
     kind = str(new_doc.get("kind") or "")
     webhook = CLUSTER_TRAINING_RUNTIME_WEBHOOK if kind == names.CLUSTER_TRAINING_RUNTIME_KIND \
         else TRAINING_RUNTIME_WEBHOOK
-    schema = list(schema_check(new_doc)) if schema_check else []
-    schema += runtime_schema_errors(new_doc, old_doc)
+    schema = _schema_errors(new_doc, old_doc, runtime_schema_errors, schema_check)
     if schema:
         return ValidationResult(code=422, errors=schema, webhook=webhook)
     result = ValidationResult(webhook=webhook)

@@ -181,10 +181,12 @@ def test_runtime_cel_rules(ml_policy: dict[str, Any], expected: list[str]) -> No
 
 def test_runtime_jobset_rules() -> None:
     jobs = default_jobs()
-    jobs[2]["dependsOn"] = [{"name": "dataset-initializer", "status": "Done"}]
+    jobs[2]["dependsOn"] = [{"name": "dataset-initializer", "status": "Complete"}]
     rt = runtime(jobs, jobset_spec={"startupPolicy": {"startupPolicyOrder": "InOrder"}})
     assert validate_runtime(rt).texts() == [
-        'spec.template.spec: Invalid value: "object": StartupPolicy and DependsOn APIs are mutually exclusive',
+        'spec.template.spec: Invalid value: "object": StartupPolicy and DependsOn APIs are mutually exclusive']
+    jobs[2]["dependsOn"] = [{"name": "dataset-initializer", "status": "Done"}]
+    assert validate_runtime(runtime(jobs)).texts() == [
         'spec.template.spec.replicatedJobs[2].dependsOn[0].status: Unsupported value: "Done": supported values: '
         '"Ready", "Complete"']
 
