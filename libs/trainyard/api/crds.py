@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Union
 
 from trainyard.api.jobset import JobSet
-from trainyard.api.k8s_definitions import KUBERNETES_VERSION, definition, ref_name
 from trainyard.api.meta import (
     SERVER_DEFAULT,
     IntOrStringMarker,
@@ -27,6 +26,7 @@ from trainyard.api.meta import (
 )
 from trainyard.api.scheduling import CoschedulingPodGroup, VolcanoPodGroup, VolcanoQueue
 from trainyard.api.trainer import ClusterTrainingRuntime, TrainingRuntime, TrainJob
+from trainyard.apimachinery.openapi_definitions import KUBERNETES_VERSION, definition, ref_name
 
 Schema = dict[str, Any]
 
@@ -440,7 +440,7 @@ def generate_crd(info: CrdInfo) -> dict[str, Any]:
             "name": info.name,
             "annotations": {
                 "trainyard.kubeflow.org/generated-by": "trainyard crds",
-                "trainyard.kubeflow.org/kubernetes-version": KUBERNETES_VERSION,
+                "trainyard.kubeflow.org/kubernetes-version": KUBERNETES_VERSION.lstrip("v"),
             },
         },
         "spec": {

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainyard.api.k8s_definitions import definition, ref_name
 from trainyard.api.meta import KubeModel
+from trainyard.apimachinery.openapi_definitions import definition, ref_name
 
 _ENVELOPE = {"apiVersion", "kind", "metadata"}
 
