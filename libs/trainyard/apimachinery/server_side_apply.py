@@ -154,10 +154,42 @@ def decode_managed_fields(entries: Any) -> list[ManagedFieldsEntry]:
     return decoded
 
 
+MAX_UPDATE_ENTRIES = 10
+ANCIENT_CHANGES = "ancient-changes"
+
+
+def cap_update_entries(entries: list[ManagedFieldsEntry], limit: int = MAX_UPDATE_ENTRIES) -> list[ManagedFieldsEntry]:
+    """Keep at most `limit` Update entries: the oldest are folded, per apiVersion, into one
+    `ancient-changes` entry (upstream `capmanagers`), so managedFields cannot grow forever."""
+    updates = sorted((entry for entry in entries if entry.operation == UPDATE and entry.fields),
+                     key=lambda entry: (entry.time or "", entry.manager))
+    excess = len(updates) - limit
+    if excess <= 0:
+        return entries
+    kept = list(entries)
+    first_of_version: dict[str, ManagedFieldsEntry] = {}
+    for entry in updates:
+        if excess <= 0:
+            break
+        first = first_of_version.get(entry.api_version)
+        if first is None:
+            first_of_version[entry.api_version] = entry
+            continue
+        if first.manager != ANCIENT_CHANGES or first.subresource:
+            bucket = ManagedFieldsEntry(ANCIENT_CHANGES, UPDATE, entry.api_version, set(first.fields), first.time)
+            kept = [bucket if candidate is first else candidate for candidate in kept]
+            first_of_version[entry.api_version] = first = bucket
+        first.fields |= entry.fields
+        first.time = entry.time  # the bucket carries the newest time folded into it
+        kept = [candidate for candidate in kept if candidate is not entry]
+        excess -= 1
+    return kept
+
+
 def encode_managed_fields(entries: list[ManagedFieldsEntry]) -> list[dict[str, Any]]:
     """Entries -> JSON, in upstream's order (operation, time, manager, apiVersion, subresource)."""
     ordered = sorted(
-        (entry for entry in entries if entry.fields),
+        (entry for entry in cap_update_entries(entries) if entry.fields),
         key=lambda e: (e.operation, e.time or "", e.manager, e.api_version, e.subresource),
     )
     return [entry.to_json() for entry in ordered]

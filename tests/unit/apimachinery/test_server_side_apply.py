@@ -243,3 +243,18 @@ def test_fields_of_another_manager_survive_removal(mine, theirs) -> None:
     mine_applied = apply(base, trainjob({}, labels={**mine, **theirs}), manager="me", schema=TRAINJOB, now=T2).object
     withdrawn = apply(mine_applied, trainjob({}), manager="me", schema=TRAINJOB, now=T3).object
     assert withdrawn["metadata"].get("labels", {}) == theirs
+
+
+def test_more_than_ten_update_managers_fold_the_oldest_into_ancient_changes() -> None:
+    obj = trainjob({"trainer": {"numNodes": 1}})
+    live = None
+    for index in range(12):
+        new = dict(obj, metadata={**obj["metadata"], "labels": {f"k{index}": "v"} | (live or obj)["metadata"].get("labels", {})})
+        live = record_update(live, new, manager=f"writer-{index:02d}", schema=TRAINJOB, now=f"2025-01-02T03:04:{index:02d}Z")
+        obj = live
+    entries = live["metadata"]["managedFields"]
+    assert len(entries) == 10
+    ancient = [e for e in entries if e["manager"] == "ancient-changes"]
+    assert len(ancient) == 1 and ancient[0]["time"] == "2025-01-02T03:04:02Z"
+    assert {"f:k0", "f:k1", "f:k2"} <= set(ancient[0]["fieldsV1"]["f:metadata"]["f:labels"])
+    assert "writer-11" in {e["manager"] for e in entries}
