@@ -72,9 +72,19 @@ def field_matcher(rt: ResourceType, selector: str) -> Callable[[str, str, Stored
 
 # ---------------------------------------------------------------- patches
 
+def _number(text: str) -> int | float:
+    """JSON numbers as the API server decodes them: whole numbers (``2.0``) become integers."""
+    value = float(text)
+    return int(value) if value.is_integer() and abs(value) < 2**63 else value
+
+
+def loads(body: bytes | str) -> Any:
+    return json.loads(body, parse_float=_number)
+
+
 def _decode_json(body: bytes, what: str) -> Any:
     try:
-        return json.loads(body)
+        return loads(body)
     except (ValueError, UnicodeDecodeError) as err:
         raise errors.bad_request(f"error decoding {what}: {err}") from err
 
@@ -115,11 +125,12 @@ def parse_apply_body(body: bytes) -> dict[str, Any]:
     except UnicodeDecodeError as err:
         raise errors.bad_request(f"error decoding apply configuration: {err}") from err
     try:
-        config = json.loads(text)
+        config = loads(text)
     except ValueError:
         import yaml
+        from .schema import normalise_numbers
         try:
-            config = yaml.safe_load(text)
+            config = normalise_numbers(yaml.safe_load(text))
         except yaml.YAMLError as err:
             raise errors.bad_request(f"error decoding YAML: {str(err).splitlines()[0]}") from err
     if not isinstance(config, dict):
@@ -129,11 +140,22 @@ def parse_apply_body(body: bytes) -> dict[str, Any]:
 
 # ---------------------------------------------------------------- managedFields and apply
 
+_SCHEMA_NODES: dict[int, tuple[Any, Any]] = {}  # id(CRD schema) -> (schema kept alive, SchemaNode)
+_UNTYPED_CR = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+
+
 def _schema_for(rt: ResourceType) -> Any:
     defs = _lib("openapi_definitions")
     if rt.builtin and rt.definition and defs.has_definition(rt.definition):
         return defs.builtin_schema(rt.definition)
-    return defs.structural_schema(rt.schema or {"type": "object", "x-kubernetes-preserve-unknown-fields": True})
+    schema = rt.schema or _UNTYPED_CR
+    cached = _SCHEMA_NODES.get(id(schema))
+    if cached is None or cached[0] is not schema:
+        if len(_SCHEMA_NODES) > 256:
+            _SCHEMA_NODES.clear()
+        cached = (schema, defs.structural_schema(schema))
+        _SCHEMA_NODES[id(schema)] = cached
+    return cached[1]
 
 
 def record_update(rt: ResourceType, old: dict[str, Any] | None, new: dict[str, Any], opts: Any) -> dict[str, Any]:

@@ -182,7 +182,7 @@ class Api:
     def _check_body(self, rt: ResourceType, body: Any) -> dict[str, Any]:
         if not isinstance(body, dict):
             raise errors.bad_request(f"the body of a {rt.kind} must be a JSON object")
-        obj = copy.deepcopy(body)
+        obj = body  # callers pass freshly decoded bodies they no longer use
         if rt.builtin:
             # built-in decoding defaults the group/version/kind from the endpoint, as upstream
             obj.setdefault("apiVersion", rt.api_version)

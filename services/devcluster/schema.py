@@ -151,6 +151,106 @@ def _to_cel(value: Any) -> Any:
 
 
 _SELF_EQ_OLD = re.compile(r"^\s*self\s*==\s*oldSelf\s*$")
+_NAME_MATCHES = re.compile(r"^\s*self\.metadata\.name\.matches\('([^']*)'\)\s*$")
+_NAME_SIZE = re.compile(r"^\s*size\(self\.metadata\.name\)\s*<=\s*(\d+)\s*$")
+_IN_LIST = re.compile(r"^\s*self\s+in\s+\[((?:\s*'[^']*'\s*,?)*)\]\s*$")
+_POSITIVE_OR_IN_LIST = re.compile(r"^\s*self\s*>\s*0\s*\|\|\s*self\s+in\s+\[((?:\s*'[^']*'\s*,?)*)\]\s*$")
+_HAS_TOKEN = re.compile(r"\s*(has\(self((?:\.[A-Za-z_][A-Za-z0-9_]*)+)\)|&&|\|\||!|\(|\))")
+
+
+def _strings(listed: str) -> set[str]:
+    return set(re.findall(r"'([^']*)'", listed))
+
+
+def _has(value: Any, path: str) -> bool:
+    current = value
+    for part in path.strip(".").split("."):
+        if not isinstance(current, dict) or part not in current:
+            return False
+        current = current[part]
+    return True
+
+
+def _has_expression(rule: str) -> Callable[[Any], bool] | None:
+    """Compile rules made only of ``has(self.a.b)``, ``!``, ``&&``, ``||`` and parentheses."""
+    tokens: list[tuple[str, str]] = []
+    pos = 0
+    text = rule.strip()
+    while pos < len(text):
+        m = _HAS_TOKEN.match(text, pos)
+        if not m:
+            return None
+        tokens.append(("has", m.group(2)) if m.group(2) else (m.group(1), ""))
+        pos = m.end()
+    index = [0]
+
+    def peek() -> str | None:
+        return tokens[index[0]][0] if index[0] < len(tokens) else None
+
+    def parse_or() -> Callable[[Any], bool]:
+        left = parse_and()
+        while peek() == "||":
+            index[0] += 1
+            right, first = parse_and(), left
+            left = (lambda a, b: lambda v: a(v) or b(v))(first, right)
+        return left
+
+    def parse_and() -> Callable[[Any], bool]:
+        left = parse_not()
+        while peek() == "&&":
+            index[0] += 1
+            right, first = parse_not(), left
+            left = (lambda a, b: lambda v: a(v) and b(v))(first, right)
+        return left
+
+    def parse_not() -> Callable[[Any], bool]:
+        if peek() == "!":
+            index[0] += 1
+            inner = parse_not()
+            return lambda v: not inner(v)
+        if peek() == "(":
+            index[0] += 1
+            inner = parse_or()
+            if peek() != ")":
+                raise ValueError("unbalanced")
+            index[0] += 1
+            return inner
+        if peek() == "has":
+            path = tokens[index[0]][1]
+            index[0] += 1
+            return lambda v: _has(v, path)
+        raise ValueError("unexpected token")
+    try:
+        compiled = parse_or()
+    except (ValueError, IndexError):
+        return None
+    return compiled if index[0] == len(tokens) else None
+
+
+@lru_cache(maxsize=512)
+def _fast_rule(rule: str) -> Callable[[Any], bool] | None:
+    """Native checks for the rule shapes our CRDs use; ``None`` when the rule needs full CEL.
+
+    A fast check that fails falls back to cel-python, so error texts stay CEL's own.
+    """
+    m = _NAME_MATCHES.match(rule)
+    if m:
+        pattern = re.compile(m.group(1))
+        return lambda v: isinstance(v, dict) and bool(pattern.search(str((v.get("metadata") or {}).get("name", ""))))
+    m = _NAME_SIZE.match(rule)
+    if m:
+        limit = int(m.group(1))
+        return lambda v: isinstance(v, dict) and len(str((v.get("metadata") or {}).get("name", ""))) <= limit
+    m = _IN_LIST.match(rule)
+    if m:
+        allowed = _strings(m.group(1))
+        return lambda v: isinstance(v, str) and v in allowed
+    m = _POSITIVE_OR_IN_LIST.match(rule)
+    if m:
+        allowed = _strings(m.group(1))
+        return lambda v: (isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0) or \
+            (isinstance(v, str) and v in allowed)
+    return _has_expression(rule)
 
 
 def _run_rules(value: Any, old: Any, schema: dict[str, Any], path: str, walk: _Walk) -> None:
@@ -163,8 +263,11 @@ def _run_rules(value: Any, old: Any, schema: dict[str, Any], path: str, walk: _W
         field = path
         if rule_spec.get("fieldPath"):
             field = path + rule_spec["fieldPath"] if rule_spec["fieldPath"].startswith(".") else rule_spec["fieldPath"]
+        fast = _fast_rule(rule) if not transition else None
         if _SELF_EQ_OLD.match(rule):
             ok = value == old
+        elif fast is not None and fast(value):
+            ok = True
         else:
             evaluate = _compiled_rule(rule)
             if evaluate is None:
@@ -276,7 +379,6 @@ class SchemaProcessor:
     def process(self, rt: Any, obj: dict[str, Any], old: dict[str, Any] | None, opts: Any) -> dict[str, Any]:
         schema = rt.schema or {}
         walk = _Walk(check=True)
-        obj = normalise_numbers(obj)
         pruned = _prune(obj, schema, "", walk, root=True)
         self._report_unknown(walk.unknown, opts)
         pruned = _default(pruned, schema)
@@ -290,7 +392,6 @@ class SchemaProcessor:
     def process_config(self, rt: Any, config: dict[str, Any], opts: Any) -> dict[str, Any]:
         """An apply configuration: pruned and checked for unknown fields, but not defaulted."""
         walk = _Walk(check=False)
-        config = normalise_numbers(config)
         pruned = _prune(config, rt.schema or {}, "", walk, root=True)
         self._report_unknown(walk.unknown, opts)
         return pruned

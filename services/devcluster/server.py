@@ -267,14 +267,15 @@ class ApiServer:
             raise errors.bad_request("the request body is empty: expected a JSON object")
         if content_type in ("application/yaml", "application/x-yaml", "text/yaml"):
             import yaml
+            from .schema import normalise_numbers
             try:
-                return yaml.safe_load(body.decode("utf-8"))
+                return normalise_numbers(yaml.safe_load(body.decode("utf-8")))
             except (yaml.YAMLError, UnicodeDecodeError) as err:
                 raise errors.bad_request(f"error decoding YAML: {str(err).splitlines()[0]}") from err
         if content_type not in ("application/json", "*/*", ""):
             raise errors.unsupported_media_type(["application/json", "application/yaml", "application/vnd.kubernetes.protobuf"])
         try:
-            return json.loads(body)
+            return machinery.loads(body)
         except (ValueError, UnicodeDecodeError) as err:
             raise errors.bad_request(f"error decoding the request body as JSON: {err}") from err
 

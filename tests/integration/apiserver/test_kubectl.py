@@ -18,6 +18,15 @@ def cluster(devcluster_module):
     return devcluster_module
 
 
+def test_default_namespaces_version_and_api_resources(cluster):
+    names = cluster.kubectl("get", "ns", "-o", "name").stdout.split()
+    assert {"namespace/default", "namespace/kube-system", "namespace/kubeflow-system"} <= set(names)
+    assert json.loads(cluster.kubectl("version", "-o", "json").stdout)["serverVersion"]["gitVersion"].startswith("v1.36.")
+    resources = cluster.kubectl("api-resources", "-o", "name").stdout.split()
+    assert {"pods", "jobs.batch", "customresourcedefinitions.apiextensions.k8s.io", "leases.coordination.k8s.io",
+            "validatingwebhookconfigurations.admissionregistration.k8s.io", "events.events.k8s.io"} <= set(resources)
+
+
 def test_installed_crds_are_served_in_discovery_and_explain(cluster):
     resources = cluster.kubectl("api-resources", "--api-group=trainer.kubeflow.org", "-o", "name").stdout.split()
     assert set(resources) == {"clustertrainingruntimes.trainer.kubeflow.org", "trainingruntimes.trainer.kubeflow.org",

@@ -11,6 +11,7 @@ import pytest
 
 from fixtures.devcluster import REPO, start_devcluster
 from integration.apiserver._manifests import install_trainer_crds, trainjob
+from trainyard_services.devcluster.storage import DataDirError, Store
 
 TJ = "/apis/trainer.kubeflow.org/v1alpha1/namespaces/default/trainjobs"
 
@@ -59,9 +60,9 @@ def test_corrupt_or_foreign_data_dir_is_refused_with_a_clear_error(tmp_path):
     foreign = tmp_path / "foreign"
     foreign.mkdir()
     (foreign / "notes.txt").write_text("mine")
-    result = _up(foreign)
-    assert result.returncode == 2 and "not a trainyard devcluster data dir" in result.stderr
-    assert (foreign / "notes.txt").read_text() == "mine"
+    with pytest.raises(DataDirError, match="not a trainyard devcluster data dir"):
+        Store(foreign)
+    assert sorted(p.name for p in foreign.iterdir()) == ["notes.txt"]
 
 
 @pytest.fixture(scope="module")

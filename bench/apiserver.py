@@ -1,0 +1,171 @@
+"""Benchmark of the devcluster API server (a real `trainyard devcluster up` process over HTTPS).
+
+Prints: creates/s, SSA writes/s, list latency at 10,000 TrainJobs, watch delivery p50/p99 with
+10 watchers at 200 writes/s, and the server's RSS with 10,000 TrainJobs stored.
+Targets (issue 5): >= 1,000 SSA writes/s; list of 10,000 < 1 s; watch p99 < 50 ms; RSS < 300 MiB.
+
+    .venv/bin/python bench/apiserver.py [--objects 10000] [--concurrency 32]
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import ssl
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+from fixtures.devcluster import start_devcluster  # noqa: E402
+
+TJ = "/apis/trainer.kubeflow.org/v1alpha1/namespaces/default/trainjobs"
+CRD = REPO / "deploy" / "crds" / "trainer.kubeflow.org_trainjobs.yaml"
+
+
+def trainjob(name: str, nodes: int = 1) -> dict:
+    return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+            "metadata": {"name": name, "labels": {"team": "bench"}},
+            "spec": {"runtimeRef": {"name": "torch-distributed"}, "trainer": {"numNodes": nodes, "image": "busybox"}}}
+
+
+async def run_pool(count: int, concurrency: int, make_request) -> float:
+    """Run ``count`` requests with ``concurrency`` workers; returns requests per second."""
+    next_index = iter(range(count))
+
+    async def worker() -> None:
+        for i in next_index:
+            await make_request(i)
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return count / (time.perf_counter() - started)
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+async def bench(cluster, objects: int, concurrency: int) -> dict[str, float]:
+    ctx = ssl.create_default_context(cafile=str(cluster.ca_cert))
+    headers = {"Authorization": f"Bearer {cluster.token}"}
+    connector = aiohttp.TCPConnector(limit=concurrency + 20, ssl=ctx)
+    results: dict[str, float] = {}
+    async with aiohttp.ClientSession(cluster.url, headers=headers, connector=connector) as session:
+        async def create(i: int) -> None:
+            async with session.post(TJ, json=trainjob(f"tj-{i:05d}")) as resp:
+                assert resp.status == 201, await resp.text()
+                await resp.read()
+        results["creates_per_s"] = await run_pool(objects, concurrency, create)
+
+        ssa_count = min(objects, 5000)
+
+        async def apply(i: int) -> None:
+            body = trainjob(f"tj-{i:05d}", nodes=2)
+            async with session.patch(f"{TJ}/tj-{i:05d}", data=json.dumps(body),
+                                     params={"fieldManager": "bench", "force": "true"},
+                                     headers={"Content-Type": "application/apply-patch+yaml"}) as resp:
+                assert resp.status == 200, await resp.text()
+                await resp.read()
+        results["ssa_writes_per_s"] = await run_pool(ssa_count, concurrency, apply)
+
+        timings = []
+        for _ in range(5):
+            started = time.perf_counter()
+            async with session.get(TJ) as resp:
+                body = await resp.read()
+            timings.append(time.perf_counter() - started)
+        results["list_items"] = len(json.loads(body)["items"])
+        results["list_seconds_median"] = statistics.median(timings)
+        results["rss_mib"] = rss_mib(cluster.pid)
+
+        results.update(await watch_latency(session, watchers=10, rate=200, seconds=5))
+    return results
+
+
+async def watch_latency(session: aiohttp.ClientSession, watchers: int, rate: int, seconds: int) -> dict[str, float]:
+    async with session.get(TJ, params={"labelSelector": "team=watch"}) as resp:
+        rv = (await resp.json())["metadata"]["resourceVersion"]
+    sent: dict[str, float] = {}
+    delays: list[float] = []
+    total = rate * seconds
+    done = asyncio.Event()
+    received = [0]
+
+    async def watcher() -> None:
+        async with session.get(TJ, params={"watch": "true", "resourceVersion": rv, "labelSelector": "team=watch"},
+                               timeout=aiohttp.ClientTimeout(total=None)) as resp:
+            async for line in resp.content:
+                event = json.loads(line)
+                name = event["object"]["metadata"]["name"]
+                delays.append(time.perf_counter() - sent[name])
+                received[0] += 1
+                if received[0] >= total * watchers:
+                    done.set()
+                if len([d for d in delays]) and event["object"]["metadata"]["name"] == f"w-{total - 1:05d}":
+                    return
+
+    tasks = [asyncio.create_task(watcher()) for _ in range(watchers)]
+    await asyncio.sleep(0.5)
+    interval = 1 / rate
+
+    async def write(name: str) -> None:
+        body = trainjob(name)
+        body["metadata"]["labels"]["team"] = "watch"
+        sent[name] = time.perf_counter()
+        async with session.post(TJ, json=body) as resp:
+            assert resp.status == 201
+            await resp.read()
+
+    writes = []
+    start = time.perf_counter()
+    for i in range(total):  # writes are issued on a fixed schedule, not one after the other
+        target = start + i * interval
+        now = time.perf_counter()
+        if target > now:
+            await asyncio.sleep(target - now)
+        writes.append(asyncio.create_task(write(f"w-{i:05d}")))
+    await asyncio.gather(*writes)
+    achieved = total / (time.perf_counter() - start)
+    try:
+        await asyncio.wait_for(done.wait(), 30)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    delays.sort()
+    return {"watch_write_rate": achieved, "watch_events": len(delays),
+            "watch_p50_ms": delays[len(delays) // 2] * 1000, "watch_p99_ms": delays[int(len(delays) * 0.99)] * 1000}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--objects", type=int, default=10000)
+    parser.add_argument("--concurrency", type=int, default=32)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        cluster = start_devcluster(Path(tmp) / "data", ["--log-level", "WARNING"])
+        try:
+            cluster.kubectl("create", "-f", str(CRD))
+            cluster.kubectl("wait", "--for=condition=Established", "crd/trainjobs.trainer.kubeflow.org")
+            results = asyncio.run(bench(cluster, args.objects, args.concurrency))
+        finally:
+            cluster.stop()
+    print(f"creates/s:                     {results['creates_per_s']:8.0f}   ({args.objects} TrainJobs, {args.concurrency} concurrent)")
+    print(f"SSA writes/s:                  {results['ssa_writes_per_s']:8.0f}   (target >= 1000)")
+    print(f"list {results['list_items']:.0f} TrainJobs:          {results['list_seconds_median'] * 1000:8.1f} ms (median of 5; target < 1000 ms)")
+    print(f"watch p50 / p99:               {results['watch_p50_ms']:6.1f} / {results['watch_p99_ms']:.1f} ms "
+          f"(10 watchers, {results['watch_write_rate']:.0f} writes/s, {results['watch_events']:.0f} events; target p99 < 50 ms)")
+    print(f"server RSS with {args.objects} TrainJobs:  {results['rss_mib']:8.1f} MiB (target < 300 MiB)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
