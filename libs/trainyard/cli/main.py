@@ -20,6 +20,7 @@ COMMANDS: dict[str, str] = {
     "devcluster": "trainyard_services.devcluster.cli",
     "up": "trainyard.cli.up",
     "down": "trainyard.cli.down",
+    "crds": "trainyard.cli.crds",
     "plan": "trainyard.cli.plan",
     "validate": "trainyard.cli.validate",
 }
