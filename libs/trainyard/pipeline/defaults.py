@@ -31,24 +31,32 @@ def trainjob_with_defaults(trainjob: dict[str, Any]) -> dict[str, Any]:
 
 
 def runtime_with_defaults(runtime: dict[str, Any]) -> dict[str, Any]:
-    """A defaulted deep copy of a TrainingRuntime / ClusterTrainingRuntime document."""
-    doc = clone(runtime)
+    """A defaulted copy of a TrainingRuntime / ClusterTrainingRuntime document.
+
+    Copy-on-write: the input is never modified; the small policy sections are copied, and
+    the (large) JobSet template only along the replicated-job list, whose entries are new
+    shallow dicts. Planning deep-copies the template itself before changing it.
+    """
+    doc = dict(runtime)
     spec = doc.get("spec")
     if not isinstance(spec, dict):
         return doc
+    spec = doc["spec"] = dict(spec)
     ml_policy = spec.get("mlPolicy")
     if isinstance(ml_policy, dict):
+        ml_policy = spec["mlPolicy"] = clone(ml_policy)
         torch = ml_policy.get("torch")
         if isinstance(torch, dict):
             torch.setdefault("numProcPerNode", "auto")
         mpi = ml_policy.get("mpi")
         if isinstance(mpi, dict):
-            mpi.setdefault("numProcPerNode", 1)
+            mpi.setdefault("numProcPerNode", names.MPI_DEFAULT_NUM_PROC_PER_NODE)
             mpi.setdefault("mpiImplementation", names.MPI_OPENMPI)
             mpi.setdefault("sshAuthMountPath", names.MPI_DEFAULT_SSH_MOUNT_PATH)
             mpi.setdefault("runLauncherAsNode", False)
     pod_group = spec.get("podGroupPolicy")
     if isinstance(pod_group, dict):
+        pod_group = spec["podGroupPolicy"] = clone(pod_group)
         coscheduling = pod_group.get("coscheduling")
         if isinstance(coscheduling, dict):
             coscheduling.setdefault("scheduleTimeoutSeconds", names.DEFAULT_SCHEDULE_TIMEOUT_SECONDS)
@@ -58,8 +66,11 @@ def runtime_with_defaults(runtime: dict[str, Any]) -> dict[str, Any]:
             if isinstance(topology, dict):
                 topology.setdefault("mode", "hard")
                 topology.setdefault("highestTierAllowed", 1)
-    jobset_spec = spec.get("template", {}).get("spec") if isinstance(spec.get("template"), dict) else None
-    if isinstance(jobset_spec, dict) and isinstance(jobset_spec.get("replicatedJobs"), list):
+    template = spec.get("template")
+    if isinstance(template, dict) and isinstance(template.get("spec"), dict) \
+            and isinstance(template["spec"].get("replicatedJobs"), list):
+        template = spec["template"] = dict(template)
+        jobset_spec = template["spec"] = dict(template["spec"])
         jobset_spec["replicatedJobs"] = [
             _replicated_job_with_defaults(job) if isinstance(job, dict) else job
             for job in jobset_spec["replicatedJobs"]
@@ -69,7 +80,7 @@ def runtime_with_defaults(runtime: dict[str, Any]) -> dict[str, Any]:
 
 def _replicated_job_with_defaults(job: dict[str, Any]) -> dict[str, Any]:
     if "groupName" in job and "replicas" in job:
-        return job
+        return dict(job)
     # Keep the familiar key order: name, groupName, replicas, then the rest.
     ordered: dict[str, Any] = {}
     if "name" in job:

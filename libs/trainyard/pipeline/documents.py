@@ -26,7 +26,7 @@ def items(value: Any) -> list[Any]:
 def dig(doc: Any, *path: str) -> Any:
     """Value at ``path`` inside nested mappings, or None."""
     for key in path:
-        if not isinstance(doc, Mapping):
+        if not isinstance(doc, dict):
             return None
         doc = doc.get(key)
     return doc

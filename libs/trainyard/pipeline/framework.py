@@ -27,23 +27,18 @@ class PlanContext:
     info: RuntimeInfo
     observed: ObservedState
     new_ssh_key: SshKeyFactory
+    # Read once from the TrainJob (plugins ask for them many times).
+    name: str = field(init=False)
+    namespace: str = field(init=False)
+    spec: dict[str, Any] = field(init=False)
+    trainer: dict[str, Any] | None = field(init=False)
 
-    @property
-    def name(self) -> str:
-        return str(dig(self.trainjob, "metadata", "name") or "")
-
-    @property
-    def namespace(self) -> str:
-        return str(dig(self.trainjob, "metadata", "namespace") or "")
-
-    @property
-    def spec(self) -> dict[str, Any]:
-        return mapping(self.trainjob.get("spec"))
-
-    @property
-    def trainer(self) -> dict[str, Any] | None:
+    def __post_init__(self) -> None:
+        self.name = str(dig(self.trainjob, "metadata", "name") or "")
+        self.namespace = str(dig(self.trainjob, "metadata", "namespace") or "")
+        self.spec = mapping(self.trainjob.get("spec"))
         trainer = self.spec.get("trainer")
-        return trainer if isinstance(trainer, dict) else None
+        self.trainer = trainer if isinstance(trainer, dict) else None
 
     def owner_reference(self) -> dict[str, Any]:
         meta = mapping(self.trainjob.get("metadata"))

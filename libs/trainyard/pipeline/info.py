@@ -26,7 +26,16 @@ class PodSet:
     count: int
     job: dict[str, Any]  # the replicated job inside the JobSet spec being built
     single_pod_requests: Requests
-    endpoints: list[str] = field(default_factory=list)
+    # Set by the PodNetwork phase (JobSet plugin): the host name prefix and subdomain.
+    endpoint_prefix: str = ""
+    subdomain: str = ""
+
+    @property
+    def endpoints(self) -> list[str]:
+        """Host names of this job's pods (computed on demand, like upstream's lazy list)."""
+        if not self.subdomain:
+            return []
+        return [f"{self.endpoint_prefix}{index}.{self.subdomain}" for index in range(max(self.count, 0))]
 
     @property
     def pod_spec(self) -> dict[str, Any]:

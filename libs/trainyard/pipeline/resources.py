@@ -9,10 +9,10 @@ Requests = dict[str, Quantity]
 
 
 def _requests_of(resources: Any) -> Requests:
-    if not isinstance(resources, Mapping):
+    if not isinstance(resources, dict):
         return {}
     requests = resources.get("requests")
-    if not isinstance(requests, Mapping):
+    if not isinstance(requests, dict):
         return {}
     return {name: parse_quantity(value) for name, value in requests.items()}
 
@@ -54,7 +54,7 @@ def single_pod_requests(pod_spec: Mapping[str, Any]) -> Requests:
     _add(total, sidecars)
     _maximum(total, init_peak)
     overhead = pod_spec.get("overhead")
-    if isinstance(overhead, Mapping):
+    if isinstance(overhead, dict):
         _add(total, {name: parse_quantity(v) for name, v in overhead.items()})
     pod_requests = _requests_of(pod_spec.get("resources"))
     total.update(pod_requests)
@@ -63,18 +63,18 @@ def single_pod_requests(pod_spec: Mapping[str, Any]) -> Requests:
 
 def gpu_count(resources: Mapping[str, Any] | None) -> int:
     """GPU count of a resources block: first gpu-named request, else a gpu-named limit."""
-    if not isinstance(resources, Mapping):
+    if not isinstance(resources, dict):
         return 0
     count = 0
     requests = resources.get("requests")
-    if isinstance(requests, Mapping):
+    if isinstance(requests, dict):
         for name, value in requests.items():
             if "gpu" in str(name).lower():
                 count = parse_quantity(value).ceil()
                 break
     if count == 0:
         limits = resources.get("limits")
-        if isinstance(limits, Mapping):
+        if isinstance(limits, dict):
             for name, value in limits.items():
                 if "gpu" in str(name).lower():
                     limit = parse_quantity(value).ceil()
@@ -86,11 +86,11 @@ def gpu_count(resources: Mapping[str, Any] | None) -> int:
 
 def cpu_count(resources: Mapping[str, Any] | None) -> int:
     """CPU count: requests.cpu unless absent or zero, then limits.cpu; rounded up."""
-    if not isinstance(resources, Mapping):
+    if not isinstance(resources, dict):
         return 0
     for section in ("requests", "limits"):
         block = resources.get(section)
-        if isinstance(block, Mapping) and block.get("cpu") is not None:
+        if isinstance(block, dict) and block.get("cpu") is not None:
             quantity = parse_quantity(block["cpu"])
             if quantity.value != 0:
                 return quantity.ceil()

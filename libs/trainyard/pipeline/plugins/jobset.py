@@ -19,8 +19,8 @@ _RESERVED_OVERRIDE_CONTAINERS = (names.NODE, names.DATASET_INITIALIZER, names.MO
 def identify_pod_network(ctx: PlanContext) -> None:
     subdomain = dig(ctx.info.jobset_spec, "network", "subdomain") or ctx.name
     for pod_set in ctx.info.pod_sets:
-        prefix = f"{ctx.name}-{pod_set.name}-0-"
-        pod_set.endpoints = [f"{prefix}{index}.{subdomain}" for index in range(max(pod_set.count, 0))]
+        pod_set.endpoint_prefix = f"{ctx.name}-{pod_set.name}-0-"
+        pod_set.subdomain = str(subdomain)
 
 
 def build(ctx: PlanContext) -> list[dict[str, Any]]:
