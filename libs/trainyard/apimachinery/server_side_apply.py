@@ -222,6 +222,8 @@ def apply(
         raise ApplyError("fieldManager: Required value: is required for apply patch")
     if not isinstance(config, dict):
         raise ApplyError("the applied configuration must be a JSON object")
+    if isinstance(config.get("metadata"), dict) and config["metadata"].get("managedFields") is not None:
+        raise ApplyError("metadata.managedFields must be nil")
     created = live is None
     live_object = _without_managed_fields(live or {})
     entries = decode_managed_fields(((live or {}).get("metadata") or {}).get("managedFields"))
@@ -274,11 +276,12 @@ def record_update(
 ) -> dict[str, Any]:
     """`new` with managedFields updated for a non-apply write by `manager` (None live = create).
 
-    `new`'s own `metadata.managedFields` are ignored: the bookkeeping starts from `live`'s.
+    Like upstream, a main-resource write may set managedFields itself: `[{}]` clears them, other
+    non-empty valid entries replace live's; otherwise (and for subresources) live's are the base.
     """
     live_object = _without_managed_fields(live or {})
     new_object = _without_managed_fields(new)
-    entries = decode_managed_fields(((live or {}).get("metadata") or {}).get("managedFields"))
+    entries = _base_entries(live, new, subresource)
     added, removed, modified = _compare(live_object, new_object, schema)
     changed_fields = _owned_in_scope(added | modified, subresource, False)
     removed = _owned_in_scope(removed, subresource, False)
@@ -294,6 +297,19 @@ def record_update(
         mine.fields = mine.fields | changed_fields
         mine.time = now
     return _with_managed_fields(new_object, encode_managed_fields(entries))
+
+
+def _base_entries(live: Mapping[str, Any] | None, new: Mapping[str, Any], subresource: str) -> list[ManagedFieldsEntry]:
+    live_entries = ((live or {}).get("metadata") or {}).get("managedFields")
+    requested = (new.get("metadata") or {}).get("managedFields") if isinstance(new.get("metadata"), Mapping) else None
+    if subresource or not requested or requested == live_entries:
+        return decode_managed_fields(live_entries)
+    if requested == [{}]:
+        return []
+    try:
+        return decode_managed_fields(requested) or decode_managed_fields(live_entries)
+    except MachineryError:
+        return decode_managed_fields(live_entries)
 
 
 def owned_fields(obj: Mapping[str, Any], schema: SchemaNode) -> FieldSet:

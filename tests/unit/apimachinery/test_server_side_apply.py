@@ -258,3 +258,15 @@ def test_more_than_ten_update_managers_fold_the_oldest_into_ancient_changes() ->
     assert len(ancient) == 1 and ancient[0]["time"] == "2025-01-02T03:04:02Z"
     assert {"f:k0", "f:k1", "f:k2"} <= set(ancient[0]["fieldsV1"]["f:metadata"]["f:labels"])
     assert "writer-11" in {e["manager"] for e in entries}
+
+
+def test_writes_can_reset_managed_fields_but_applies_cannot_set_them() -> None:
+    created = apply(None, trainjob({"trainer": {"numNodes": 1}}), manager="m", schema=TRAINJOB, now=T1).object
+    reset = record_update(created, {**created, "metadata": {**created["metadata"], "managedFields": [{}]}},
+                          manager="admin", schema=TRAINJOB, now=T2)
+    assert "managedFields" not in reset["metadata"]
+    kept = record_update(created, {**created, "metadata": {**created["metadata"], "managedFields": []}},
+                         manager="admin", schema=TRAINJOB, now=T2)
+    assert kept["metadata"]["managedFields"] == created["metadata"]["managedFields"]
+    with pytest.raises(ApplyError, match="metadata.managedFields must be nil"):
+        apply(created, created, manager="m", schema=TRAINJOB, now=T3)
