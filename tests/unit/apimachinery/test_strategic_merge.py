@@ -4,6 +4,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trainyard.apimachinery.errors import PatchError, UnsupportedPatchType
+from trainyard.apimachinery.merge_patch import json_merge_patch
 from trainyard.apimachinery.strategic_merge import strategic_merge_patch
 
 POD_TEMPLATE = "io.k8s.api.core.v1.PodTemplateSpec"
@@ -208,3 +209,15 @@ def test_container_merge_keeps_every_name_once(live: list, patch: list) -> None:
     assert sorted(names) == sorted(set(live) | set(patch))
     assert all(c["image"] == ("new" if c["name"] in patch else "old") for c in merged["spec"]["containers"])
     assert [n for n in names if n in live and n not in patch] == [n for n in live if n not in patch]
+
+
+string_maps = st.dictionaries(st.text(min_size=1, max_size=3), st.none() | st.text(max_size=3), max_size=4)
+
+
+@settings(max_examples=40, deadline=None)
+@given(string_maps, string_maps, string_maps, string_maps)
+def test_on_maps_and_scalars_strategic_merge_equals_json_merge_patch(labels, annotations, patch_labels, patch_annotations) -> None:
+    live = {"metadata": {"labels": {k: v for k, v in labels.items() if v is not None},
+                         "annotations": {k: v for k, v in annotations.items() if v is not None}}}
+    patch = {"metadata": {"labels": patch_labels, "annotations": patch_annotations}}
+    assert strategic_merge_patch(live, patch, POD) == json_merge_patch(live, patch)
