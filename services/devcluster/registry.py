@@ -53,7 +53,7 @@ class ResourceType:
 
     @property
     def storage_key(self) -> tuple[str, str]:
-        return (self.group, self.resource)
+        return STORAGE_ALIASES.get((self.group, self.resource), (self.group, self.resource))
 
 
 def _core(resource: str, kind: str, namespaced: bool, short: tuple[str, ...] = (), subs: Iterable[str] = (),
@@ -74,7 +74,7 @@ BUILTIN_TYPES: tuple[ResourceType, ...] = (
     _core("serviceaccounts", "ServiceAccount", True, ("sa",)),
     _core("events", "Event", True, ("ev",)),
     _core("nodes", "Node", False, ("no",), ("status",)),
-    ResourceType("events.k8s.io", "v1", "events", "Event", "event", True, ("ev",),
+    ResourceType("events.k8s.io", "v1", "events", "Event", "event", True, (),
                  definition="io.k8s.api.events.v1.Event"),
     ResourceType("batch", "v1", "jobs", "Job", "job", True, (), ("all",), frozenset({"status"}),
                  definition="io.k8s.api.batch.v1.Job"),

@@ -17,6 +17,7 @@ from datetime import datetime, timezone
 from typing import Any, Awaitable, Callable
 
 from . import errors, machinery, naming
+from .events import core_to_events_v1, events_v1_to_core, is_events_v1
 from .errors import ApiError, field_cause
 from .registry import Registry, ResourceType
 from .schema import SchemaProcessor
@@ -116,10 +117,12 @@ class Api:
         return stored.raw
 
     def _needs_view(self, rt: ResourceType) -> bool:
-        return not rt.builtin and len(rt.served_versions) > 1
+        return (not rt.builtin and len(rt.served_versions) > 1) or is_events_v1(rt)
 
     def _view(self, rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
-        """The stored object as the requested version (versions share one schema: no conversion)."""
+        """The stored object as the requested version (CR versions share one schema: no conversion)."""
+        if is_events_v1(rt):
+            return core_to_events_v1(obj) if obj.get("apiVersion") == "v1" else obj
         if obj.get("apiVersion") != rt.api_version:
             obj["apiVersion"] = rt.api_version
         return obj
@@ -142,8 +145,17 @@ class Api:
 
     # ------------------------------------------------------------------ create
 
+    def _core_events(self) -> ResourceType:
+        core = self.registry.lookup("", "v1", "events")
+        assert core is not None
+        return core
+
     async def create(self, rt: ResourceType, namespace: str | None, body: Any, opts: WriteOptions,
                      managed_fields: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        if is_events_v1(rt):
+            self._check_body(rt, body)
+            created = await self.create(self._core_events(), namespace, events_v1_to_core(body), opts, managed_fields)
+            return core_to_events_v1(created)
         obj = self._check_body(rt, body)
         meta = _meta(obj)
         self._place_namespace(rt, namespace, meta)
@@ -256,6 +268,9 @@ class Api:
 
     async def update(self, rt: ResourceType, namespace: str | None, name: str, body: Any, opts: WriteOptions
                      ) -> dict[str, Any]:
+        if is_events_v1(rt):
+            self._check_body(rt, body)
+            return core_to_events_v1(await self.update(self._core_events(), namespace, name, events_v1_to_core(body), opts))
         obj = self._check_body(rt, body)
         old = self._stored(rt, namespace, name).load()
         meta = _meta(obj)
@@ -273,6 +288,8 @@ class Api:
     async def patch(self, rt: ResourceType, namespace: str | None, name: str, patch_type: str, body: bytes,
                     opts: WriteOptions) -> tuple[int, dict[str, Any]]:
         stored = self.store.get(rt.storage_key, namespace or "", name)
+        if is_events_v1(rt):
+            return await self._patch_events_v1(rt, namespace, name, patch_type, body, opts)
         if patch_type == "apply":
             return await self._apply(rt, namespace, name, stored, body, opts)
         if stored is None:
@@ -292,6 +309,27 @@ class Api:
             raise errors.conflict(rt.qualified_resource, name, rt.group, rt.resource)
         patched["apiVersion"] = rt.api_version
         return 200, await self._update_from(rt, old, patched, opts)
+
+    async def _patch_events_v1(self, rt: ResourceType, namespace: str | None, name: str, patch_type: str,
+                               body: bytes, opts: WriteOptions) -> tuple[int, dict[str, Any]]:
+        """Patch an events.k8s.io/v1 view: patch the converted object, store it as a core Event."""
+        core = self._core_events()
+        if patch_type == "apply":
+            config = events_v1_to_core(machinery.parse_apply_body(body))
+            code, obj = await self._apply(core, namespace, name, self.store.get(core.storage_key, namespace or "", name),
+                                          dumps(config), opts)
+            return code, core_to_events_v1(obj)
+        view = core_to_events_v1(self._stored(rt, namespace, name).load())
+        patched = machinery.apply_patch(rt, patch_type, view, body)
+        if not isinstance(patched, dict):
+            raise errors.bad_request("the patch result is not a JSON object")
+        old = self._stored(core, namespace, name).load()
+        new = self._check_body(core, events_v1_to_core(patched))
+        self._check_identity(core, namespace, name, new["metadata"])
+        rv = new["metadata"].get("resourceVersion")
+        if rv and rv != old["metadata"].get("resourceVersion"):
+            raise errors.conflict(rt.qualified_resource, name, rt.group, rt.resource)
+        return 200, core_to_events_v1(await self._update_from(core, old, new, opts))
 
     async def _apply(self, rt: ResourceType, namespace: str | None, name: str, stored: StoredObject | None,
                      body: bytes, opts: WriteOptions) -> tuple[int, dict[str, Any]]:
@@ -700,7 +738,7 @@ class Api:
         ns_type = self.registry.lookup("", "v1", "namespaces")
         assert ns_type is not None
         for rt in list(self.registry.all()):
-            if not rt.namespaced or rt.storage_key == ("events.k8s.io", "events"):
+            if not rt.namespaced or is_events_v1(rt):
                 continue
             for (ns, name), stored in self.store.list(rt.storage_key, namespace):
                 if stored.load()["metadata"].get("deletionTimestamp"):

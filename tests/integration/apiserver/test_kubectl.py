@@ -197,6 +197,11 @@ def test_describe_shows_events(cluster):
     cluster.kubectl("create", "-f", "-", input=json.dumps(event))
     described = cluster.kubectl("describe", "trainjob", "described").stdout
     assert "JobSet described created" in described
+    # the same Event through events.k8s.io/v1 (one storage, converted fields)
+    newer = json.loads(cluster.kubectl("get", "events.v1.events.k8s.io", "described.1", "-o", "json").stdout)
+    assert newer["note"] == "JobSet described created" and newer["regarding"]["name"] == "described"
+    cluster.kubectl("patch", "events.v1.events.k8s.io", "described.1", "--type=merge", "-p", '{"note":"changed"}')
+    assert cluster.kubectl("get", "ev", "described.1", "-o", "jsonpath={.message}").stdout == "changed"
 
 
 def test_logs_follow_streams_until_the_container_terminates(cluster):
