@@ -20,6 +20,7 @@ Two entry points, both pure (the API server does storage, preconditions and defa
 from __future__ import annotations
 
 import copy
+import json
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
 
@@ -40,6 +41,8 @@ from trainyard.apimachinery.openapi_definitions import UNTYPED, SchemaNode
 
 APPLY = "Apply"
 UPDATE = "Update"
+KUBECTL_MANAGER = "kubectl"  # `kubectl apply --server-side`'s default field manager
+LAST_APPLIED_ANNOTATION = "kubectl.kubernetes.io/last-applied-configuration"
 
 # Never owned by anyone (upstream strips them before computing field sets).
 _UNOWNED_PATHS: frozenset[Path] = frozenset(
@@ -252,9 +255,11 @@ def apply(
         for path in sorted(entry.fields & changed_fields, key=path_sort_key)
     ]
     if conflicts and not force:
-        raise ApplyConflict(conflicts)
+        _raise_unless_upgrading_client_side_apply(conflicts, live_object, schema, manager, subresource)
     for entry in entries:
         entry.fields = entry.fields - changed_fields - removed
+    if manager == KUBECTL_MANAGER and not subresource:
+        merged = _sync_last_applied(merged, config)
     object_changed = not json_equal(live_object, merged)
     if object_changed or previous is None:
         mine.time = now
@@ -263,6 +268,47 @@ def apply(
     changed = created or object_changed or result["metadata"].get("managedFields") != (
         ((live or {}).get("metadata") or {}).get("managedFields"))
     return ApplyResult(result, changed, created, conflicts if force else [])
+
+
+def _raise_unless_upgrading_client_side_apply(conflicts: list[Conflict], live: dict[str, Any], schema: SchemaNode,
+                                              manager: str, subresource: str) -> None:
+    """Upstream's upgrade path from `kubectl apply` to `kubectl apply --server-side`: for the manager
+    `kubectl`, conflicts on fields the last-applied-configuration annotation still describes
+    (same value in the object) are taken over silently; any other conflict fails as usual."""
+    allowed = _last_applied_fields(live, schema) if manager == KUBECTL_MANAGER and not subresource else set()
+    remaining = [conflict for conflict in conflicts if conflict.path not in allowed]
+    if remaining:
+        raise ApplyConflict(remaining)
+
+
+def _last_applied_fields(live: dict[str, Any], schema: SchemaNode) -> FieldSet:
+    annotation = ((live.get("metadata") or {}).get("annotations") or {}).get(LAST_APPLIED_ANNOTATION)
+    try:
+        last_applied = json.loads(annotation) if annotation else None
+    except ValueError:
+        return set()
+    if not isinstance(last_applied, dict):
+        return set()
+    try:
+        fields = _to_field_set(last_applied, schema)
+        _, _, modified = _compare(last_applied, live, schema)
+    except MachineryError:
+        return set()
+    return fields - modified
+
+
+def _sync_last_applied(merged: dict[str, Any], config: Mapping[str, Any]) -> dict[str, Any]:
+    """Keep an existing last-applied-configuration annotation equal to what `kubectl` applied."""
+    annotations = (merged.get("metadata") or {}).get("annotations") or {}
+    if LAST_APPLIED_ANNOTATION not in annotations:
+        return merged
+    applied = copy.deepcopy(dict(config))
+    applied_annotations = (applied.get("metadata") or {}).get("annotations")
+    if isinstance(applied_annotations, dict):
+        applied_annotations.pop(LAST_APPLIED_ANNOTATION, None)
+    text = json.dumps(applied, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+    metadata = {**merged["metadata"], "annotations": {**annotations, LAST_APPLIED_ANNOTATION: text}}
+    return {**merged, "metadata": metadata}
 
 
 def record_update(

@@ -1,4 +1,6 @@
 """Server-side apply: ownership, conflicts, force, removal of unapplied fields, Update entries."""
+import json
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -270,3 +272,23 @@ def test_writes_can_reset_managed_fields_but_applies_cannot_set_them() -> None:
     assert kept["metadata"]["managedFields"] == created["metadata"]["managedFields"]
     with pytest.raises(ApplyError, match="metadata.managedFields must be nil"):
         apply(created, created, manager="m", schema=TRAINJOB, now=T3)
+
+
+def test_kubectl_server_side_apply_upgrades_from_client_side_apply() -> None:
+    """`kubectl apply` then `kubectl apply --server-side` with a changed value: no conflict for
+    fields the last-applied annotation describes; the annotation follows the new config."""
+    config = trainjob({"trainer": {"numNodes": 2}})
+    annotation = "kubectl.kubernetes.io/last-applied-configuration"
+    csa = {**config, "metadata": {**config["metadata"], "annotations": {annotation: json.dumps(config)}}}
+    live = record_update(None, csa, manager="kubectl-client-side-apply", schema=TRAINJOB, now=T1)
+    changed = trainjob({"trainer": {"numNodes": 3}})
+    with pytest.raises(ApplyConflict):
+        apply(live, changed, manager="someone-else", schema=TRAINJOB, now=T2)
+    upgraded = apply(live, changed, manager="kubectl", schema=TRAINJOB, now=T2).object
+    assert upgraded["spec"]["trainer"]["numNodes"] == 3
+    assert json.loads(upgraded["metadata"]["annotations"][annotation]) == changed
+    # a field changed by someone else since the client-side apply still conflicts
+    patched = record_update(live, {**live, "spec": {"trainer": {"numNodes": 5}}}, manager="kubectl-patch",
+                            schema=TRAINJOB, now=T2)
+    with pytest.raises(ApplyConflict, match='conflict with "kubectl-patch"'):
+        apply(patched, changed, manager="kubectl", schema=TRAINJOB, now=T3)
