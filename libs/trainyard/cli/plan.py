@@ -99,7 +99,10 @@ def parse_documents(text: str, filename: str, namespace: str) -> list[Document]:
         metadata = body.get("metadata")
         if metadata is not None and not isinstance(metadata, dict):
             raise UserError(f"{source}: metadata: must be a mapping")
-        if body["kind"] not in CLUSTER_SCOPED_KINDS and not (metadata or {}).get("namespace"):
+        if body["kind"] in CLUSTER_SCOPED_KINDS:
+            if (metadata or {}).get("namespace"):  # kubectl ignores it for cluster-scoped objects
+                body = {**body, "metadata": {k: v for k, v in metadata.items() if k != "namespace"}}
+        elif not (metadata or {}).get("namespace"):
             body = {**body, "metadata": {**(metadata or {}), "namespace": namespace}}
         documents.append(Document(body, source))
     return documents

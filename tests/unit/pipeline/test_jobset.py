@@ -240,3 +240,10 @@ def test_torch_runtime_pipeline_with_override_and_coscheduling_worked_example() 
     template = replicated_job(jobset, "node")["template"]["spec"]["template"]
     assert template["metadata"] == {"labels": {"scheduling.x-k8s.io/pod-group": "job1"}}
     assert template["spec"]["nodeSelector"] == {"pool": "gpu"}
+
+
+def test_trainer_job_replicas_forced_to_one_even_without_trainer_section() -> None:
+    jobs = default_jobs()
+    jobs[2]["replicas"] = 4
+    jobset = find(plan(trainjob(), runtime(jobs)).objects, "JobSet")
+    assert replicated_job(jobset, "node")["replicas"] == 1

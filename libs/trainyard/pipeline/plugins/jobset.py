@@ -76,6 +76,9 @@ def _apply_initializers(ctx: PlanContext) -> None:
 
 
 def _apply_trainer(ctx: PlanContext) -> None:
+    for pod_set in ctx.info.pod_sets:
+        if pod_set.ancestor == names.ANCESTOR_TRAINER:
+            pod_set.job["replicas"] = names.ANCESTOR_JOB_REPLICAS  # even without spec.trainer
     trainer = ctx.trainer
     if trainer is None:
         return
@@ -84,8 +87,6 @@ def _apply_trainer(ctx: PlanContext) -> None:
     resources = trainer.get("resourcesPerNode")
     for pod_set in ctx.info.pod_sets:
         is_trainer = pod_set.ancestor == names.ANCESTOR_TRAINER
-        if is_trainer:
-            pod_set.job["replicas"] = names.ANCESTOR_JOB_REPLICAS
         if not is_trainer and not (launcher_as_node and pod_set.name == names.NODE):
             continue
         container = pod_set.container(names.NODE)
