@@ -91,3 +91,38 @@ def referenced_deprecation_warning(runtime_name: str) -> str:
 
 def created_deprecation_warning(runtime_name: str) -> str:
     return c.deprecated_runtime_warning(runtime_name, referenced=False)
+
+
+# --- The resource-in-use finalizer (spec §2.4), as pure decisions --------------------------
+
+def referenced_runtime(trainjob: dict[str, Any]) -> tuple[str, str, str] | None:
+    """(kind, namespace, name) of the runtime a TrainJob holds in use, by upstream's index.
+
+    Only an explicit ``apiGroup: trainer.kubeflow.org`` and an explicit supported kind count
+    (absent values never match); the namespace is "" for a ClusterTrainingRuntime.
+    """
+    ref = mapping(dig(trainjob, "spec", "runtimeRef"))
+    kind, name = ref.get("kind"), ref.get("name")
+    if ref.get("apiGroup") != names.API_GROUP or not isinstance(name, str) or not name:
+        return None
+    if kind == names.TRAINING_RUNTIME_KIND:
+        return kind, str(dig(trainjob, "metadata", "namespace") or ""), name
+    if kind == names.CLUSTER_TRAINING_RUNTIME_KIND:
+        return kind, "", name
+    return None
+
+
+def finalizer_action(runtime: dict[str, Any], referenced: bool) -> str | None:
+    """What the runtime controller does: "add", "remove" or None (nothing).
+
+    Add the finalizer when a TrainJob references the runtime and it is missing; remove it
+    only when the runtime is being deleted and nothing references it. A live runtime keeps
+    its finalizer even when the last TrainJob is gone.
+    """
+    finalizers = dig(runtime, "metadata", "finalizers")
+    has_finalizer = isinstance(finalizers, list) and c.FINALIZER_RESOURCE_IN_USE in finalizers
+    if not has_finalizer and referenced:
+        return "add"
+    if has_finalizer and dig(runtime, "metadata", "deletionTimestamp") and not referenced:
+        return "remove"
+    return None

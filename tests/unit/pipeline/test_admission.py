@@ -196,3 +196,37 @@ def test_runtime_jobset_immutable_fields_on_update() -> None:
     new = runtime(jobset_spec={"successPolicy": {"operator": "Any"}})
     assert validate_runtime(new, old=old).texts() == [
         'spec.template.spec.successPolicy: Invalid value: "object": Value is immutable']
+
+
+# --- resource-in-use finalizer decisions (spec §2.4) --------------------------------------
+
+from trainyard.pipeline.resolution import finalizer_action, referenced_runtime  # noqa: E402
+
+
+@pytest.mark.parametrize("ref, expected", [
+    pytest.param({"name": "r", "kind": "TrainingRuntime", "apiGroup": "trainer.kubeflow.org"},
+                 ("TrainingRuntime", "default", "r"), id="training-runtime"),
+    pytest.param({"name": "r", "kind": "ClusterTrainingRuntime", "apiGroup": "trainer.kubeflow.org"},
+                 ("ClusterTrainingRuntime", "", "r"), id="cluster-runtime"),
+    pytest.param({"name": "r", "kind": "TrainingRuntime"}, None, id="absent-api-group-never-matches"),
+    pytest.param({"name": "r", "apiGroup": "trainer.kubeflow.org"}, None, id="absent-kind-never-matches"),
+])
+def test_referenced_runtime_index(ref: dict[str, Any], expected: Any) -> None:
+    job_doc = trainjob()
+    job_doc["spec"]["runtimeRef"] = ref
+    assert referenced_runtime(job_doc) == expected
+
+
+@pytest.mark.parametrize("finalizers, deleting, referenced, action", [
+    pytest.param([], False, True, "add", id="add-when-used"),
+    pytest.param(["trainer.kubeflow.org/resource-in-use"], True, False, "remove", id="remove-when-deleting-unused"),
+    pytest.param(["trainer.kubeflow.org/resource-in-use"], False, False, None, id="kept-on-live-runtime"),
+    pytest.param(["trainer.kubeflow.org/resource-in-use"], True, True, None, id="kept-while-used"),
+    pytest.param([], False, False, None, id="unused-without-finalizer"),
+])
+def test_finalizer_action(finalizers: list[str], deleting: bool, referenced: bool, action: Any) -> None:
+    rt = runtime()
+    rt["metadata"]["finalizers"] = finalizers
+    if deleting:
+        rt["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    assert finalizer_action(rt, referenced) == action
