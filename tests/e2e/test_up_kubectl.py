@@ -1,5 +1,8 @@
-"""The first thing a user does: `trainyard up`, apply the torch example with real kubectl, watch it
-train to Complete, read its logs, `trainyard down`, and nothing is left running."""
+"""The first thing a user does: `trainyard up`, `kubectl apply -k` the torch example, watch it
+train to Complete, read its logs, `trainyard down`, and nothing is left running. Then `trainyard up`
+on the same data dir again: the TrainJob and its status are still there.
+
+(One test, not two: each stack start and each torch run costs seconds on a small machine.)"""
 from __future__ import annotations
 
 import json
@@ -27,7 +30,7 @@ def example_trainjob() -> tuple[str, str]:
 
 
 @pytest.mark.torch
-def test_up_apply_example_complete_logs_down(tmp_path: Path) -> None:
+def test_up_apply_example_complete_logs_down_then_resume(tmp_path: Path) -> None:
     skip_unless_stack_available()
     name, namespace = example_trainjob()
     stack = start_stack(tmp_path / "data")
@@ -38,7 +41,7 @@ def test_up_apply_example_complete_logs_down(tmp_path: Path) -> None:
         runtimes = stack.kubectl("get", "clustertrainingruntimes", "-o", "json")
         assert {item["metadata"]["name"] for item in json.loads(runtimes.stdout)["items"]} >= DEFAULT_RUNTIMES
 
-        stack.kubectl("apply", "-f", str(EXAMPLE))
+        stack.kubectl("apply", "-k", str(EXAMPLE))
         waited = stack.kubectl("wait", "-n", namespace, f"trainjob/{name}", "--for=condition=Complete",
                                "--timeout=240s", check=False, timeout=260)
         if waited.returncode != 0:
@@ -68,3 +71,14 @@ def test_up_apply_example_complete_logs_down(tmp_path: Path) -> None:
         assert stack.survivors() == [], f"processes left after trainyard down: {stack.survivors()}"
     finally:
         stack.kill()
+
+    resumed = start_stack(tmp_path / "data")
+    try:
+        again = json.loads(resumed.kubectl("get", "-n", namespace, f"trainjob/{name}", "-o", "json").stdout)
+        assert again["metadata"]["uid"] == trainjob["metadata"]["uid"]
+        assert again["status"]["conditions"] == trainjob["status"]["conditions"]
+        assert again["status"].get("jobsStatus") == trainjob["status"].get("jobsStatus")
+        assert resumed.stop().returncode == 0
+        assert resumed.survivors() == []
+    finally:
+        resumed.kill()

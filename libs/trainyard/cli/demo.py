@@ -1,7 +1,7 @@
 """`make demo`: one TrainJob from nothing to Complete on a local trainyard, with live progress.
 
 Runs `trainyard up` in the background on a fresh data dir (free ports, so it never clashes with a
-stack you already run), applies examples/torch-ddp-cpu with real kubectl, shows the TrainJob's
+stack you already run), applies examples/torch-ddp-cpu with real kubectl (`apply -k`), shows the TrainJob's
 state, its pods and the training step/loss from the logs, prints the final conditions and where
 to look next, then stops the stack. Exits 0 only if the TrainJob ended Complete.
 """
@@ -251,6 +251,9 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     console = Console()
+    if not console.is_terminal:
+        # Piped output (CI, `make demo | tee`): long lines, not 80-column wrapping.
+        console = Console(width=160, soft_wrap=True)
     began = time.monotonic()
     example = Path(args.example).resolve()
     job = find_trainjob(example)
@@ -262,9 +265,11 @@ def run(args: argparse.Namespace) -> int:
         kubeconfig = data_dir / "kubeconfig"
         console.print(f"trainyard is up ({time.monotonic() - began:.0f}s). Submitting {example.relative_to(REPO) if example.is_relative_to(REPO) else example}",
                       highlight=False)
-        applied = kubectl(kubeconfig, "apply", "-f", str(example))
+        # A kustomization ships the training script as a ConfigMap next to the TrainJob.
+        mode = "-k" if (example / "kustomization.yaml").is_file() else "-f"
+        applied = kubectl(kubeconfig, "apply", mode, str(example))
         if applied.returncode != 0:
-            raise DemoError(f"kubectl apply -f {example} failed:\n{applied.stderr}")
+            raise DemoError(f"kubectl apply {mode} {example} failed:\n{applied.stderr}")
         console.print(applied.stdout.rstrip(), highlight=False)
         snapshot = asyncio.run(follow(kubeconfig, job, args.timeout, console))
         if not snapshot.finished:

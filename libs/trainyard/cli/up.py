@@ -51,7 +51,7 @@ def _try_this(kubeconfig: Path) -> list[str]:
     if kubectl.startswith(str(cwd) + os.sep):
         kubectl = os.path.relpath(kubectl, cwd)
     base = f"{shlex.quote(kubectl)} --kubeconfig {shlex.quote(str(kubeconfig))}"
-    return [f"{base} get clustertrainingruntimes", f"{base} apply -f examples/torch-ddp-cpu/"]
+    return [f"{base} get clustertrainingruntimes", f"{base} apply -k examples/torch-ddp-cpu/"]
 
 
 def run(args: argparse.Namespace) -> int:

@@ -67,6 +67,10 @@ def resolve_ports(config: StackConfig) -> ResolvedPorts:
     return ResolvedPorts(nats=nats, api=api, webhook=webhook, services=services)
 
 
+def _since(began: float) -> str:
+    return f"{time.monotonic() - began:.1f}s"
+
+
 def kubeconfig_server(kubeconfig: Path) -> str:
     import yaml
 
@@ -139,9 +143,10 @@ class Stack:
                   "--addr", LOOPBACK, "--port", str(self.ports.nats), "--server_name", "trainyard"],
             log_file=self.layout.log_file("nats"),
         ))
+        began = time.monotonic()
         await child.start()
         await child.wait_ready(self._nats_answers, timeout_s=30)
-        self.say(f"  nats        ready   {self.nats_url}  (JetStream data in {self.layout.nats_dir})")
+        self.say(f"  nats        ready   {self.nats_url}  ({_since(began)}; JetStream data in {self.layout.nats_dir})")
 
     async def _nats_answers(self) -> bool:
         assert self.ports is not None
@@ -171,13 +176,15 @@ class Stack:
                 return False
             return await kubeapi.server_answers(self.devcluster_kubeconfig)
 
+        began = time.monotonic()
         await child.start()
         await child.wait_ready(answers, timeout_s=self.config.startup_timeout_s)
         shutil.copyfile(self.devcluster_kubeconfig, self.layout.kubeconfig)
         if self.state is not None:
             self.state.api_url = kubeconfig_server(self.layout.kubeconfig)
             write_state(self.layout, self.state)
-        self.say(f"  devcluster  ready   API server on port {self.ports.api}  (data in {self.layout.devcluster_dir})")
+        self.say(f"  devcluster  ready   {self.state.api_url if self.state else self.ports.api}  "
+                 f"({_since(began)}; data in {self.layout.devcluster_dir})")
 
     async def install_crds(self) -> None:
         """CRDs, the kubeflow-system namespace and the SDK's public ConfigMap: nothing a webhook checks."""
@@ -223,9 +230,10 @@ class Stack:
                 response = await http.get(f"http://{LOOPBACK}:{port}/readyz")
                 return response.status_code == 200
 
+        began = time.monotonic()
         await child.start()
         await child.wait_ready(ready, timeout_s=self.config.startup_timeout_s)
-        self.say(f"  {name:<11} ready   http://{LOOPBACK}:{port}/readyz")
+        self.say(f"  {name:<11} ready   http://{LOOPBACK}:{port}/readyz  ({_since(began)})")
 
     async def start_all(self) -> None:
         if "nats" not in self.config.skip:
