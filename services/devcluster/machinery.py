@@ -182,9 +182,17 @@ def server_side_apply(rt: ResourceType, live: dict[str, Any] | None, config: dic
         raise _machinery_error(err) from err
 
 
-def check_builtin_fields(rt: ResourceType, obj: dict[str, Any], opts: Any) -> None:
-    """Built-in kinds are stored as sent (no pruning); unknown fields are not reported yet."""
-    return None
+def check_builtin_fields(rt: ResourceType, obj: dict[str, Any], opts: Any) -> dict[str, Any]:
+    """Drop fields a built-in kind does not declare, reporting them per ``fieldValidation``."""
+    defs = _lib("openapi_definitions")
+    if not rt.definition or not defs.has_definition(rt.definition):
+        return obj
+    from .builtin_fields import prune_unknown
+    from .schema import SchemaProcessor
+    unknown: list[str] = []
+    pruned = prune_unknown(obj, defs.definition(rt.definition), defs.load_definitions(), "", unknown)
+    SchemaProcessor._report_unknown(unknown, opts)
+    return pruned
 
 
 # ---------------------------------------------------------------- protobuf

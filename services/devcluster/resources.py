@@ -439,7 +439,7 @@ class Api:
         if not rt.builtin:
             obj = self.schemas.process(rt, obj, old, opts)
         else:
-            self._builtin_checks(rt, obj, opts)
+            obj = self._builtin_checks(rt, obj, opts)
         if self.admission is not None and rt.group != "admissionregistration.k8s.io" \
                 and opts.manager not in INTERNAL_MANAGERS:
             admitted = await self.admission(operation, rt, obj, old, opts)
@@ -461,7 +461,7 @@ class Api:
         await self.store.durable(self.store.rv)
         return obj
 
-    def _builtin_checks(self, rt: ResourceType, obj: dict[str, Any], opts: WriteOptions) -> None:
+    def _builtin_checks(self, rt: ResourceType, obj: dict[str, Any], opts: WriteOptions) -> dict[str, Any]:
         key = rt.storage_key
         if key == ("", "secrets") and "stringData" in obj:
             import base64
@@ -472,7 +472,7 @@ class Api:
             obj["data"] = data
         if key == ("apiextensions.k8s.io", "customresourcedefinitions"):
             self._validate_crd(obj)
-        machinery.check_builtin_fields(rt, obj, opts)
+        return machinery.check_builtin_fields(rt, obj, opts)
 
     async def _after_put(self, rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
         if rt.storage_key == ("apiextensions.k8s.io", "customresourcedefinitions"):

@@ -87,7 +87,9 @@ class Store:
         self._durable_rv = 0
         self._durable_waiters: list[tuple[int, int, asyncio.Future[None]]] = []
         self._seq = 0
-        self._queue: queue.Queue[tuple | None] = queue.Queue()
+        self._queue: queue.Queue[list[tuple] | None] = queue.Queue()
+        self._pending: list[tuple] = []  # writes of this loop iteration, handed over in one go
+        self._flush_scheduled = False
         self._writer: threading.Thread | None = None
         self._writer_error: BaseException | None = None
         self._conn = self._open_db()
@@ -149,6 +151,7 @@ class Store:
         self._writer.start()
 
     async def close(self) -> None:
+        self._flush()
         if self._writer is not None:
             self._queue.put(None)
             await asyncio.get_running_loop().run_in_executor(None, self._writer.join)
@@ -189,7 +192,7 @@ class Store:
         self._index_owners(key, namespace, name, old.owners if old else (), stored.owners)
         self._record(Change(self.rv, "MODIFIED" if old else "ADDED", key, namespace, name, raw,
                             old.raw if old else None, stored.labels, old.labels if old else None))
-        self._queue.put(("put", key[0], key[1], namespace, name, self.rv, raw))
+        self._enqueue(("put", key[0], key[1], namespace, name, self.rv, raw))
         return stored
 
     def delete(self, key: Key, namespace: str, name: str, last_state: dict[str, Any]) -> StoredObject:
@@ -201,8 +204,23 @@ class Store:
         last_state.setdefault("metadata", {})["resourceVersion"] = str(self.rv)
         raw = dumps(last_state)
         self._record(Change(self.rv, "DELETED", key, namespace, name, raw, old.raw, _labels(last_state), old.labels))
-        self._queue.put(("del", key[0], key[1], namespace, name, self.rv, None))
+        self._enqueue(("del", key[0], key[1], namespace, name, self.rv, None))
         return StoredObject(self.rv, raw, _labels(last_state))
+
+    def _enqueue(self, op: tuple) -> None:
+        """Collect writes; the writer thread is woken once per event-loop iteration, not per write."""
+        self._pending.append(op)
+        if self._loop is None:
+            self._flush()
+        elif not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        batch, self._pending = self._pending, []
+        if batch:
+            self._queue.put(batch)
 
     def _index_owners(self, key: Key, namespace: str, name: str, old: tuple[str, ...], new: tuple[str, ...]) -> None:
         if old == new:
@@ -295,26 +313,30 @@ class Store:
         conn = self._conn
         stop = False
         while not stop:
-            ops = [self._queue.get()]
-            while len(ops) < 2000:
+            batches = [self._queue.get()]
+            while True:
                 try:
-                    ops.append(self._queue.get_nowait())
+                    batches.append(self._queue.get_nowait())
                 except queue.Empty:
                     break
-            if ops[-1] is None or None in ops:
+            if None in batches:
                 stop = True
-                ops = [op for op in ops if op is not None]
+            ops = [op for batch in batches if batch is not None for op in batch]
             if not ops:
                 continue
             top = max(op[5] for op in ops)
+            latest: dict[tuple, tuple] = {}
+            for op in ops:  # only the last write of each key matters for the stored state
+                latest[op[1:5]] = op
+            puts = [op[1:7] for op in latest.values() if op[0] == "put"]
+            deletes = [op[1:5] for op in latest.values() if op[0] == "del"]
             error: BaseException | None = None
             try:
                 conn.execute("BEGIN")
-                for op in ops:
-                    if op[0] == "put":
-                        conn.execute("INSERT OR REPLACE INTO objects VALUES (?,?,?,?,?,?)", op[1:7])
-                    else:
-                        conn.execute("DELETE FROM objects WHERE grp=? AND resource=? AND namespace=? AND name=?", op[1:5])
+                if puts:
+                    conn.executemany("INSERT OR REPLACE INTO objects VALUES (?,?,?,?,?,?)", puts)
+                if deletes:
+                    conn.executemany("DELETE FROM objects WHERE grp=? AND resource=? AND namespace=? AND name=?", deletes)
                 conn.execute("UPDATE meta SET value=? WHERE key='rv'", (str(top),))
                 conn.execute("COMMIT")
             except BaseException as err:  # noqa: BLE001 - reported to every waiting request
