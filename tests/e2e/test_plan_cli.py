@@ -12,7 +12,8 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((REPO / "examples" / "plan").glob("*.yaml"))
 RUNTIMES = REPO / "deploy" / "runtimes"
-SHARED_CRDS = [REPO.parent / "shared" / "reference" / "jobset", REPO.parent / "shared" / "reference" / "podgroups"]
+CRDS = [REPO / "deploy" / "crds" / name for name in (
+    "jobset.x-k8s.io_jobsets.yaml", "scheduling.x-k8s.io_podgroups.yaml", "scheduling.volcano.sh_podgroups.yaml")]
 
 TORCH_RUNTIME = """
 apiVersion: trainer.kubeflow.org/v1alpha1
@@ -203,8 +204,8 @@ def test_validate_runtime_replicated_job_rules(tmp_path: Path) -> None:
 # --- kubectl accepts what plan prints -----------------------------------------------------
 
 def test_plan_output_applies_with_kubectl_client_dry_run(devcluster_module) -> None:
-    for crds in SHARED_CRDS:
-        devcluster_module.kubectl("apply", "--server-side", "-f", str(crds))
+    for crd in CRDS:
+        devcluster_module.kubectl("apply", "--server-side", "-f", str(crd))
     for example in EXAMPLES:
         planned = trainyard("plan", "-f", str(example), "--runtimes", str(RUNTIMES))
         assert planned.returncode == 0, planned.stderr

@@ -64,12 +64,12 @@ def _apply_initializers(ctx: PlanContext) -> None:
             container = pod_set.container(ancestor)
             if container is None or not isinstance(settings, dict):
                 continue
-            env = ensure_list(container, "env") if settings.get("storageUri") or settings.get("env") else None
-            if settings.get("storageUri"):
-                upsert_env(env, {"name": names.ENV_STORAGE_URI, "value": settings["storageUri"]})
+            storage_uri = settings.get("storageUri")
+            if storage_uri is not None:  # set, even to "" (a Go pointer in upstream)
+                upsert_env(ensure_list(container, "env"), {"name": names.ENV_STORAGE_URI, "value": str(storage_uri)})
             for entry in items(settings.get("env")):
                 if isinstance(entry, dict):
-                    upsert_env(env, api_env_var(entry))
+                    upsert_env(ensure_list(container, "env"), api_env_var(entry))
             secret_ref = settings.get("secretRef")
             if isinstance(secret_ref, dict):
                 ensure_list(container, "envFrom").append({"secretRef": {"name": secret_ref.get("name")}})
