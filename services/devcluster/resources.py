@@ -42,6 +42,7 @@ def now_rfc3339() -> str:
 @dataclass
 class WriteOptions:
     manager: str = ""
+    manager_given: bool = True  # False when the manager was derived from the User-Agent
     field_validation: str = "Strict"
     dry_run: bool = False
     force: bool = False
@@ -333,23 +334,20 @@ class Api:
 
     async def _apply(self, rt: ResourceType, namespace: str | None, name: str, stored: StoredObject | None,
                      body: bytes, opts: WriteOptions) -> tuple[int, dict[str, Any]]:
-        if not opts.manager:
-            raise errors.ApiError(422, "Invalid", 'PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required '
-                                  "value: is required for apply patch",
-                                  {"group": "meta.k8s.io", "kind": "PatchOptions",
-                                   "causes": [field_cause("fieldManager", "FieldValueRequired",
-                                                          "Required value: is required for apply patch")]})
+        if not opts.manager_given:
+            # the contract's observed answer: 400 with the PatchOptions validation text
+            raise errors.bad_request('PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: '
+                                     "is required for apply patch")
         config = machinery.parse_apply_body(body)
         config = self._check_body(rt, config)
         meta = config["metadata"]
         if not meta.get("name"):
             raise errors.bad_request("metadata.name is required in an apply configuration")
         self._check_identity(rt, namespace, name, meta)
+        if stored is None and opts.subresource:
+            raise errors.not_found(rt.qualified_resource, name, rt.group, rt.resource)
+        config = self._prune_config(rt, config, opts)
         if stored is None:
-            if opts.subresource:
-                raise errors.not_found(rt.qualified_resource, name, rt.group, rt.resource)
-            if not rt.builtin:
-                config = self.schemas.process_config(rt, config, opts)
             self._place_namespace(rt, namespace, config["metadata"])
             result = machinery.server_side_apply(rt, None, config, opts)
             obj = result.object
@@ -360,12 +358,16 @@ class Api:
         rv = meta.get("resourceVersion")
         if rv and rv != old["metadata"].get("resourceVersion"):
             raise errors.conflict(rt.qualified_resource, name, rt.group, rt.resource)
-        if not rt.builtin:
-            config = self.schemas.process_config(rt, config, opts)
         result = machinery.server_side_apply(rt, old, config, opts)
         if not result.changed:
             return 200, old
         return 200, await self._update_from(rt, old, result.object, opts, managed_fields_done=True)
+
+    def _prune_config(self, rt: ResourceType, config: dict[str, Any], opts: WriteOptions) -> dict[str, Any]:
+        """An apply configuration without unknown fields (reported per fieldValidation), not defaulted."""
+        if rt.builtin:
+            return machinery.check_builtin_fields(rt, config, opts)
+        return self.schemas.process_config(rt, config, opts)
 
     def _check_identity(self, rt: ResourceType, namespace: str | None, name: str, meta: dict[str, Any],
                         patched_kind: str | None = None) -> None:
@@ -411,8 +413,6 @@ class Api:
                 new["status"] = old["status"]
             else:
                 new.pop("status", None)
-        if _outside_metadata(new, rt.has_status) != _outside_metadata(old, rt.has_status):
-            meta["generation"] = int(old_meta.get("generation") or 0) + 1
         if old_meta.get("deletionTimestamp"):
             added = set(meta.get("finalizers") or []) - set(old_meta.get("finalizers") or [])
             if added - {FOREGROUND, ORPHAN}:
@@ -447,6 +447,9 @@ class Api:
                 obj = admitted
                 if not rt.builtin:
                     obj = self.schemas.process(rt, obj, old, opts)
+        if old is not None:
+            changed = _outside_metadata(obj, rt.has_status) != _outside_metadata(old, rt.has_status)
+            obj["metadata"]["generation"] = int(old["metadata"].get("generation") or 0) + (1 if changed else 0)
         if not managed_fields_done:
             obj = machinery.record_update(rt, old, obj, opts)
         if old is not None and _without_volatile(obj) == _without_volatile(old):

@@ -244,7 +244,8 @@ class ApiServer:
         dry_run = query.get("dryRun", "")
         if dry_run not in ("", "All"):
             raise errors.bad_request(f'Unsupported value: "{dry_run}": supported values: "All"')
-        return WriteOptions(manager=manager, field_validation=validation, dry_run=dry_run == "All",
+        return WriteOptions(manager=manager, manager_given=bool(query.get("fieldManager")),
+                            field_validation=validation, dry_run=dry_run == "All",
                             force=parse_bool(query.get("force"), "force"), subresource=subresource)
 
     async def _body(self, request: web.Request) -> bytes:

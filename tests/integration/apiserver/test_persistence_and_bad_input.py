@@ -128,6 +128,21 @@ def test_strict_unknown_fields_and_warn_header(cluster):
         assert "bogus" not in warned.json()["spec"]  # pruned
 
 
+def test_built_in_kinds_report_unknown_fields_and_apply_needs_a_field_manager(cluster):
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "typo"},
+           "spec": {"containers": [{"name": "node", "image": "busybox", "imagePullPolcy": "Always"}]}}
+    with http(cluster) as c:
+        strict = _status(c.post("/api/v1/namespaces/default/pods", json=pod, params={"fieldValidation": "Strict"}),
+                         400, "BadRequest")
+        assert strict["message"] == 'strict decoding error: unknown field "spec.containers[0].imagePullPolcy"'
+        warned = c.post("/api/v1/namespaces/default/pods", json=pod)
+        assert warned.status_code == 201 and "imagePullPolcy" in warned.headers["Warning"]
+        assert "imagePullPolcy" not in warned.json()["spec"]["containers"][0]
+        no_manager = c.patch("/api/v1/namespaces/default/pods/typo", content=json.dumps(pod),
+                             headers={"Content-Type": "application/apply-patch+yaml"})
+        assert "fieldManager: Required value" in _status(no_manager, 400, "BadRequest")["message"]
+
+
 def test_requests_without_the_token_are_unauthorized(cluster):
     ctx = ssl.create_default_context(cafile=str(cluster.ca_cert))
     with httpx.Client(base_url=cluster.url, verify=ctx, timeout=10) as c:
