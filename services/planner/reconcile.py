@@ -65,6 +65,8 @@ async def affected_trainjobs(bus: BusSession, event: ObjectEvent) -> list[tuple[
     if event.kind == "TrainJob":
         return [(event.namespace, event.name)]
     if event.kind in ("TrainingRuntime", "ClusterTrainingRuntime"):
+        if event.type != "DELETED" and not _runtime_spec_changed(event):
+            return []  # metadata-only change (e.g. the in-use finalizer): plans do not change
         namespace = event.namespace if event.kind == "TrainingRuntime" else None
         jobs = await bus.snapshots.list(event.cluster, "TrainJob", namespace)
         return [
@@ -75,6 +77,21 @@ async def affected_trainjobs(bus: BusSession, event: ObjectEvent) -> list[tuple[
         return []  # read when planning Volcano PodGroups; changes do not re-plan (as upstream)
     owner = owner_of(event.object)
     return [(event.namespace, owner)] if owner else []
+
+
+_RUNTIME_GENERATIONS: dict[tuple[str, str, str, str], tuple[str, int]] = {}
+
+
+def _runtime_spec_changed(event: ObjectEvent) -> bool:
+    """Whether this runtime event carries a spec generation this process has not planned for."""
+    key = (event.cluster, event.kind, event.namespace, event.name)
+    seen = _RUNTIME_GENERATIONS.get(key)
+    _RUNTIME_GENERATIONS[key] = (event.uid, event.generation)
+    return seen != (event.uid, event.generation)
+
+
+def _uses_volcano(runtime: dict[str, Any] | None) -> bool:
+    return bool(((runtime or {}).get("spec") or {}).get("podGroupPolicy", {}).get("volcano") is not None)
 
 
 async def observed_objects(bus: BusSession, cluster: str, trainjob: dict[str, Any]) -> list[dict[str, Any]]:
@@ -94,7 +111,8 @@ async def observed_objects(bus: BusSession, cluster: str, trainjob: dict[str, An
             ObjectKey(cluster, bus_kind(api_version, kind), namespace, name + suffix))
         if child is not None and _owned_by(child, meta.get("uid")):
             found.append(child)
-    found.extend(await bus.snapshots.list(cluster, "PriorityClass", ""))
+    if _uses_volcano(found[0] if found else None):
+        found.extend(await bus.snapshots.list(cluster, "PriorityClass", ""))
     return found
 
 

@@ -85,7 +85,9 @@ def webhook_observed(bus: BusSession, kube: KubeClient, cluster: str):
             jobset = await bus.snapshots.get(ObjectKey(cluster, "JobSet", namespace, name))
             if jobset is not None:
                 found.append(jobset)
-        found.extend(await bus.snapshots.list(cluster, "PriorityClass", ""))
+        if any(((o.get("spec") or {}).get("podGroupPolicy") or {}).get("volcano") is not None
+               for o in found if o.get("kind") == kind):
+            found.extend(await bus.snapshots.list(cluster, "PriorityClass", ""))
         return found
 
     return lookup

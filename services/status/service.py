@@ -120,7 +120,7 @@ class StatusService:
         if event.kind == "TrainJob":
             runtime = runtime_of(event.object)
             if runtime is not None:
-                await self.reconcile_runtime(*runtime)
+                await self.reconcile_runtime(*runtime, referenced=event.type != "DELETED")
             if event.type != "DELETED":
                 await self.reconcile_trainjob(event.namespace, event.name)
             return
@@ -182,21 +182,32 @@ class StatusService:
             return
         raise RuntimeError(f"status of {namespace}/{name}: conflicts kept coming")
 
-    async def reconcile_runtime(self, kind: str, namespace: str, name: str) -> None:
+    async def reconcile_runtime(self, kind: str, namespace: str, name: str, *, referenced: bool = False) -> None:
         """Adds ``resource-in-use`` while TrainJobs reference the runtime; removes it once the
-        runtime is being deleted and none does (never from a live runtime), spec §2.4."""
+        runtime is being deleted and none does (never from a live runtime), spec §2.4.
+
+        ``referenced``: the triggering TrainJob references it (saves listing TrainJobs)."""
         resource = r.TRAINING_RUNTIME if kind == "TrainingRuntime" else r.CLUSTER_TRAINING_RUNTIME
-        runtime = await self.kube.get(resource, namespace or None, name)
+        runtime = await self.bus.snapshots.get(ObjectKey(self.cluster, kind, namespace, name))
+        if runtime is None:
+            runtime = await self.kube.get(resource, namespace or None, name)
         if runtime is None:
             return
-        jobs = await self.bus.snapshots.list(self.cluster, "TrainJob", namespace if namespace else None)
-        in_use = any(runtime_of(j) == (kind, namespace, name) for j in jobs
-                     if not (j.get("metadata") or {}).get("deletionTimestamp"))
         meta = runtime.get("metadata") or {}
         finalizers = list(meta.get("finalizers") or [])
-        if FINALIZER not in finalizers and in_use:
+        has_finalizer = FINALIZER in finalizers
+        deleting = bool(meta.get("deletionTimestamp"))
+        if has_finalizer and not deleting:
+            return  # never removed from a live runtime
+        if not has_finalizer and deleting:
+            return
+        in_use = referenced and not deleting
+        if not in_use:
+            jobs = await self.bus.snapshots.list(self.cluster, "TrainJob", namespace if namespace else None)
+            in_use = any(runtime_of(j) == (kind, namespace, name) for j in jobs)
+        if not has_finalizer and in_use:
             finalizers.append(FINALIZER)
-        elif FINALIZER in finalizers and meta.get("deletionTimestamp") and not in_use:
+        elif has_finalizer and deleting and not in_use:
             finalizers.remove(FINALIZER)
         else:
             return
@@ -206,7 +217,13 @@ class StatusService:
         except KubeError as err:
             if err.not_found:
                 return
-            raise  # a conflict is retried with the message
+            if err.conflict:
+                # The snapshot was behind: decide again on the live object.
+                live = await self.kube.get(resource, namespace or None, name)
+                if live is not None and FINALIZER in ((live.get("metadata") or {}).get("finalizers") or []) \
+                        and not live["metadata"].get("deletionTimestamp"):
+                    return
+            raise
         log.info("runtime finalizer updated", extra={"runtime": f"{kind}/{namespace}/{name}",
                                                      "in_use": in_use})
 

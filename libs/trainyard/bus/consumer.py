@@ -99,10 +99,9 @@ class Consumer:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Fetches and handles messages until ``stop`` is set, then drains (see :meth:`drain`)."""
-        await ensure_consumer(self._js, self._spec)
-        sub = await self._js.pull_subscribe_bind(
-            durable=self._spec.durable, stream=self._spec.stream
-        )
+        sub = await self._subscribe(stop)
+        if sub is None:
+            return
         try:
             while not stop.is_set():
                 if self._pending >= self._batch * 2:
@@ -131,6 +130,23 @@ class Consumer:
                 await sub.unsubscribe()
             except Exception:
                 pass
+
+    async def _subscribe(self, stop: asyncio.Event):
+        """Creates/binds the durable consumer, retrying while JetStream is unavailable."""
+        attempt = 0
+        while not stop.is_set():
+            try:
+                await ensure_consumer(self._js, self._spec)
+                return await self._js.pull_subscribe_bind(
+                    durable=self._spec.durable, stream=self._spec.stream
+                )
+            except (ConnectionClosedError, asyncio.CancelledError):
+                raise
+            except Exception as err:
+                attempt += 1
+                log.warning("consumer %s not ready (%s); retrying", self.name, err or type(err).__name__)
+                await _sleep_or_stop(stop, min(0.2 * attempt, 2.0))
+        return None
 
     async def drain(self, grace_s: float = 10.0) -> None:
         """Graceful stop: running handlers finish; queued, unstarted messages are nak'ed."""

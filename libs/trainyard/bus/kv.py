@@ -13,10 +13,12 @@ from __future__ import annotations
 import json
 import logging
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
 from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError, NotFoundError
 from nats.js.kv import KeyValue
 from pydantic import BaseModel, ConfigDict, Field
@@ -98,19 +100,36 @@ class SnapshotStore:
     async def list_snapshots(
         self, cluster: str, kind: str, namespace: str | None = None
     ) -> list[Snapshot]:
-        watcher = await self._kv.watch(kv_prefix(cluster, kind, namespace), ignore_deletes=True)
+        """Reads the latest value of every matching key with a short-lived pull consumer
+        (deleted right after, so frequent listings do not pile consumers up)."""
+        stream = f"KV_{self._kv._name}"
+        name = f"list-{uuid.uuid4().hex}"
+        js = self._kv._js
+        info = await js.add_consumer(stream, config=ConsumerConfig(
+            name=name, deliver_policy=DeliverPolicy.LAST_PER_SUBJECT, ack_policy=AckPolicy.NONE,
+            filter_subject=f"$KV.{self._kv._name}.{kv_prefix(cluster, kind, namespace)}",
+            inactive_threshold=10.0, mem_storage=True,
+        ))
         out: list[Snapshot] = []
         try:
-            while True:
-                entry = await watcher.updates(timeout=5.0)
-                if entry is None:
-                    break
-                if entry.value:
-                    out.append(Snapshot.model_validate_json(entry.value))
-                if entry.delta == 0:
-                    break
+            remaining = info.num_pending
+            if remaining == 0:
+                return out
+            sub = await js.pull_subscribe_bind(consumer=name, stream=stream)
+            try:
+                while remaining > 0:
+                    msgs = await sub.fetch(min(remaining, 256), timeout=5.0)
+                    for msg in msgs:
+                        remaining = msg.metadata.num_pending
+                        if msg.data and (msg.headers or {}).get("KV-Operation") not in ("DEL", "PURGE"):
+                            out.append(Snapshot.model_validate_json(msg.data))
+            finally:
+                await sub.unsubscribe()
         finally:
-            await watcher.stop()
+            try:
+                await js.delete_consumer(stream, name)
+            except Exception:
+                pass
         return out
 
 

@@ -35,20 +35,26 @@ class BusSession:
         on_state: Callable[[bool], None] | None = None,
         stop: asyncio.Event | None = None,
     ) -> "BusSession":
-        """Connects (retrying until the server answers or ``stop`` is set) and sets up topology."""
+        """Connects and sets up topology, retrying both until they succeed or ``stop`` is set
+        (a NATS server that is starting or recovering JetStream answers late)."""
         attempt = 0
+        nc: Client | None = None
         while True:
             try:
-                nc = await connect(url, service, on_state=on_state)
+                if nc is None:
+                    nc = await connect(url, service, on_state=on_state)
+                js = nc.jetstream(publish_async_max_pending=4000)
+                await ensure_topology(js)
                 break
             except Exception as err:
                 attempt += 1
                 if stop is not None and stop.is_set():
+                    if nc is not None:
+                        await nc.close()
                     raise
-                log.warning("nats not reachable yet (%s); retrying", err, extra={"nats_url": url})
+                log.warning("nats not ready yet (%s); retrying", err or type(err).__name__,
+                            extra={"nats_url": url})
                 await asyncio.sleep(min(0.2 * attempt, 2.0))
-        js = nc.jetstream(publish_async_max_pending=4000)
-        await ensure_topology(js)
         return cls(
             nc=nc,
             js=js,
