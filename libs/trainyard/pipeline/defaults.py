@@ -1,92 +1,88 @@
-"""The CRD OpenAPI defaults of spec §1.3, applied to plain documents.
+"""The CRD OpenAPI defaults (spec §1.3), applied to plain documents before planning.
 
 The API server applies these to stored objects; objects read from files (the CLI) or built
-in memory have not been through it, so planning applies them first. Only absent fields
-are filled (an explicit empty string stays empty, as with OpenAPI defaults).
+in memory have not been through it. The default *values* come from the API models
+(``trainyard.api.defaults.server_defaults``, the same values the generated CRDs carry); this
+module only walks the few places that have defaults, copy-on-write, so the (large) runtime
+template is not deep-copied here. Absent or null fields are filled; an explicit empty string
+stays as it is (as with OpenAPI defaults).
 """
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
-from . import names
-from .documents import clone
+from trainyard.api import jobset as jobset_models
+from trainyard.api import trainer as trainer_models
+from trainyard.api.defaults import server_defaults
+
+
+@cache
+def _defaults(model_name: str) -> tuple[tuple[str, Any], ...]:
+    model = getattr(trainer_models, model_name, None) or getattr(jobset_models, model_name)
+    return tuple(server_defaults(model).items())
+
+
+def _filled(section: Any, model_name: str) -> Any:
+    """A shallow copy of ``section`` with the model's defaults filled in (non-dicts as is)."""
+    if not isinstance(section, dict):
+        return section
+    filled = dict(section)
+    for key, default in _defaults(model_name):
+        if filled.get(key) is None:
+            filled[key] = default
+    return filled
 
 
 def trainjob_with_defaults(trainjob: dict[str, Any]) -> dict[str, Any]:
     doc = dict(trainjob)
-    spec = doc.get("spec")
-    if not isinstance(spec, dict):
-        return doc
-    spec = dict(spec)
-    doc["spec"] = spec
-    ref = spec.get("runtimeRef")
-    if isinstance(ref, dict):
-        ref = dict(ref)
-        ref.setdefault("apiGroup", names.API_GROUP)
-        ref.setdefault("kind", names.CLUSTER_TRAINING_RUNTIME_KIND)
-        spec["runtimeRef"] = ref
-    spec.setdefault("suspend", False)
-    spec.setdefault("managedBy", names.MANAGED_BY_DEFAULT)
+    if isinstance(doc.get("spec"), dict):
+        spec = doc["spec"] = _filled(doc["spec"], "TrainJobSpec")
+        if isinstance(spec.get("runtimeRef"), dict):
+            spec["runtimeRef"] = _filled(spec["runtimeRef"], "RuntimeRef")
     return doc
 
 
 def runtime_with_defaults(runtime: dict[str, Any]) -> dict[str, Any]:
     """A defaulted copy of a TrainingRuntime / ClusterTrainingRuntime document.
 
-    Copy-on-write: the input is never modified; the small policy sections are copied, and
-    the (large) JobSet template only along the replicated-job list, whose entries are new
-    shallow dicts. Planning deep-copies the template itself before changing it.
+    Copy-on-write: the input is never modified; only the sections on the way to a default are
+    copied (shallowly). Planning deep-copies the JobSet template itself before changing it.
     """
     doc = dict(runtime)
-    spec = doc.get("spec")
-    if not isinstance(spec, dict):
+    if not isinstance(doc.get("spec"), dict):
         return doc
-    spec = doc["spec"] = dict(spec)
-    ml_policy = spec.get("mlPolicy")
-    if isinstance(ml_policy, dict):
-        ml_policy = spec["mlPolicy"] = clone(ml_policy)
-        torch = ml_policy.get("torch")
-        if isinstance(torch, dict):
-            torch.setdefault("numProcPerNode", "auto")
-        mpi = ml_policy.get("mpi")
-        if isinstance(mpi, dict):
-            mpi.setdefault("numProcPerNode", names.MPI_DEFAULT_NUM_PROC_PER_NODE)
-            mpi.setdefault("mpiImplementation", names.MPI_OPENMPI)
-            mpi.setdefault("sshAuthMountPath", names.MPI_DEFAULT_SSH_MOUNT_PATH)
-            mpi.setdefault("runLauncherAsNode", False)
-    pod_group = spec.get("podGroupPolicy")
-    if isinstance(pod_group, dict):
-        pod_group = spec["podGroupPolicy"] = clone(pod_group)
-        coscheduling = pod_group.get("coscheduling")
-        if isinstance(coscheduling, dict):
-            coscheduling.setdefault("scheduleTimeoutSeconds", names.DEFAULT_SCHEDULE_TIMEOUT_SECONDS)
+    spec = doc["spec"] = dict(doc["spec"])
+    if isinstance(spec.get("mlPolicy"), dict):
+        ml_policy = spec["mlPolicy"] = dict(spec["mlPolicy"])
+        for key, model in (("torch", "TorchMLPolicySource"), ("mpi", "MPIMLPolicySource")):
+            if key in ml_policy:
+                ml_policy[key] = _filled(ml_policy[key], model)
+    if isinstance(spec.get("podGroupPolicy"), dict):
+        pod_group = spec["podGroupPolicy"] = dict(spec["podGroupPolicy"])
+        if "coscheduling" in pod_group:
+            pod_group["coscheduling"] = _filled(pod_group["coscheduling"], "CoschedulingPodGroupPolicySource")
         volcano = pod_group.get("volcano")
-        if isinstance(volcano, dict):
-            topology = volcano.get("networkTopology")
-            if isinstance(topology, dict):
-                topology.setdefault("mode", "hard")
-                topology.setdefault("highestTierAllowed", 1)
+        if isinstance(volcano, dict) and "networkTopology" in volcano:
+            pod_group["volcano"] = {**volcano,
+                                    "networkTopology": _filled(volcano["networkTopology"], "VolcanoNetworkTopology")}
     template = spec.get("template")
-    if isinstance(template, dict) and isinstance(template.get("spec"), dict) \
-            and isinstance(template["spec"].get("replicatedJobs"), list):
+    if isinstance(template, dict) and isinstance(template.get("spec"), dict):
         template = spec["template"] = dict(template)
         jobset_spec = template["spec"] = dict(template["spec"])
-        jobset_spec["replicatedJobs"] = [
-            _replicated_job_with_defaults(job) if isinstance(job, dict) else job
-            for job in jobset_spec["replicatedJobs"]
-        ]
+        if "failurePolicy" in jobset_spec:
+            jobset_spec["failurePolicy"] = _filled(jobset_spec["failurePolicy"], "FailurePolicy")
+        if isinstance(jobset_spec.get("replicatedJobs"), list):
+            jobset_spec["replicatedJobs"] = [_replicated_job_with_defaults(job)
+                                             for job in jobset_spec["replicatedJobs"]]
     return doc
 
 
-def _replicated_job_with_defaults(job: dict[str, Any]) -> dict[str, Any]:
-    if "groupName" in job and "replicas" in job:
-        return dict(job)
+def _replicated_job_with_defaults(job: Any) -> Any:
+    if not isinstance(job, dict):
+        return job
+    filled = _filled(job, "ReplicatedJob")
     # Keep the familiar key order: name, groupName, replicas, then the rest.
-    ordered: dict[str, Any] = {}
-    if "name" in job:
-        ordered["name"] = job["name"]
-    ordered["groupName"] = job.get("groupName", "default")
-    ordered["replicas"] = job.get("replicas", 1)
-    for key, value in job.items():
-        ordered.setdefault(key, value)
+    ordered = {key: filled[key] for key in ("name", "groupName", "replicas") if key in filled}
+    ordered.update(filled)
     return ordered

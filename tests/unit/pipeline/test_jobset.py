@@ -247,3 +247,14 @@ def test_trainer_job_replicas_forced_to_one_even_without_trainer_section() -> No
     jobs[2]["replicas"] = 4
     jobset = find(plan(trainjob(), runtime(jobs)).objects, "JobSet")
     assert replicated_job(jobset, "node")["replicas"] == 1
+
+
+def test_runtime_crd_defaults_are_applied_before_planning() -> None:
+    rt = runtime(jobset_spec={"failurePolicy": {"maxRestarts": 3}})
+    del rt["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["metadata"]
+    jobset = find(plan(trainjob(), rt).objects, "JobSet")
+    assert jobset["spec"]["failurePolicy"] == {"maxRestarts": 3, "restartStrategy": "Recreate"}
+    first = jobset["spec"]["replicatedJobs"][0]
+    assert list(first)[:3] == ["name", "groupName", "replicas"] and (first["groupName"], first["replicas"]) == (
+        "default", 1)
+    assert rt["spec"]["template"]["spec"]["failurePolicy"] == {"maxRestarts": 3}  # input untouched

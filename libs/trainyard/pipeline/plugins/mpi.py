@@ -7,7 +7,7 @@ import base64
 from typing import Any
 
 from .. import names
-from ..documents import clone, ensure_list, items
+from ..documents import clone, ensure_list
 from ..errors import PlanningError, invalid
 from ..framework import PlanContext, Plugin, ValidationContext, Verdict
 from ..observed import ReadError
