@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
+from . import names
 from .defaults import runtime_with_defaults, trainjob_with_defaults
 from .documents import as_document, dig
 from .errors import PlanningError
@@ -27,7 +28,6 @@ class Plan:
     generation: int | None
     objects: tuple[dict[str, Any], ...]
     hash: str
-    warnings: tuple[str, ...] = field(default=())
 
 
 def canonical_json(objects: Sequence[dict[str, Any]]) -> bytes:
@@ -51,17 +51,20 @@ def plan_hash(objects: Sequence[dict[str, Any]]) -> str:
     return "sha256:" + hashlib.sha256(canonical_json(objects)).hexdigest()
 
 
-def resolve(trainjob: dict[str, Any], observed: ObservedState) -> ResolvedRuntime:
-    """Find the referenced runtime (spec §2); PlanningError with upstream's texts if not."""
+def resolve(trainjob: dict[str, Any], observed: ObservedState, runtime: Any | None = None) -> ResolvedRuntime:
+    """The referenced runtime, defaulted (spec §2); PlanningError with upstream's texts if none.
+
+    ``runtime`` short-cuts the lookup when the caller already holds the runtime.
+    """
     message = unsupported_runtime_message(trainjob)
     if message is not None:
-        from .names import REASON_RUNTIME_NOT_SUPPORTED
-        raise PlanningError(message, reason=REASON_RUNTIME_NOT_SUPPORTED)
-    try:
-        document = lookup_runtime(trainjob, observed)
-    except RuntimeLookupError as err:
-        raise err.planning_error() from None
-    return ResolvedRuntime(SUPPORTED_KEYS[registry_key(trainjob)], runtime_with_defaults(as_document(document)))
+        raise PlanningError(message, reason=names.REASON_RUNTIME_NOT_SUPPORTED)
+    if runtime is None:
+        try:
+            runtime = lookup_runtime(trainjob, observed)
+        except RuntimeLookupError as err:
+            raise err.planning_error() from None
+    return ResolvedRuntime(SUPPORTED_KEYS[registry_key(trainjob)], runtime_with_defaults(as_document(runtime)))
 
 
 def plan(trainjob: Any, runtime: Any | None = None, observed: Iterable[Any] | ObservedState = (),
@@ -76,14 +79,7 @@ def plan(trainjob: Any, runtime: Any | None = None, observed: Iterable[Any] | Ob
     """
     job = trainjob_with_defaults(as_document(trainjob))
     state = observed if isinstance(observed, ObservedState) else ObservedState.of(observed)
-    if runtime is None:
-        resolved = resolve(job, state)
-    else:
-        message = unsupported_runtime_message(job)
-        if message is not None:
-            from .names import REASON_RUNTIME_NOT_SUPPORTED
-            raise PlanningError(message, reason=REASON_RUNTIME_NOT_SUPPORTED)
-        resolved = ResolvedRuntime(SUPPORTED_KEYS[registry_key(job)], runtime_with_defaults(as_document(runtime)))
+    resolved = resolve(job, state, runtime)
     try:
         info = build_info(job, resolved.spec)
         ctx = PlanContext(trainjob=job, runtime=resolved, info=info, observed=state, new_ssh_key=new_ssh_key)
