@@ -36,3 +36,9 @@ def test_golden_plan(stem: str) -> None:
         expected_file.write_text(rendered)
     assert list(yaml.safe_load_all(rendered)) == list(yaml.safe_load_all(expected_file.read_text()))
     assert rendered == expected_file.read_text()
+
+
+def test_spec_worked_example_transcribed_by_hand() -> None:
+    case = yaml.safe_load((GOLDEN / "worked_example_9_2.yaml").read_text())
+    planned = plan(case["trainjob"], case["runtime"])
+    assert list(planned.objects) == case["expected"]  # dict equality: key order does not matter
