@@ -62,13 +62,17 @@ class ValidationResult:
         """Every error as Kubernetes renders it, in the order produced."""
         return [str(e) for e in self.errors] + list(self.plain_errors)
 
+    def message(self) -> str:
+        """The denial text a webhook returns (``AdmissionResponse.status.message``)."""
+        return aggregate_message(self.texts())
+
     def kubectl_message(self, kind: str, name: str) -> str:
         """What kubectl prints after ``Error from server (...)`` for this rejection."""
         if self.code == 422:
             texts = self.texts()
             body = texts[0] if len(texts) == 1 else "\n" + "\n".join(f"* {t}" for t in texts)
             return f'{kind}.{names.API_GROUP} "{name}" is invalid: {body}'
-        return f'admission webhook "{self.webhook}" denied the request: {aggregate_message(self.texts())}'
+        return f'admission webhook "{self.webhook}" denied the request: {self.message()}'
 
 
 def _cel_value(value: Any) -> str:
