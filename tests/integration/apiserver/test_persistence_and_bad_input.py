@@ -8,12 +8,14 @@ import sys
 
 import httpx
 import pytest
+import yaml
 
 from fixtures.devcluster import REPO, start_devcluster
-from integration.apiserver._manifests import install_trainer_crds, trainjob
+from integration.apiserver._manifests import TRAINER_CRDS, install_trainer_crds, trainjob
 from trainyard_services.devcluster.storage import DataDirError, Store
 
 TJ = "/apis/trainer.kubeflow.org/v1alpha1/namespaces/default/trainjobs"
+CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 
 
 def http(cluster) -> httpx.Client:
@@ -23,24 +25,26 @@ def http(cluster) -> httpx.Client:
 
 def test_restart_keeps_objects_crds_and_resource_version(tmp_path):
     data = tmp_path / "data"
+    crd = yaml.safe_load(next(p for p in TRAINER_CRDS if p.name.endswith("_trainjobs.yaml")).read_text())
     first = start_devcluster(data)
     try:
-        install_trainer_crds(first)
-        first.kubectl("create", "-f", "-", input=trainjob("kept", 2))
-        before = json.loads(first.kubectl("get", "trainjob", "kept", "-o", "json").stdout)
         with http(first) as c:
+            assert c.post(CRDS, json=crd).status_code == 201
+            assert c.post(TJ, json=yaml.safe_load(trainjob("kept", 2))).status_code == 201
+            before = c.get(TJ + "/kept").json()
             list_rv = int(c.get(TJ).json()["metadata"]["resourceVersion"])
     finally:
         first.stop()
     second = start_devcluster(data)
     try:
-        after = json.loads(second.kubectl("get", "trainjob", "kept", "-o", "json").stdout)
-        assert after == before
         with http(second) as c:
+            assert c.get(TJ + "/kept").json() == before
             assert int(c.get(TJ).json()["metadata"]["resourceVersion"]) == list_rv
             created = c.post("/api/v1/namespaces/default/configmaps",
                              json={"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "after"}})
             assert int(created.json()["metadata"]["resourceVersion"]) == list_rv + 1
+        # the CRD is served again right away, and kubectl sees the kept object
+        assert "kept" in second.kubectl("get", "trainjobs", "-o", "name").stdout
     finally:
         second.stop()
 
