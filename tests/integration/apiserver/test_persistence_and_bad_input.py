@@ -116,6 +116,9 @@ def test_bad_input_gets_a_status_and_changes_nothing(cluster):
         assert missing["message"] == 'trainjobs.trainer.kubeflow.org "missing" not found'
         _status(c.post("/api/v1/namespaces/nowhere/configmaps",
                        json={"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}), 404, "NotFound")
+        bad_yaml = c.patch(TJ + "/ok", content=b"spec: [unclosed", params={"fieldManager": "t"},
+                           headers={"Content-Type": "application/apply-patch+yaml"})
+        assert "error decoding YAML" in _status(bad_yaml, 400, "BadRequest")["message"]
         assert c.get("/healthz").text == "ok"
         assert c.get(TJ).json()["metadata"]["resourceVersion"] == before
 

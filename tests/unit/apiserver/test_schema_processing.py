@@ -1,0 +1,103 @@
+"""Custom-resource schema processing of the devcluster: pruning, defaults, validation, CEL rules."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from trainyard_services.devcluster.errors import ApiError
+from trainyard_services.devcluster.registry import types_from_crd
+from trainyard_services.devcluster.resources import WriteOptions
+from trainyard_services.devcluster.schema import SchemaProcessor, _compiled_rule, _fast_rule
+
+REPO = Path(__file__).resolve().parents[3]
+CRD_DIR = REPO / "deploy" / "crds"
+if not (CRD_DIR / "trainer.kubeflow.org_trainjobs.yaml").exists():
+    CRD_DIR = Path("/work/shared/reference/trainer-v2.1.0/crds")
+
+
+@pytest.fixture(scope="module")
+def trainjobs():
+    return types_from_crd(yaml.safe_load((CRD_DIR / "trainer.kubeflow.org_trainjobs.yaml").read_text()))[0]
+
+
+def job(name: str = "job", **spec) -> dict:
+    body = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": {"name": name},
+            "spec": {"runtimeRef": {"name": "torch-distributed"}}}
+    body["spec"].update(spec)
+    return body
+
+
+def test_defaults_from_the_crd_schema_are_applied(trainjobs):
+    out = SchemaProcessor().process(trainjobs, job(), None, WriteOptions())
+    assert out["spec"]["runtimeRef"] == {"name": "torch-distributed", "apiGroup": "trainer.kubeflow.org",
+                                         "kind": "ClusterTrainingRuntime"}
+    assert out["spec"]["managedBy"] == "trainer.kubeflow.org/trainjob-controller"
+
+
+def test_unknown_fields_strict_warn_ignore(trainjobs):
+    body = job(bogus=1)
+    with pytest.raises(ApiError) as caught:
+        SchemaProcessor().process(trainjobs, body, None, WriteOptions(field_validation="Strict"))
+    assert caught.value.code == 400 and caught.value.message == 'strict decoding error: unknown field "spec.bogus"'
+    opts = WriteOptions(field_validation="Warn")
+    out = SchemaProcessor().process(trainjobs, job(bogus=1), None, opts)
+    assert "bogus" not in out["spec"] and opts.warnings == ['unknown field "spec.bogus"']
+    quiet = WriteOptions(field_validation="Ignore")
+    SchemaProcessor().process(trainjobs, job(bogus=1), None, quiet)
+    assert quiet.warnings == []
+
+
+def test_type_and_required_errors_name_their_fields(trainjobs):
+    with pytest.raises(ApiError) as caught:
+        SchemaProcessor().process(trainjobs, job(trainer={"numNodes": "two"}), None, WriteOptions())
+    err = caught.value
+    assert err.code == 422 and err.reason == "Invalid"
+    assert err.details["causes"][0]["field"] == "spec.trainer.numNodes"
+    assert err.details["causes"][0]["reason"] == "FieldValueTypeInvalid"
+    body = job()
+    del body["spec"]["runtimeRef"]
+    with pytest.raises(ApiError) as caught:
+        SchemaProcessor().process(trainjobs, body, None, WriteOptions())
+    assert caught.value.message == 'TrainJob.trainer.kubeflow.org "job" is invalid: spec.runtimeRef: Required value'
+
+
+def test_cel_rules_name_and_immutability(trainjobs):
+    with pytest.raises(ApiError) as caught:
+        SchemaProcessor().process(trainjobs, job(name="1abc"), None, WriteOptions())
+    assert "RFC 1035" in caught.value.message
+    old = SchemaProcessor().process(trainjobs, job(), None, WriteOptions())
+    changed = job(runtimeRef={"name": "other"})
+    with pytest.raises(ApiError) as caught:
+        SchemaProcessor().process(trainjobs, changed, old, WriteOptions())
+    assert caught.value.details["causes"][0]["field"] == "spec.runtimeRef"
+    assert "immutable" in caught.value.message
+
+
+@pytest.mark.parametrize("rule, values", [
+    ("self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",
+     [{"metadata": {"name": "ok-1"}}, {"metadata": {"name": "1bad"}}, {"metadata": {"name": "bad-"}}]),
+    ("size(self.metadata.name) <= 5", [{"metadata": {"name": "abcde"}}, {"metadata": {"name": "abcdef"}}]),
+    ("self in ['a', 'b']", ["a", "b", "c"]),
+    ("self > 0 || self in ['auto', 'cpu', 'gpu']", [1, 0, -3, "auto", "gpu"]),
+    ("!(has(self.numNodes) && (has(self.torch) && has(self.torch.elasticPolicy)))",
+     [{}, {"numNodes": 1}, {"numNodes": 1, "torch": {}}, {"numNodes": 1, "torch": {"elasticPolicy": {}}},
+      {"torch": {"elasticPolicy": {}}}]),
+    ("!(has(self.torch) && has(self.mpi))", [{"torch": {}}, {"torch": {}, "mpi": {}}, {}]),
+])
+def test_native_rule_fast_paths_agree_with_cel(rule, values):
+    import celpy
+    fast = _fast_rule(rule)
+    assert fast is not None
+    evaluate = _compiled_rule(rule)
+    for value in values:
+        try:
+            expected = bool(evaluate({"self": celpy.json_to_cel(value)}))
+        except celpy.CELEvalError:
+            expected = False  # an evaluation error fails the rule (the server re-runs CEL for its message)
+        assert fast(value) == expected, value
+
+
+def test_rules_outside_the_fast_shapes_use_cel():
+    assert _fast_rule("self.templates.all(t, !has(t.metadata.namespace))") is None
