@@ -53,18 +53,24 @@ def write(tmp_path: Path, name: str, *docs: str) -> str:
     return str(path)
 
 
-@pytest.mark.parametrize("example", EXAMPLES, ids=[e.stem for e in EXAMPLES])
-def test_every_example_plans(example: Path) -> None:
-    result = trainyard("plan", "-f", str(example), "--runtimes", str(RUNTIMES))
+@pytest.fixture(scope="module")
+def example_plans() -> dict[str, subprocess.CompletedProcess[str]]:
+    """`trainyard plan` of every shipped example, run once for the tests below."""
+    return {example.stem: trainyard("plan", "-f", str(example), "--runtimes", str(RUNTIMES)) for example in EXAMPLES}
+
+
+@pytest.mark.parametrize("example", [e.stem for e in EXAMPLES])
+def test_every_example_plans(example: str, example_plans: dict[str, subprocess.CompletedProcess[str]]) -> None:
+    result = example_plans[example]
     assert result.returncode == 0, result.stderr
     objects = list(yaml.safe_load_all(result.stdout))
     assert objects[-1]["kind"] == "JobSet"
     assert all(o["metadata"]["ownerReferences"][0]["kind"] == "TrainJob" for o in objects)
 
 
-def test_plan_output_is_stable_and_json_is_a_list() -> None:
+def test_plan_output_is_stable_and_json_is_a_list(example_plans) -> None:
     args = ("plan", "-f", str(REPO / "examples/plan/torch-coscheduling-overrides.yaml"))
-    first, second = trainyard(*args), trainyard(*args)
+    first, second = example_plans["torch-coscheduling-overrides"], trainyard(*args, "--runtimes", str(RUNTIMES))
     assert first.stdout == second.stdout and first.stdout
     as_json = json.loads(trainyard(*args, "-o", "json").stdout)
     assert as_json["kind"] == "List"
@@ -203,11 +209,11 @@ def test_validate_runtime_replicated_job_rules(tmp_path: Path) -> None:
 
 # --- kubectl accepts what plan prints -----------------------------------------------------
 
-def test_plan_output_applies_with_kubectl_client_dry_run(devcluster_module) -> None:
+def test_plan_output_applies_with_kubectl_client_dry_run(devcluster_module, example_plans) -> None:
     for crd in CRDS:
         devcluster_module.kubectl("apply", "--server-side", "-f", str(crd))
-    for example in EXAMPLES:
-        planned = trainyard("plan", "-f", str(example), "--runtimes", str(RUNTIMES))
+    for example, planned in example_plans.items():
         assert planned.returncode == 0, planned.stderr
         applied = devcluster_module.kubectl("apply", "--dry-run=client", "-f", "-", input=planned.stdout)
-        assert "created (dry run)" in applied.stdout
+        kinds = [o["kind"].lower() for o in yaml.safe_load_all(planned.stdout)]
+        assert applied.stdout.count("created (dry run)") == len(kinds), (example, applied.stdout)
