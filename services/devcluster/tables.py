@@ -192,6 +192,18 @@ def _builtin_columns(rt: ResourceType) -> tuple[list[dict[str, Any]], Any] | Non
                     o.get("type", ""), o.get("reason", ""), f"{(inv.get('kind') or '').lower()}/{inv.get('name', '')}",
                     o.get("message", "")]
         return [_simple("Last Seen"), _simple("Type"), _simple("Reason"), _simple("Object"), _simple("Message")], event
+    if key == ("", "nodes"):
+        def node(o: dict[str, Any]) -> list[Any]:
+            status = o.get("status") or {}
+            ready = next((c.get("status") for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
+            state = "Ready" if ready == "True" else "NotReady" if ready in ("False", "Unknown") else "Unknown"
+            if (o.get("spec") or {}).get("unschedulable"):
+                state += ",SchedulingDisabled"
+            roles = sorted(k.split("/", 1)[1] for k in (o["metadata"].get("labels") or {})
+                           if k.startswith("node-role.kubernetes.io/")) or ["<none>"]
+            return [o["metadata"]["name"], state, ",".join(roles), humanise_age(o["metadata"].get("creationTimestamp")),
+                    (status.get("nodeInfo") or {}).get("kubeletVersion", "")]
+        return [_NAME_COLUMN, _simple("Status"), _simple("Roles"), _AGE_COLUMN, _simple("Version")], node
     if key == ("apiextensions.k8s.io", "customresourcedefinitions"):
         return [_NAME_COLUMN, _simple("Created At", "date")], lambda o: [
             o["metadata"]["name"], o["metadata"].get("creationTimestamp")]
