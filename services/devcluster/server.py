@@ -81,6 +81,9 @@ def parse_resource_path(segments: list[str]) -> Target | None:
             return None
         group, version, rest = segments[1], segments[2], segments[3:]
     namespace = None
+    if group == "" and rest[0] == "namespaces" and len(rest) == 3 and rest[2] in ("status", "finalize"):
+        # /api/v1/namespaces/{name}/status|finalize: subresources of the Namespace itself
+        return Target(group, version, None, "namespaces", rest[1], rest[2])
     if rest[0] == "namespaces" and len(rest) >= 3:
         namespace, rest = rest[1], rest[2:]
     elif rest[0] == "namespaces" and group == "":

@@ -261,6 +261,8 @@ def test_owner_reference_garbage_collection_background_and_foreground(cluster):
 
 def test_namespace_deletion_removes_its_contents(cluster):
     cluster.kubectl("create", "namespace", "doomed")
+    status = json.loads(cluster.kubectl("get", "--raw", "/api/v1/namespaces/doomed/status").stdout)
+    assert status["kind"] == "Namespace" and status["status"]["phase"] == "Active"
     cluster.kubectl("create", "-n", "doomed", "-f", "-", input=trainjob("inside", 1))
     cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "inside", "namespace": "doomed"}}
     cluster.kubectl("create", "-f", "-", input=json.dumps(cm))
