@@ -99,6 +99,15 @@ def test_unknown_runtime_is_reported(tmp_path: Path) -> None:
             "trainingRuntime must be created before the TrainJob is created") in result.stderr
 
 
+def test_kubectl_list_documents_are_expanded(tmp_path: Path) -> None:
+    items = [yaml.safe_load(TORCH_RUNTIME), yaml.safe_load(trainjob_yaml("listed"))]
+    path = tmp_path / "list.yaml"
+    path.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": items}))
+    result = trainyard("plan", "-f", str(path))
+    assert result.returncode == 0, result.stderr
+    assert [o["metadata"]["name"] for o in yaml.safe_load_all(result.stdout)] == ["listed"]
+
+
 def test_unparseable_yaml_names_file_line_and_column(tmp_path: Path) -> None:
     path = write(tmp_path, "broken.yaml", "apiVersion: v1\nkind: [oops\nmetadata: {}\n")
     result = trainyard("plan", "-f", path)

@@ -86,7 +86,7 @@ def parse_documents(text: str, filename: str, namespace: str) -> list[Document]:
         raise UserError(f"{where}: invalid YAML: {problem}") from None
     documents: list[Document] = []
     count = 0
-    for body in raw:
+    for body in _flatten_lists(raw):
         if body is None:
             continue
         count += 1
@@ -106,6 +106,17 @@ def parse_documents(text: str, filename: str, namespace: str) -> list[Document]:
             body = {**body, "metadata": {**(metadata or {}), "namespace": namespace}}
         documents.append(Document(body, source))
     return documents
+
+
+def _flatten_lists(raw: list[Any]) -> list[Any]:
+    """Expand ``kind: List`` documents (what ``kubectl get -o yaml`` prints) into their items."""
+    flat: list[Any] = []
+    for body in raw:
+        if isinstance(body, dict) and body.get("kind") == "List" and isinstance(body.get("items"), list):
+            flat.extend(body["items"])
+        else:
+            flat.append(body)
+    return flat
 
 
 def load_inputs(files: list[str], runtime_dirs: list[str], namespace: str) -> list[Document]:
