@@ -112,6 +112,11 @@ async def test_server_side_apply_managers_conflicts_force_and_removal(api):
     forced = await crs.patch_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, "ssa", other,
                                                       field_manager="applier-b", force=True, _content_type=APPLY)
     assert forced["spec"]["trainer"]["numNodes"] == 5
+    # applier-a's unchanged configuration is not a no-op any more: the object moved on
+    with pytest.raises(ApiException) as caught:
+        await crs.patch_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, "ssa", body,
+                                                 field_manager="applier-a", _content_type=APPLY)
+    assert caught.value.status == 409
     # applier-a drops the image: it is removed (nobody else owns it)
     body["spec"]["trainer"].pop("image")
     body["spec"]["trainer"]["numNodes"] = 5
