@@ -188,6 +188,7 @@ class Stack:
 
     async def install_crds(self) -> None:
         """CRDs, the kubeflow-system namespace and the SDK's public ConfigMap: nothing a webhook checks."""
+        began = time.monotonic()
         crds = manifests.load_crds(self.config.deploy_dir)
         client = await kubeapi.open_client(self.layout.kubeconfig)
         try:
@@ -200,11 +201,12 @@ class Stack:
                 await kubeapi.create_or_update(client, manifest)
         finally:
             await client.close()
-        self.say(f"  installed   {len(crds)} CRDs, {manifests.SYSTEM_NAMESPACE}/{manifests.PUBLIC_CONFIGMAP}")
+        self.say(f"  installed   {len(crds)} CRDs, {manifests.SYSTEM_NAMESPACE}/{manifests.PUBLIC_CONFIGMAP}  ({_since(began)})")
 
     async def install_runtimes(self) -> None:
         """After the planner is ready: runtimes pass its validating webhook, and on a resumed data
         dir the webhook configuration from the last run is only current once the planner re-registered."""
+        began = time.monotonic()
         runtimes = manifests.load_runtimes(self.config.deploy_dir)
         client = await kubeapi.open_client(self.layout.kubeconfig)
         try:
@@ -212,7 +214,7 @@ class Stack:
                 await kubeapi.create_or_update(client, runtime)
         finally:
             await client.close()
-        self.say(f"  installed   runtimes {', '.join(r['metadata']['name'] for r in runtimes)}")
+        self.say(f"  installed   runtimes {', '.join(r['metadata']['name'] for r in runtimes)}  ({_since(began)})")
 
     async def start_service(self, name: str) -> None:
         assert self.ports is not None

@@ -11,6 +11,8 @@ import pytest
 
 from fixtures.stack import start_stack
 
+pytestmark = pytest.mark.slow
+
 INFRA_ONLY = ("--skip", "watcher", "--skip", "planner", "--skip", "applier", "--skip", "status")
 DEFAULT_RUNTIMES = {
     "torch-distributed", "torch-distributed-cpu", "torch-distributed-with-cache", "deepspeed-distributed",
