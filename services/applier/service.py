@@ -186,8 +186,12 @@ class Applier:
         resume, apply (still suspended) then unsuspend; on suspend, suspend then apply.
         """
         meta = desired["metadata"]
-        current = await self.kube.get(r.JOBSET, meta["namespace"], meta["name"])
         want_suspended = (desired.get("spec") or {}).get("suspend") is True
+        # The snapshot saves a GET in the common case (a new JobSet, or no suspend change);
+        # a suspend flip is confirmed against the live object.
+        current = await self.bus.snapshots.get(ObjectKey(self.cluster, "JobSet", meta["namespace"], meta["name"]))
+        if current is not None and ((current.get("spec") or {}).get("suspend") is True) != want_suspended:
+            current = await self.kube.get(r.JOBSET, meta["namespace"], meta["name"])
         is_suspended = current is not None and (current.get("spec") or {}).get("suspend") is True
         if current is None or want_suspended == is_suspended:
             await self.kube.apply(desired)

@@ -139,6 +139,16 @@ def owned_refs(trainjob: dict[str, Any], observed: list[dict[str, Any]]) -> list
     return [ObjectRef.of(o) for o in full.objects]
 
 
+def owned_refs_for(trainjob: dict[str, Any], observed: list[dict[str, Any]],
+                   planned: list[dict[str, Any]]) -> list[ObjectRef]:
+    """:func:`owned_refs`, without a second planning pass when no child exists yet (then the
+    plan itself lists everything)."""
+    name = trainjob["metadata"]["name"]
+    if not any(is_child(o, name) for o in observed):
+        return [ObjectRef.of(o) for o in planned]
+    return owned_refs(trainjob, observed)
+
+
 @dataclass(frozen=True)
 class PlanDecision:
     """What one planning pass decided for a TrainJob."""
@@ -159,7 +169,7 @@ async def decide(bus: BusSession, cluster: str, trainjob: dict[str, Any]) -> Pla
     observed = await observed_objects(bus, cluster, trainjob)
     try:
         result = plan(trainjob, None, observed)
-        owned = owned_refs(trainjob, observed)
+        owned = owned_refs_for(trainjob, observed, list(result.objects))
     except PlanningError as err:
         return PlanDecision(failure=ApplyResult(
             cluster=cluster, namespace=namespace, name=name, uid=uid, generation=generation,
