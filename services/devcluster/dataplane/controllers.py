@@ -68,6 +68,13 @@ class JobSetController:
             self.queue.add_after(key, 5.0)
             return
         errors: list[str] = []
+        if plan.create_service is not None or plan.create_jobs:
+            # The cache may not show a deletion yet; creating children for a JobSet that is
+            # being deleted would hold its foreground deletion open.
+            fresh = await self.client.get(JOBSET, namespace, name)
+            if fresh is None or fresh["metadata"].get("deletionTimestamp") or \
+                    fresh["metadata"].get("uid") != jobset["metadata"].get("uid"):
+                return
         if plan.create_service is not None:
             try:
                 created = await self.client.create(SERVICE, namespace, plan.create_service)
@@ -206,6 +213,11 @@ class JobController:
                 await self._drop_finalizer(by_name[pod_name])
         for pod_name in plan.delete:
             await self._delete_pod(key, pod_name)
+        if plan.create:
+            fresh = await self.client.get(JOB, namespace, name)
+            if fresh is None or fresh["metadata"].get("deletionTimestamp") or \
+                    fresh["metadata"].get("uid") != job["metadata"].get("uid"):
+                plan.create = []  # being deleted: replacements would hold the deletion open
         for pod in plan.create:
             created = await self.client.create(POD, namespace, pod)
             self._created.setdefault(key, {})[created["metadata"]["name"]] = (time.monotonic(), created)

@@ -16,6 +16,7 @@ from .informers import JOB, POD, SERVICE, Informer
 from .kubelet import (Kubelet, Scheduler, detect_gpus, machine_capacity, node_object,
                       podgroup_informers, register_node, runner_config)
 from .network import open_network
+from .webhook import JobSetWebhook
 
 log = logging.getLogger(__name__)
 SYNC_TIMEOUT_S = 30.0
@@ -45,8 +46,10 @@ async def run_dataplane(options: DataPlaneOptions, stop: asyncio.Event) -> None:
     tasks: list[asyncio.Task[None]] = []
     running: dict[str, asyncio.Task[None]] = {}
     kubelet: Kubelet | None = None
+    webhook = JobSetWebhook(client)
     try:
         await register_node(client, node_object(options.node_name, capacity, network.host_ip))
+        await webhook.start()
         pods = Informer(client, POD)
         jobs = Informer(client, JOB)
         services = Informer(client, SERVICE)
@@ -90,6 +93,8 @@ async def run_dataplane(options: DataPlaneOptions, stop: asyncio.Event) -> None:
         options.announce("data plane: ready")
         await stop.wait()
     finally:
+        with contextlib.suppress(Exception):
+            await webhook.stop()
         if kubelet is not None:
             await kubelet.stop()
         stop.set()

@@ -315,3 +315,44 @@ async def test_deleted_service_is_recreated(dataplane_cluster, kube, ns):
 async def _recreated(kube, ns, old_uid):
     service = await kube.get(SERVICE, ns, "js")
     return service if service and service["metadata"]["uid"] != old_uid else None
+
+
+async def test_admission_defaults_and_rejections(dataplane_cluster, kube, ns):
+    from trainyard.kube.client import KubeError
+
+    bare = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": "js", "namespace": ns},
+            "spec": {"suspend": True,
+                     "replicatedJobs": [{"name": "w", "template": {"spec": {"template": {"spec": {
+                         "containers": [{"name": "c", "image": "x", "command": ["true"]}]}}}}}]}}
+    stored = await kube.create(JOBSET, ns, bare)
+    spec = stored["spec"]
+    assert spec["successPolicy"] == {"operator": "All"}
+    assert spec["startupPolicy"] == {"startupPolicyOrder": "AnyOrder"}
+    assert spec["network"] == {"enableDNSHostnames": True, "publishNotReadyAddresses": True}
+    assert spec["replicatedJobs"][0]["replicas"] == 1 and spec["replicatedJobs"][0]["groupName"] == "default"
+    assert spec["replicatedJobs"][0]["template"]["spec"]["completionMode"] == "Indexed"
+    assert spec["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["restartPolicy"] == "OnFailure"
+
+    # Suspended: a pod-template label may change; replicas may not.
+    labelled = {"spec": {"replicatedJobs": [dict(spec["replicatedJobs"][0], template={"spec": dict(
+        spec["replicatedJobs"][0]["template"]["spec"], template=dict(
+            spec["replicatedJobs"][0]["template"]["spec"]["template"], metadata={"labels": {"added": "yes"}}))})]}}
+    await kube.merge_patch(JOBSET, ns, "js", labelled)
+    with pytest.raises(KubeError) as denied:
+        await kube.merge_patch(JOBSET, ns, "js", {"spec": {"replicatedJobs": [dict(spec["replicatedJobs"][0], replicas=2)]}})
+    assert "field is immutable" in denied.value.message
+
+    for change, message in [
+        ({"successPolicy": {"operator": "All", "targetReplicatedJobs": ["nope"]}},
+         "invalid replicatedJob name 'nope' does not appear in .spec.ReplicatedJobs"),
+        ({"failurePolicy": {"rules": [{"name": "r", "action": "FailJobSet"}, {"name": "r", "action": "FailJobSet"}]}},
+         "rule names are not unique, rules with indices [0 1] all have the same name 'r'"),
+    ]:
+        doc = dict(bare, metadata={"name": "bad", "namespace": ns}, spec=dict(bare["spec"], **change))
+        with pytest.raises(KubeError) as rejected:
+            await kube.create(JOBSET, ns, doc)
+        assert message in rejected.value.message
+    await kube.merge_patch(JOBSET, ns, "js", {"spec": {"suspend": False}})
+    await wait_until(lambda: jobset_condition(kube, ns, "js", "Completed"), timeout=30, what="Completed")
+    job = await kube.get(JOB, ns, "js-w-0")
+    assert job["spec"]["template"]["metadata"]["labels"]["added"] == "yes"
