@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
+from . import names
 from .documents import dig, mapping
 from .errors import FieldError
 from .info import RuntimeInfo
@@ -43,8 +44,8 @@ class PlanContext:
     def owner_reference(self) -> dict[str, Any]:
         meta = mapping(self.trainjob.get("metadata"))
         reference: dict[str, Any] = {
-            "apiVersion": str(self.trainjob.get("apiVersion") or "trainer.kubeflow.org/v1alpha1"),
-            "kind": "TrainJob",
+            "apiVersion": str(self.trainjob.get("apiVersion") or names.API_VERSION),
+            "kind": names.TRAINJOB_KIND,
             "name": self.name,
         }
         # A TrainJob read from a file has no uid yet; the reference then carries none.

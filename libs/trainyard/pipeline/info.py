@@ -161,7 +161,7 @@ def _pod_set(job: dict[str, Any], ml_policy: dict[str, Any] | None) -> PodSet:
     count = parallelism if isinstance(parallelism, int) and not isinstance(parallelism, bool) else 1
     if ancestor == names.ANCESTOR_TRAINER and ml_policy is not None:
         num_nodes = ml_policy.get("numNodes")
-        count = num_nodes if isinstance(num_nodes, int) and not isinstance(num_nodes, bool) else 1
+        count = num_nodes if isinstance(num_nodes, int) and not isinstance(num_nodes, bool) else names.DEFAULT_NUM_NODES
     pod_spec = mapping(dig(job_template, "spec", "template", "spec"))
     try:
         requests = single_pod_requests(pod_spec)

@@ -79,8 +79,8 @@ def _slots(ctx: PlanContext, mpi: dict[str, Any]) -> int:
     trainer = ctx.trainer or {}
     if is_int(trainer.get("numProcPerNode")):
         return int(trainer["numProcPerNode"])
-    runtime_slots = mpi.get("numProcPerNode", 1)
-    runtime_slots = int(runtime_slots) if is_int(runtime_slots) else 1
+    runtime_slots = mpi.get("numProcPerNode")
+    runtime_slots = int(runtime_slots) if is_int(runtime_slots) else names.MPI_DEFAULT_NUM_PROC_PER_NODE
     if runtime_slots == 1:
         gpus = gpu_count(effective_resources_per_node(ctx.trainjob, ctx.info))
         if gpus > 1:
@@ -123,7 +123,7 @@ def _ssh_secret(ctx: PlanContext, name: str) -> dict[str, Any]:
 
 
 def _hostfile_config_map(ctx: PlanContext, mpi: dict[str, Any]) -> dict[str, Any]:
-    slots = mpi.get("numProcPerNode", 1)
+    slots = mpi.get("numProcPerNode", names.MPI_DEFAULT_NUM_PROC_PER_NODE)
     lines: list[str] = []
     if mpi.get("mpiImplementation") == names.MPI_OPENMPI:
         for pod_set in ctx.info.pod_sets:

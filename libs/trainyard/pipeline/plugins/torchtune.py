@@ -79,9 +79,9 @@ def mutated_command(ctx: "PlanContext", num_nodes: int, nproc: int | str,
     gpus = gpu_count(resources)
     command = list(names.TORCHTUNE_ENTRYPOINT)
     if _needs_rendezvous(num_nodes, nproc, gpus):
-        command.append(f"{c.TORCHTUNE_RDZV_ENDPOINT_FLAG}={master_address(ctx.name)}:{names.CONTAINER_TRAINER_PORT}")
+        command.append(f"{names.TORCHTUNE_RDZV_FLAG}={master_address(ctx.name)}:{names.CONTAINER_TRAINER_PORT}")
     recipe, config = recipe_and_config(model_of(_runtime_ref_name(ctx.trainjob)), num_nodes, nproc, gpus, args)
-    command += [recipe, c.TORCHTUNE_CONFIG_FLAG, config]
+    command += [recipe, names.TORCHTUNE_CONFIG_FLAG, config]
     for pod_set in ctx.info.pod_sets:
         if pod_set.ancestor != names.ANCESTOR_TRAINER:
             continue
@@ -105,7 +105,7 @@ def validate(ctx: "ValidationContext") -> list[FieldError]:
         # Deviation (docs/compatibility.md): upstream dereferences an unset numNodes and the
         # request crashes; we validate with the node count planning would use.
         runtime_nodes = (ctx.info.ml_policy or {}).get("numNodes") if ctx.info else None
-        num_nodes = runtime_nodes if is_int(runtime_nodes) else 1
+        num_nodes = runtime_nodes if is_int(runtime_nodes) else names.DEFAULT_NUM_NODES
     raw = trainer.get("numProcPerNode")
     gpus = gpu_count(effective_resources_per_node(ctx.trainjob, ctx.info) if ctx.info else None)
     nproc: int | str = int(raw) if is_int(raw) else str(raw)
