@@ -143,7 +143,13 @@ class ManagedChild:
             except asyncio.TimeoutError:
                 pass
             self.restarts += 1
-            await self.start()
+            try:
+                await self.start()
+            except OSError as err:
+                # e.g. the binary vanished: the old (exited) process stays current, so the loop
+                # comes straight back here after the next, longer delay.
+                self._started_at = time.monotonic()
+                report(f"{self.name} could not be restarted: {err}")
 
     async def stop(self) -> None:
         """SIGTERM the child's process group, SIGKILL it after the stop timeout, reap the child."""

@@ -277,7 +277,6 @@ class Stack:
             loop.add_signal_handler(sig, stopping.set)
         startup = asyncio.ensure_future(self.start_all())
         stop_wait = asyncio.ensure_future(stopping.wait())
-        exit_code = 0
         try:
             await asyncio.wait({startup, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
             if not startup.done():
@@ -288,7 +287,7 @@ class Stack:
             error = startup.exception()
             if error is not None:
                 if isinstance(error, (ChildStartupError, manifests.ManifestError, kubeapi.InstallError)):
-                    self.say(f"error: {error}")
+                    print(f"error: {error}", file=sys.stderr, flush=True)
                     return 1
                 raise error
             assert self.state is not None
@@ -299,7 +298,7 @@ class Stack:
                            for child in self.children.values()]
             await stopping.wait()
             await asyncio.gather(*supervisors, return_exceptions=True)
-            return exit_code
+            return 0
         finally:
             stop_wait.cancel()
             self.say("trainyard: stopping")

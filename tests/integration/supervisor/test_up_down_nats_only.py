@@ -150,6 +150,19 @@ def test_missing_nats_server_is_reported_clearly(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
 
 
+def test_a_component_dying_at_startup_is_reported_with_its_log(tmp_path: Path) -> None:
+    broken = tmp_path / "broken-nats-server"
+    broken.write_text("#!/bin/sh\necho 'nats: cannot open the store: disk on fire' >&2\nexit 3\n")
+    broken.chmod(0o755)
+    result = trainyard("up", "--free-ports", "--data-dir", str(tmp_path / "data"), *NATS_ONLY,
+                       env={"TRAINYARD_NATS_SERVER": str(broken)})
+    assert result.returncode == 1
+    assert "error: nats exited with code 3 while starting" in result.stderr
+    assert "disk on fire" in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+    assert "trainyard: stopped" in result.stdout
+
+
 def test_unknown_component_to_skip_is_a_user_error(tmp_path: Path) -> None:
     result = trainyard("up", "--free-ports", "--data-dir", str(tmp_path), "--skip", "kafka")
     assert result.returncode == 1
