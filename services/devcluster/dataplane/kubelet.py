@@ -87,17 +87,27 @@ class Scheduler:
     """Binds pending pods to the node when they fit; gangs all together or not at all."""
 
     def __init__(self, client: KubeClient, node_name: str, allocatable: dict[str, str],
-                 pods: Informer, podgroups: list[tuple[str, Informer]]) -> None:
+                 pods: Informer, podgroups: list[tuple[str, Informer]],
+                 nodes: Informer | None = None) -> None:
         self.client = client
         self.node_name = node_name
         self.allocatable = node_allocatable(allocatable)
+        self.nodes = nodes
         self.pods = pods
         self.podgroups = podgroups
         self.wake = asyncio.Event()
         self._reported: dict[str, tuple[str, str]] = {}
         pods.listeners.append(lambda _e, _o: self.wake.set())
+        if nodes is not None:
+            nodes.listeners.append(lambda _e, _o: self.wake.set())
         for _, informer in podgroups:
             informer.listeners.append(lambda _e, _o: self.wake.set())
+
+    def _node_allocatable(self) -> dict[str, int]:
+        """The Node object's ``status.allocatable`` (what kube-scheduler reads), else the default."""
+        node = self.nodes.get("", self.node_name) if self.nodes is not None else None
+        allocatable = ((node or {}).get("status") or {}).get("allocatable")
+        return node_allocatable(allocatable) if allocatable else self.allocatable
 
     def _gangs(self) -> dict[GangKey, int]:
         gangs: dict[GangKey, int] = {}
@@ -127,7 +137,7 @@ class Scheduler:
                    and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
         if not pending:
             return
-        decision = schedule(self.allocatable, bound, pending, self._gangs())
+        decision = schedule(self._node_allocatable(), bound, pending, self._gangs())
         by_key = {pod_key(p): p for p in pending}
         for key in decision.bind:
             pod = by_key[key]

@@ -12,7 +12,7 @@ from trainyard.kube.client import KubeClient
 from trainyard.kube.resources import JOBSET, Resource
 
 from .controllers import JobController, JobSetController
-from .informers import JOB, POD, SERVICE, Informer
+from .informers import JOB, NODE, POD, SERVICE, Informer
 from .kubelet import (Kubelet, Scheduler, detect_gpus, machine_capacity, node_object,
                       podgroup_informers, register_node, runner_config)
 from .network import open_network
@@ -54,8 +54,9 @@ async def run_dataplane(options: DataPlaneOptions, stop: asyncio.Event) -> None:
         jobs = Informer(client, JOB)
         services = Informer(client, SERVICE)
         jobsets = Informer(client, JOBSET)
+        nodes = Informer(client, NODE)
         groups = podgroup_informers(client)
-        informers = [pods, jobs, services, jobsets] + [informer for _, informer in groups]
+        informers = [pods, jobs, services, jobsets, nodes] + [informer for _, informer in groups]
         for informer in informers:
             running[informer.resource.plural + "." + informer.resource.group] = asyncio.create_task(
                 informer.run(stop), name=f"informer-{informer.resource.plural}")
@@ -80,7 +81,7 @@ async def run_dataplane(options: DataPlaneOptions, stop: asyncio.Event) -> None:
         kubelet = Kubelet(client, config, network, pods, services, gpus)
         kubelet.adopt_existing()
         kubelet._refresh_services()  # noqa: SLF001
-        scheduler = Scheduler(client, options.node_name, capacity, pods, groups)
+        scheduler = Scheduler(client, options.node_name, capacity, pods, groups, nodes)
         jobset_controller = JobSetController(client, jobsets, jobs, services)
         job_controller = JobController(client, jobs, pods, options.time_scale)
         for obj in jobsets.items():

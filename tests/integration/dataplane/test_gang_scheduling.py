@@ -3,20 +3,30 @@ from __future__ import annotations
 
 import pytest
 
-from fixtures.dataplane import pids_of_pod, start_dataplane_cluster, wait_until
+from fixtures.dataplane import pids_of_pod, wait_until
 from trainyard.kube.resources import COSCHEDULING_PODGROUP, VOLCANO_PODGROUP, Resource
 
 NAMESPACE = Resource("", "v1", "namespaces", "Namespace", False)
 POD = Resource("", "v1", "pods", "Pod")
+NODE = Resource("", "v1", "nodes", "Node", False)
 
 
-@pytest.fixture(scope="module")
-def small_node_cluster(tmp_path_factory):
-    cluster = start_dataplane_cluster(tmp_path_factory.mktemp("gang"), capacity={"cpu": "4"})
+@pytest.fixture
+async def small_node_cluster(dataplane_cluster):
+    """The shared cluster with its Node's allocatable CPU set to 4 for the test (then restored)."""
+    kube = await dataplane_cluster.client()
+    node = await kube.get(NODE, None, "devcluster")
+    original = node["status"]["allocatable"]
+    async def set_cpu(allocatable):
+        current = await kube.get(NODE, None, "devcluster")
+        current["status"]["allocatable"] = allocatable
+        await kube.request("PUT", NODE.path(None, "devcluster", "status"), body=current)
+    await set_cpu({**original, "cpu": "4"})
     try:
-        yield cluster
+        yield dataplane_cluster
     finally:
-        cluster.stop()
+        await set_cpu(original)
+        await kube.close()
 
 
 def sleeper(name, namespace, *, cpu="1", labels=None, annotations=None, scheduler=None):
