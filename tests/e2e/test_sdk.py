@@ -87,6 +87,37 @@ def test_function_based_training_runs_to_complete_with_logs(client: Any) -> None
         time.sleep(1)
 
 
+def test_a_killed_service_is_restarted(trainyard_stack_module: RunningStack) -> None:
+    """Runs before the command-based test, which then trains through the restarted planner."""
+    import os
+    import signal
+    import urllib.request
+
+    stack = trainyard_stack_module
+    state_file = stack.data_dir / "stack.json"
+    killed = json.loads(state_file.read_text())["children"]["planner"]["pid"]
+    os.kill(killed, signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while True:
+        state = json.loads(state_file.read_text())
+        if state["children"]["planner"]["pid"] != killed:
+            break
+        assert time.monotonic() < deadline, "planner was not restarted"
+        time.sleep(0.2)
+    assert state["restarts"]["planner"] == 1
+    port = state["ports"]["planner"]
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as response:
+                if response.status == 200:
+                    break
+        except OSError:
+            pass
+        assert time.monotonic() < deadline, "restarted planner never became ready"
+        time.sleep(0.5)
+    assert "planner exited with code -9; restarting" in stack.output()
+
+
 def test_command_based_training_with_bare_torchrun(client: Any) -> None:
     from kubeflow.trainer import CustomTrainerContainer
     from kubeflow.trainer.options.kubernetes import TrainerCommand
