@@ -159,6 +159,16 @@ def test_validate_accepts_good_objects(tmp_path: Path) -> None:
     assert "trainingruntime.trainer.kubeflow.org/torch accepted (create)" in result.stdout
 
 
+def test_validate_a_directory_and_runtimes_dir_is_context_only() -> None:
+    result = trainyard("validate", "-f", str(REPO / "examples" / "plan"), "--runtimes", str(RUNTIMES))
+    assert result.returncode == 0, result.stderr
+    accepted = sorted(line.split()[0] for line in result.stdout.splitlines())
+    assert accepted == sorted(["trainjob.trainer.kubeflow.org/mnist", "trainjob.trainer.kubeflow.org/job1",
+                               "trainingruntime.trainer.kubeflow.org/alpha", "trainjob.trainer.kubeflow.org/ds",
+                               "trainjob.trainer.kubeflow.org/tune-llama", "trainjob.trainer.kubeflow.org/resnet",
+                               "trainingruntime.trainer.kubeflow.org/torch-volcano"])
+
+
 def test_validate_rejects_reserved_env(tmp_path: Path) -> None:
     job = trainjob_yaml("env", "{numProcPerNode: auto, env: [{name: PET_NODE_RANK, value: '1'}]}")
     result = trainyard("validate", "-f", write(tmp_path, "x.yaml", TORCH_RUNTIME, job))

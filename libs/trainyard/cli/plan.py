@@ -67,8 +67,6 @@ def _read_text(path: str) -> str:
         return Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
         raise UserError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise UserError(f"{path}: is a directory (use --runtimes DIR for a directory of runtimes)") from None
     except (OSError, UnicodeDecodeError) as err:
         raise UserError(f"{path}: cannot read: {err}") from None
 
@@ -119,16 +117,23 @@ def _flatten_lists(raw: list[Any]) -> list[Any]:
     return flat
 
 
+def _yaml_files(directory: Path) -> list[Path]:
+    return sorted([*directory.glob("*.yaml"), *directory.glob("*.yml")])
+
+
 def load_inputs(files: list[str], runtime_dirs: list[str], namespace: str) -> list[Document]:
+    """Documents of the ``--runtimes`` directories, then of the ``-f`` files (a directory
+    stands for its ``*.yaml``/``*.yml`` files, as with kubectl)."""
     documents: list[Document] = []
     for directory in runtime_dirs:
-        path = Path(directory)
-        if not path.is_dir():
+        if not Path(directory).is_dir():
             raise UserError(f"--runtimes {directory}: not a directory")
-        for file in sorted([*path.glob("*.yaml"), *path.glob("*.yml")]):
+        for file in _yaml_files(Path(directory)):
             documents.extend(parse_documents(_read_text(str(file)), str(file), namespace))
     for file in files:
-        documents.extend(parse_documents(_read_text(file), "<stdin>" if file == "-" else file, namespace))
+        paths = _yaml_files(Path(file)) if file != "-" and Path(file).is_dir() else [file]
+        for path in map(str, paths):
+            documents.extend(parse_documents(_read_text(path), "<stdin>" if path == "-" else path, namespace))
     return documents
 
 

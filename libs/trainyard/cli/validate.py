@@ -38,7 +38,9 @@ def run(args: argparse.Namespace) -> int:
     from trainyard.cli.plan import RUNTIME_KINDS, cluster_state, load_inputs, print_warnings, render_rejection
     from trainyard.pipeline import ObservedState, validate_runtime, validate_trainjob
 
-    documents = load_inputs(args.files, args.runtimes, args.namespace)
+    documents = load_inputs(args.files, [], args.namespace)
+    # Runtimes from --runtimes directories are cluster state the TrainJobs read, not checked.
+    context = load_inputs([], args.runtimes, args.namespace) if args.runtimes else []
     old_documents = load_inputs(args.old_files, [], args.namespace) if args.old_files else []
     old_by_key = {_key(d.body): d.body for d in old_documents}
     checked = [d for d in documents if d.is_trainer_kind and d.kind in ("TrainJob", *RUNTIME_KINDS)]
@@ -46,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("no TrainJob, TrainingRuntime or ClusterTrainingRuntime found in the input files",
                         exit_code=1)
     # Runtimes named only in --old files are cluster state too (an update keeps referencing them).
-    state_docs = cluster_state(documents)
+    state_docs = cluster_state(context + documents)
     new_keys = {_key(body) for body in state_docs}
     state_docs += [d.body for d in old_documents if d.kind in RUNTIME_KINDS and _key(d.body) not in new_keys]
     state = ObservedState.of(state_docs)
