@@ -1,0 +1,81 @@
+"""deploy/services and docker-compose.yml: valid Kubernetes 1.36 objects that start the services
+with flags the services accept."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from trainyard.cli.main import COMMANDS
+
+REPO = Path(__file__).resolve().parents[3]
+MANIFESTS = sorted((REPO / "deploy" / "services").glob("*.yaml"))
+
+
+def documents():
+    for path in MANIFESTS:
+        if path.name == "kustomization.yaml":
+            continue
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc:
+                yield path.name, doc
+
+
+@pytest.mark.parametrize("name,doc", list(documents()), ids=lambda v: v if isinstance(v, str) else
+                         f"{v.get('kind')}/{v['metadata']['name']}")
+def test_manifest_is_a_valid_kubernetes_1_36_object(name, doc):
+    kubernetes_validate.validate(doc, "1.36.0", strict=True)
+
+
+def test_kustomization_lists_every_manifest():
+    listed = yaml.safe_load((REPO / "deploy" / "services" / "kustomization.yaml").read_text())["resources"]
+    assert sorted(listed) == sorted(p.name for p in MANIFESTS if p.name != "kustomization.yaml")
+
+
+def parse_service_args(service: str, args: list[str]) -> argparse.Namespace:
+    import importlib
+
+    module = importlib.import_module(COMMANDS[service])
+    parser = argparse.ArgumentParser()
+    module.configure(parser)
+    return parser.parse_args(args)
+
+
+def test_deployments_run_the_four_services_with_accepted_flags():
+    seen = {}
+    for _, doc in documents():
+        if doc["kind"] != "Deployment":
+            continue
+        container = doc["spec"]["template"]["spec"]["containers"][0]
+        service, *args = container["args"]
+        parse_service_args(service, args)
+        env = {e["name"]: e["value"] for e in container["env"]}
+        assert env["TRAINYARD_HTTP_PORT"] == "8080"
+        assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+        seen[service] = doc["spec"]["template"]["spec"]["serviceAccountName"]
+    assert seen == {name: f"trainyard-{name}" for name in ("watcher", "planner", "applier", "status")}
+
+
+def test_webhook_configuration_matches_what_the_planner_registers():
+    from trainyard_services.planner.webhook import webhook_configuration
+
+    shipped = next(doc for _, doc in documents() if doc["kind"] == "ValidatingWebhookConfiguration")
+    generated = webhook_configuration(b"CA", url_base=None,
+                                      service=("kubeflow-trainer-controller-manager", "kubeflow-system"))
+    strip = lambda hooks: [{**h, "clientConfig": {**h["clientConfig"], "caBundle": None,
+                                                   "service": {**h["clientConfig"]["service"], "port": 443}}}
+                           for h in hooks]
+    assert strip(shipped["webhooks"]) == strip(generated["webhooks"])
+    assert shipped["metadata"]["name"] == generated["metadata"]["name"] == "validator.trainer.kubeflow.org"
+
+
+def test_compose_runs_nats_and_the_four_services():
+    compose = yaml.safe_load((REPO / "docker-compose.yml").read_text())
+    services = compose["services"]
+    assert set(services) == {"nats", "watcher", "planner", "applier", "status"}
+    for name in ("watcher", "planner", "applier", "status"):
+        assert services[name]["command"] == ["trainyard", name]
+        assert services[name]["environment"]["TRAINYARD_NATS_URL"] == "nats://nats:4222"

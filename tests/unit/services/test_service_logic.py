@@ -1,0 +1,141 @@
+"""Pure decisions inside the services (no bus, no cluster)."""
+from __future__ import annotations
+
+import pytest
+
+from trainyard.bus.envelopes import ObjectRef, PlanMessage
+from trainyard.bus.kv import AppliedPlan, Outcome
+from trainyard_services.applier.service import _remember, _truncate, with_owner
+from trainyard_services.planner.reconcile import managed_by_us, owned_refs_for, owner_of, references_runtime
+from trainyard_services.planner.service import trainjob_lane
+from trainyard_services.status.service import desired_status, runtime_of, transitions
+
+RUNTIME = {
+    "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
+    "metadata": {"name": "torch"},
+    "spec": {"mlPolicy": {"numNodes": 1, "torch": {"numProcPerNode": "auto"}},
+             "podGroupPolicy": {"coscheduling": {"scheduleTimeoutSeconds": 60}},
+             "template": {"spec": {"replicatedJobs": [{"name": "node", "template": {
+                 "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
+                 "spec": {"template": {"spec": {"containers": [{"name": "node", "image": "busybox"}]}}}}}]}}},
+}
+
+
+def trainjob(suspend=False, **spec):
+    return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+            "metadata": {"name": "job", "namespace": "ns", "uid": "u1", "generation": 3},
+            "spec": {"runtimeRef": {"name": "torch"}, "suspend": suspend, **spec}}
+
+
+def running_jobset():
+    return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+            "metadata": {"name": "job", "namespace": "ns",
+                         "ownerReferences": [{"kind": "TrainJob", "uid": "u1", "name": "job",
+                                              "apiVersion": "trainer.kubeflow.org/v1alpha1"}]},
+            "spec": {"suspend": False}}
+
+
+def test_a_running_jobset_is_kept_in_owned_although_the_plan_leaves_it_alone():
+    from trainyard.pipeline.planning import plan
+
+    observed = [RUNTIME, running_jobset()]
+    planned = plan(trainjob(), None, observed)
+    kinds = [o["kind"] for o in planned.objects]
+    assert "JobSet" not in kinds  # upstream never re-applies a running JobSet
+    owned = {(r.kind, r.name) for r in owned_refs_for(trainjob(), observed, list(planned.objects))}
+    assert ("JobSet", "job") in owned and ("PodGroup", "job") in owned
+
+
+def test_first_plan_owns_exactly_what_it_applies():
+    from trainyard.pipeline.planning import plan
+
+    planned = plan(trainjob(), None, [RUNTIME])
+    owned = owned_refs_for(trainjob(), [RUNTIME], list(planned.objects))
+    assert [(r.kind, r.name) for r in owned] == [(o["kind"], o["metadata"]["name"]) for o in planned.objects]
+
+
+def test_managed_by_and_runtime_references():
+    assert managed_by_us(trainjob())
+    assert managed_by_us(trainjob(managedBy="trainer.kubeflow.org/trainjob-controller"))
+    assert not managed_by_us(trainjob(managedBy="kueue.x-k8s.io/multikueue"))
+    assert references_runtime(trainjob(), "ClusterTrainingRuntime", "torch")
+    assert not references_runtime(trainjob(), "TrainingRuntime", "torch")
+    assert owner_of(running_jobset()) == "job"
+    assert owner_of({"metadata": {"ownerReferences": [{"kind": "Job", "name": "x"}]}}) is None
+
+
+def test_children_share_their_trainjobs_lane():
+    assert trainjob_lane("ty.events.c.JobSet.ns.job") == trainjob_lane("ty.events.c.TrainJob.ns.job")
+    assert trainjob_lane("ty.events.c.Secret.ns.job-mpi-ssh-auth") == "ns.job"
+    assert trainjob_lane("ty.events.c.TrainJob.ns.a") != trainjob_lane("ty.events.c.TrainJob.ns.b")
+
+
+def test_status_folds_jobset_completion_and_suspension():
+    jobset = running_jobset() | {"status": {"conditions": [
+        {"type": "Completed", "status": "True", "reason": "AllJobsCompleted",
+         "message": "jobset completed successfully", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}
+    status = desired_status(trainjob(), jobset, None, "2026-02-02T00:00:00Z")
+    assert status["conditions"] == [{"type": "Complete", "status": "True",
+                                     "lastTransitionTime": "2026-01-01T00:00:00Z",
+                                     "reason": "AllJobsCompleted", "message": "jobset completed successfully"}]
+    suspended = desired_status(trainjob(suspend=True), None, None, "2026-02-02T00:00:00Z")
+    assert [(c["type"], c["status"], c["reason"]) for c in suspended["conditions"]] == \
+        [("Suspended", "True", "Suspended")]
+
+
+def test_a_failure_outcome_is_a_failed_condition_until_it_clears():
+    outcome = Outcome(uid="u1", generation=3, stage="plan", reason="TrainJobResourcesCreationFailed",
+                      message='not found ClusterTrainingRuntime specified in TrainJob: x')
+    status = desired_status(trainjob(), None, outcome, "2026-02-02T00:00:00Z")
+    failed = status["conditions"][0]
+    assert (failed["type"], failed["status"], failed["reason"]) == \
+        ("Failed", "True", "TrainJobResourcesCreationFailed")
+    assert failed["message"] == "TrainJob resources reconciliation failed: " \
+        "not found ClusterTrainingRuntime specified in TrainJob: x"
+    # An outcome of an earlier TrainJob with the same name does not count.
+    assert desired_status(trainjob(), None, outcome.model_copy(update={"uid": "old"}), "t") == {}
+    # Gone again on the next fold without the outcome (Failed is re-derived each time).
+    assert desired_status(trainjob() | {"status": status}, None, None, "t") == {}
+
+
+def test_transitions_name_new_and_changed_conditions_once():
+    before = {"conditions": [{"type": "Suspended", "status": "True", "reason": "Suspended"}]}
+    after = {"conditions": [{"type": "Suspended", "status": "False", "reason": "Resumed"},
+                            {"type": "Failed", "status": "True", "reason": "TrainJobResourcesCreationFailed"}]}
+    assert [c["reason"] for c in transitions(before, after)] == ["Resumed"]
+    assert transitions(after, after) == []
+
+
+def test_runtime_reference_needs_the_trainer_group():
+    job = trainjob()
+    job["spec"]["runtimeRef"] = {"name": "torch", "kind": "TrainingRuntime", "apiGroup": "trainer.kubeflow.org"}
+    assert runtime_of(job) == ("TrainingRuntime", "ns", "torch")
+    job["spec"]["runtimeRef"]["apiGroup"] = ""
+    assert runtime_of(job) is None
+
+
+def plan_message(**kw):
+    base = dict(cluster="c", namespace="ns", name="job", uid="u1", generation=3, planHash="h3")
+    return PlanMessage(**(base | kw))
+
+
+def test_objects_get_the_controller_reference_once():
+    obj = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "ns"}}
+    owned = with_owner(obj, plan_message())
+    assert owned["metadata"]["ownerReferences"] == [{
+        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": "job", "uid": "u1",
+        "controller": True, "blockOwnerDeletion": True}]
+    assert with_owner(owned, plan_message()) is owned
+    assert "ownerReferences" not in obj["metadata"]
+
+
+def test_applied_hashes_are_remembered_per_generation():
+    previous = AppliedPlan(uid="u1", generation=3, planHash="h1", hashes=["h1"])
+    assert _remember(previous, plan_message(planHash="h2")) == ["h1", "h2"]
+    assert _remember(previous, plan_message(generation=4, planHash="h4")) == ["h4"]
+    assert _remember(None, plan_message()) == ["h3"]
+
+
+def test_error_text_is_cut_like_upstreams_event():
+    assert _truncate("x" * 950) == "x" * 950
+    assert _truncate("x" * 951) == "x" * 950 + " ..."

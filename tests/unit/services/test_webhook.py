@@ -1,0 +1,80 @@
+"""The admission endpoints, through FastAPI's test client (no TLS, no cluster)."""
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+
+from trainyard_services.planner.webhook import WEBHOOKS, build_app
+
+RUNTIME = {
+    "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
+    "metadata": {"name": "torch-distributed"},
+    "spec": {"mlPolicy": {"numNodes": 1, "torch": {"numProcPerNode": "auto"}},
+             "template": {"spec": {"replicatedJobs": [{"name": "node", "template": {
+                 "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
+                 "spec": {"template": {"spec": {"containers": [{"name": "node", "image": "busybox"}]}}}}}]}}},
+}
+
+
+def review(obj, operation="CREATE", old=None):
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {"uid": "req-1", "operation": operation, "object": obj, "oldObject": old}}
+
+
+def trainjob(**trainer):
+    return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+            "metadata": {"name": "job", "namespace": "ns"},
+            "spec": {"runtimeRef": {"name": "torch-distributed"}, "trainer": trainer}}
+
+
+@pytest.fixture
+def client():
+    async def observed(_):
+        return [RUNTIME]
+
+    return TestClient(build_app(observed))
+
+
+def test_valid_trainjob_is_allowed(client):
+    response = client.post(WEBHOOKS[2][1], json=review(trainjob(numNodes=2)))
+    assert response.status_code == 200
+    assert response.json() == {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                               "response": {"uid": "req-1", "allowed": True}}
+
+
+def test_denial_carries_upstreams_message_and_403(client):
+    body = client.post(WEBHOOKS[2][1], json=review(trainjob(
+        numProcPerNode=2, env=[{"name": "PET_NNODES", "value": "1"}]))).json()["response"]
+    assert body["allowed"] is False
+    assert body["status"]["code"] == 403 and body["status"]["reason"] == "Forbidden"
+    assert body["status"]["message"].startswith("spec.trainer.env: Invalid value: ")
+    assert body["status"]["message"].endswith(
+        "must not have reserved envs, invalid envs configured: [PET_NNODES]")
+
+
+def test_unsupported_runtime_kind_is_a_plain_message(client):
+    job = trainjob()
+    job["spec"]["runtimeRef"].update(kind="Foo", apiGroup="trainer.kubeflow.org")
+    status = client.post(WEBHOOKS[2][1], json=review(job)).json()["response"]["status"]
+    assert status["message"] == "unsupported runtime: Foo.trainer.kubeflow.org"
+
+
+def test_runtime_webhooks_answer(client):
+    allowed = client.post(WEBHOOKS[0][1], json=review(RUNTIME)).json()["response"]
+    assert allowed["allowed"] is True
+    deprecated = dict(RUNTIME, metadata={"name": "old", "labels": {"trainer.kubeflow.org/support": "deprecated"}})
+    warned = client.post(WEBHOOKS[0][1], json=review(deprecated)).json()["response"]
+    assert warned["allowed"] is True
+    assert warned["warnings"][0].startswith('ClusterTrainingRuntime "old" is deprecated')
+
+
+@pytest.mark.parametrize("body,detail", [
+    ("not json", "request body: not JSON"),
+    ({"kind": "AdmissionReview"}, "request: missing AdmissionReview.request"),
+    ({"request": {"uid": "x"}}, "request.object: missing"),
+])
+def test_malformed_reviews_get_a_clear_400(client, body, detail):
+    response = client.post(WEBHOOKS[2][1], content=body) if isinstance(body, str) else \
+        client.post(WEBHOOKS[2][1], json=body)
+    assert response.status_code == 400
+    assert response.json() == {"error": detail}
