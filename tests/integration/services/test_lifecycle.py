@@ -150,6 +150,22 @@ def test_trainjob_managed_by_multikueue_is_left_alone(stack, api, running):
         not api.get(TRAINJOBS.format(ns="default") + "/remote")["status"]
 
 
+def test_delete_cascades_and_releases_the_runtime(stack, api, running):
+    runtime = small_runtime("short-lived")
+    api.create(CTR, runtime)
+    api.create(TRAINJOBS.format(ns="default"), trainjob("cascade", runtime="short-lived"))
+    wait_for(lambda: api.get(JOBSETS.format(ns="default") + "/cascade"), what="JobSet")
+    wait_for(lambda: "trainer.kubeflow.org/resource-in-use" in
+             (api.get(CTR + "/short-lived")["metadata"].get("finalizers") or []), what="finalizer")
+    # Deleting a runtime in use only marks it; it goes once its last TrainJob is gone.
+    api.delete(CTR + "/short-lived")
+    time.sleep(0.5)
+    assert api.get(CTR + "/short-lived")["metadata"].get("deletionTimestamp")
+    api.delete(TRAINJOBS.format(ns="default") + "/cascade")
+    wait_for(lambda: api.get(JOBSETS.format(ns="default") + "/cascade") is None, what="JobSet collected")
+    wait_for(lambda: api.get(CTR + "/short-lived") is None, what="runtime released and deleted")
+
+
 def test_poison_messages_go_to_the_dead_letter_and_consuming_goes_on(stack, api, running):
     from trainyard.bus.envelopes import DeadLetter, decode
 
