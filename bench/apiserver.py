@@ -90,44 +90,58 @@ async def bench(cluster, objects: int, concurrency: int) -> dict[str, float]:
         results["list_seconds_median"] = statistics.median(timings)
         results["rss_mib"] = rss_mib(cluster.pid)
 
-        results.update(await watch_latency(session, watchers=10, rate=200, seconds=5))
+        results.update(await watch_latency(session, cluster, watchers=10, rate=200, seconds=5))
     return results
 
 
-async def watch_latency(session: aiohttp.ClientSession, watchers: int, rate: int, seconds: int) -> dict[str, float]:
+async def _watchers(url: str, token: str, ca: str, rv: str, watchers: int, expected: int) -> dict[str, list[float]]:
+    """Run ``watchers`` watch streams; returns each event's arrival (wall clock) per object name."""
+    ctx = ssl.create_default_context(cafile=ca)
+    arrivals: dict[str, list[float]] = {}
+    async with aiohttp.ClientSession(url, headers={"Authorization": f"Bearer {token}"},
+                                     connector=aiohttp.TCPConnector(ssl=ctx, limit=watchers + 2)) as session:
+        async def watcher() -> None:
+            got = 0
+            async with session.get(TJ, params={"watch": "true", "resourceVersion": rv, "labelSelector": "team=watch"},
+                                   timeout=aiohttp.ClientTimeout(total=None)) as resp:
+                async for line in resp.content:
+                    arrived = time.time()
+                    # the client must not be the bottleneck: find the name without parsing the event
+                    match = NAME_IN_EVENT.search(line)
+                    if match is None:
+                        continue
+                    arrivals.setdefault(match.group(1).decode(), []).append(arrived)
+                    got += 1
+                    if got >= expected:
+                        return
+        await asyncio.wait_for(asyncio.gather(*(watcher() for _ in range(watchers))), timeout=120)
+    return arrivals
+
+
+def _watchers_process(url: str, token: str, ca: str, rv: str, watchers: int, expected: int, out: str) -> None:
+    arrivals = asyncio.run(_watchers(url, token, ca, rv, watchers, expected))
+    Path(out).write_text(json.dumps(arrivals))
+
+
+async def watch_latency(session: aiohttp.ClientSession, cluster, watchers: int, rate: int, seconds: int
+                        ) -> dict[str, float]:
+    """Watchers run in their own process (they must not compete with the writer's event loop)."""
+    import multiprocessing
     async with session.get(TJ, params={"labelSelector": "team=watch"}) as resp:
         rv = (await resp.json())["metadata"]["resourceVersion"]
-    sent: dict[str, float] = {}
-    delays: list[float] = []
     total = rate * seconds
-    done = asyncio.Event()
-    received = [0]
-
-    async def watcher() -> None:
-        async with session.get(TJ, params={"watch": "true", "resourceVersion": rv, "labelSelector": "team=watch"},
-                               timeout=aiohttp.ClientTimeout(total=None)) as resp:
-            async for line in resp.content:
-                arrived = time.perf_counter()
-                # the client must not be the bottleneck: find the name without parsing the event
-                match = NAME_IN_EVENT.search(line)
-                if match is None:
-                    continue
-                name = match.group(1).decode()
-                delays.append(arrived - sent[name])
-                received[0] += 1
-                if received[0] >= total * watchers:
-                    done.set()
-                if name == f"w-{total - 1:05d}":
-                    return
-
-    tasks = [asyncio.create_task(watcher()) for _ in range(watchers)]
-    await asyncio.sleep(0.5)
+    out = Path(tempfile.mkdtemp()) / "arrivals.json"
+    child = multiprocessing.get_context("spawn").Process(
+        target=_watchers_process, args=(cluster.url, cluster.token, str(cluster.ca_cert), rv, watchers, total, str(out)))
+    child.start()
+    await asyncio.sleep(2.0)  # let every watch connect
+    sent: dict[str, float] = {}
     interval = 1 / rate
 
     async def write(name: str) -> None:
         body = trainjob(name)
         body["metadata"]["labels"]["team"] = "watch"
-        sent[name] = time.perf_counter()
+        sent[name] = time.time()
         async with session.post(TJ, json=body) as resp:
             assert resp.status == 201
             await resp.read()
@@ -142,13 +156,9 @@ async def watch_latency(session: aiohttp.ClientSession, watchers: int, rate: int
         writes.append(asyncio.create_task(write(f"w-{i:05d}")))
     await asyncio.gather(*writes)
     achieved = total / (time.perf_counter() - start)
-    try:
-        await asyncio.wait_for(done.wait(), 30)
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-    delays.sort()
+    await asyncio.get_running_loop().run_in_executor(None, child.join, 150)
+    arrivals = json.loads(out.read_text())
+    delays = sorted(t - sent[name] for name, times in arrivals.items() for t in times)
     return {"watch_write_rate": achieved, "watch_events": len(delays),
             "watch_p50_ms": delays[len(delays) // 2] * 1000, "watch_p99_ms": delays[int(len(delays) * 0.99)] * 1000}
 
