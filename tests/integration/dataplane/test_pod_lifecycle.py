@@ -123,9 +123,10 @@ async def test_python_client_reads_pods_at_every_stage_and_log_errors(dataplane_
             seen.add(pod.status.phase)
             for status in pod.status.container_statuses or []:
                 assert status.image_id == "" and status.name and status.image is not None
-            if pod.status.conditions:
-                assert [c.type for c in pod.status.conditions] == [
-                    "PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady", "PodScheduled"]
+            types = [c.type for c in pod.status.conditions or []]
+            if len(types) > 1:  # before the kubelet reports, binding has written PodScheduled alone
+                assert types == ["PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady",
+                                 "PodScheduled"]
         if await condition(kube, ns, "js", "Completed"):
             break
         await asyncio.sleep(0.1)
