@@ -60,11 +60,13 @@ def test_lists_every_default_runtime(client: Any) -> None:
 def test_function_based_training_runs_to_complete_with_logs(client: Any) -> None:
     from kubeflow.trainer import CustomTrainer
 
+    # No runtime: the SDK picks its default, torch-distributed, looking for a namespaced
+    # TrainingRuntime first (404) and then the ClusterTrainingRuntime.
     name = client.train(
-        runtime="torch-distributed-cpu",
         trainer=CustomTrainer(func=ddp_hello, func_args={"greeting": "hello"}, num_nodes=2,
                               resources_per_node={"cpu": 1}),
     )
+    assert client.get_job(name).runtime.name == "torch-distributed"
     seen = client.wait_for_job_status(name, {"Running", "Complete"}, timeout=240, polling_interval=1)
     assert seen.status in ("Running", "Complete")
     job = client.wait_for_job_status(name, {"Complete"}, timeout=240, polling_interval=1)
