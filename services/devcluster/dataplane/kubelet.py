@@ -248,6 +248,7 @@ class Kubelet:
     async def _write_status(self, runner: PodRunner, dirty: asyncio.Event) -> None:
         last: dict[str, Any] | None = None
         uid = runner.uid
+        gone = False  # the pod object is deleted: keep the runner tracked until it has stopped
         while True:
             await dirty.wait()
             dirty.clear()
@@ -257,7 +258,7 @@ class Kubelet:
                 current = None
             old = (current or {}).get("status") or last
             status = runner.status(old)
-            if status != last:
+            if status != last and not gone:
                 try:
                     await self.client.request(
                         "PATCH", POD.path(runner.namespace, runner.name, "status"),
@@ -270,7 +271,7 @@ class Kubelet:
                         await asyncio.sleep(0.2)
                         dirty.set()
                         continue
-                    finished = True
+                    gone = True
             if finished:
                 break
         self.free_gpus.extend(self.gpu_of.pop(uid, []))
