@@ -76,6 +76,27 @@ def test_a_crashed_child_is_restarted(tmp_path: Path) -> None:
         stack.kill()
 
 
+def test_children_follow_a_killed_supervisor_and_the_data_dir_is_usable_again(tmp_path: Path) -> None:
+    stack = start_stack(tmp_path / "data", *NATS_ONLY)
+    try:
+        stack.process.send_signal(signal.SIGKILL)
+        stack.process.wait(timeout=10)
+        deadline = time.monotonic() + 15
+        while stack.survivors() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert stack.survivors() == [], "children outlived their SIGKILLed supervisor"
+        down = trainyard("down", "--data-dir", str(stack.data_dir))
+        assert down.returncode == 0 and "nothing running" in down.stdout
+    finally:
+        stack.kill()
+    again = start_stack(tmp_path / "data", *NATS_ONLY)
+    try:
+        assert nats_answers(again)
+    finally:
+        again.stop()
+        again.kill()
+
+
 def test_second_up_on_a_running_data_dir_is_refused(tmp_path: Path) -> None:
     stack = start_stack(tmp_path / "data", *NATS_ONLY)
     try:
