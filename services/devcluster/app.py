@@ -71,9 +71,28 @@ async def _main(data_dir: Path, host: str, port: int, watch_history: int, datapl
             from .dataplane.plane import start_embedded
             dataplane_task = start_embedded(data_dir, kubeconfig, stop)
 
+    # Shutdown order: the data plane winds down first (it stops every pod and cleans up through
+    # the API), then the API server stops.
+    server_stop = asyncio.Event()
+
+    async def wait_dataplane() -> None:
+        if dataplane_task is None:
+            return
+        try:
+            await dataplane_task
+        except Exception:  # noqa: BLE001 - reported, the API server still stops cleanly
+            logging.getLogger("trainyard.devcluster").exception("data plane stopped with an error")
+
+    async def stop_in_order() -> None:
+        await stop.wait()
+        await wait_dataplane()
+        server_stop.set()
+
+    stopper = asyncio.create_task(stop_in_order())
     try:
-        await serve(data_dir, host=host, port=port, history_size=watch_history, on_ready=on_ready, stop=stop)
+        await serve(data_dir, host=host, port=port, history_size=watch_history, on_ready=on_ready, stop=server_stop)
     finally:
-        if dataplane_task is not None:
-            await dataplane_task  # stops every pod and removes its namespaces
+        stopper.cancel()
+        stop.set()
+        await wait_dataplane()
         ready_file.unlink(missing_ok=True)
