@@ -54,10 +54,17 @@ class ResolvedPorts:
 
 
 def resolve_ports(config: StackConfig) -> ResolvedPorts:
-    """Turn requested ports into real ones: 0 picks a free port, a busy port is a clear error."""
-    nats = PortRequest(config.nats_port, "NATS client port", "--nats-port").resolve()
-    api = PortRequest(config.api_port, "devcluster API server", "--api-port").resolve()
-    webhook = PortRequest(config.webhook_port, "planner admission webhooks", "--webhook-port").resolve()
+    """Turn requested ports into real ones: 0 picks a free port, a busy port is a clear error.
+
+    A skipped component's port is not checked: with `--skip nats` the services connect to a
+    NATS the user runs on --nats-port, which is busy by design."""
+
+    def resolve(component: str, request: PortRequest) -> int:
+        return request.requested if component in config.skip else request.resolve()
+
+    nats = resolve("nats", PortRequest(config.nats_port, "NATS client port", "--nats-port"))
+    api = resolve("devcluster", PortRequest(config.api_port, "devcluster API server", "--api-port"))
+    webhook = resolve("planner", PortRequest(config.webhook_port, "planner admission webhooks", "--webhook-port"))
     services = {}
     for offset, name in enumerate(SERVICES):
         if name in config.skip:
@@ -109,6 +116,13 @@ class Stack:
                     f"service {name} is not available in this installation (no `trainyard {name}` "
                     f"command; trainyard_services.{name} missing); run without it with --skip {name}"
                 )
+        if "devcluster" not in self.config.skip and not service_available("devcluster"):
+            raise StackError("devcluster is not available in this installation (no `trainyard devcluster` "
+                             "command; trainyard_services.devcluster missing)")
+        running_services = [name for name in SERVICES if name not in self.config.skip]
+        if "devcluster" in self.config.skip and running_services and not self.layout.kubeconfig.is_file():
+            raise StackError(f"--skip devcluster: the services need the API server's kubeconfig at "
+                             f"{self.layout.kubeconfig}; put it there or skip them too")
         if "nats" not in self.config.skip:
             nats_server_binary()
         manifests.load_runtimes(self.config.deploy_dir)  # fail now, not after starting processes

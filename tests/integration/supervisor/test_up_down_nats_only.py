@@ -190,6 +190,12 @@ def test_unknown_component_to_skip_is_a_user_error(tmp_path: Path) -> None:
     assert "--skip: unknown component(s) kafka" in result.stderr
 
 
+def test_services_without_devcluster_need_a_kubeconfig(tmp_path: Path) -> None:
+    result = trainyard("up", "--free-ports", "--data-dir", str(tmp_path), "--skip", "devcluster")
+    assert result.returncode == 1
+    assert f"--skip devcluster: the services need the API server's kubeconfig at {tmp_path.resolve()}/kubeconfig" in result.stderr
+
+
 def test_down_with_nothing_running(tmp_path: Path) -> None:
     result = trainyard("down", "--data-dir", str(tmp_path))
     assert result.returncode == 0
