@@ -292,3 +292,43 @@ def test_server_side_apply_with_kubectl_conflict_and_force(cluster):
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=trainjob("ssa-kubectl", 3))
     obj = json.loads(cluster.kubectl("get", "trainjob", "ssa-kubectl", "-o", "json").stdout)
     assert obj["spec"]["trainer"]["numNodes"] == 3
+
+
+WIDGET_CRD = """\
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: widgets.example.com
+spec:
+  group: example.com
+  scope: Namespaced
+  names: {plural: widgets, singular: widget, kind: Widget, shortNames: ["wdg"]}
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      additionalPrinterColumns:
+        - {name: Size, type: integer, jsonPath: .spec.size}
+      schema:
+        openAPIV3Schema:
+          type: object
+          properties:
+            spec:
+              type: object
+              properties:
+                size: {type: integer, minimum: 1, default: 3}
+"""
+
+
+def test_crd_install_serves_at_once_and_removal_deletes_its_objects(cluster):
+    cluster.kubectl("create", "-f", "-", input=WIDGET_CRD)
+    cluster.kubectl("create", "-f", "-", input="apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w1}\nspec: {}\n")
+    table = cluster.kubectl("get", "wdg").stdout.splitlines()
+    assert table[0].split() == ["NAME", "SIZE"] and table[1].split() == ["w1", "3"]  # declared columns only
+    invalid = cluster.kubectl("create", "-f", "-", input="apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w2}\nspec: {size: 0}\n",
+                              check=False)
+    assert invalid.returncode != 0 and "spec.size" in invalid.stderr
+    cluster.kubectl("delete", "crd", "widgets.example.com")
+    assert "widgets" not in cluster.kubectl("api-resources", "-o", "name").stdout
+    gone = cluster.kubectl("get", "--raw", "/apis/example.com/v1/namespaces/default/widgets/w1", check=False)
+    assert gone.returncode != 0
