@@ -175,7 +175,16 @@ async def as_fast_as_possible(client: httpx.AsyncClient, ns: str, docs: list[dic
     return time.perf_counter() - start
 
 
-async def bench(cluster, args) -> None:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (Linux /proc)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def bench(cluster, args, pids: dict[str, int]) -> None:
     context = ssl.create_default_context(cafile=str(cluster.ca_cert))
     limits = httpx.Limits(max_connections=args.concurrency + 4, max_keepalive_connections=args.concurrency + 4)
     async with httpx.AsyncClient(base_url=cluster.url, verify=context, limits=limits, timeout=60,
@@ -204,11 +213,13 @@ async def bench(cluster, args) -> None:
         async def create(doc):
             (await client.post(TRAINJOBS.format(ns="bench-sustained"), json=doc)).raise_for_status()
 
+        cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
         start = time.perf_counter()
         await as_fast_as_possible(client, "bench-sustained",
                                   [trainjob("bench-sustained", n) for n in names], args.concurrency, create)
         await watch.wait_all([f"bench-sustained/{n}" for n in names], timeout=300)
         sustained = args.sustained / (time.perf_counter() - start)
+        cpu = {name: (cpu_seconds(pid) - cpu_before[name]) * 1000 / args.sustained for name, pid in pids.items()}
 
         # The same JobSets applied straight to the API server (field manager trainer, forced).
         sample = (await client.get(JOBSETS.format(ns="bench-sustained") + "/s-0")).json()
@@ -228,6 +239,8 @@ async def bench(cluster, args) -> None:
     print(f"sustained: {sustained:.1f} TrainJobs/s (create -> JobSet applied, {args.sustained} TrainJobs, "
           f"concurrency {args.concurrency})")
     print(f"raw devcluster SSA: {raw:.1f} JobSets/s; ratio sustained/raw = {sustained / raw:.2f}")
+    print("CPU ms per TrainJob in the sustained run: " +
+          ", ".join(f"{name} {value:.1f}" for name, value in cpu.items()))
 
 
 def main() -> int:
@@ -247,7 +260,10 @@ def main() -> int:
         for proc, name in zip(procs, SERVICES):
             wait_ready(proc, name)
         print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; logs in {workdir}")
-        asyncio.run(bench(cluster, args))
+        pids = {name: proc.pid for name, proc in zip(SERVICES, procs)}
+        pids["devcluster"] = cluster.pid
+        pids["nats-server"] = nats.proc.pid
+        asyncio.run(bench(cluster, args, pids))
     finally:
         for proc in procs:
             if proc.poll() is None:

@@ -1,6 +1,7 @@
 """Planning one TrainJob from the KV snapshots (level-triggered: the event is only a hint)."""
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -99,21 +100,29 @@ async def observed_objects(bus: BusSession, cluster: str, trainjob: dict[str, An
     meta = trainjob["metadata"]
     namespace, name = meta.get("namespace") or "", meta["name"]
     ref = (trainjob.get("spec") or {}).get("runtimeRef") or {}
-    found: list[dict[str, Any]] = []
     runtime_kind = ref.get("kind", "ClusterTrainingRuntime")
+    keys: list[ObjectKey] = []
     if runtime_kind in ("TrainingRuntime", "ClusterTrainingRuntime") and ref.get("name"):
         runtime_ns = namespace if runtime_kind == "TrainingRuntime" else ""
-        runtime = await bus.snapshots.get(ObjectKey(cluster, runtime_kind, runtime_ns, ref["name"]))
-        if runtime is not None:
-            found.append(runtime)
-    for api_version, kind, suffix in CHILD_KINDS:
-        child = await bus.snapshots.get(
-            ObjectKey(cluster, bus_kind(api_version, kind), namespace, name + suffix))
-        if child is not None and _owned_by(child, meta.get("uid")):
-            found.append(child)
+        keys.append(ObjectKey(cluster, runtime_kind, runtime_ns, ref["name"]))
+    keys.extend(ObjectKey(cluster, bus_kind(api_version, kind), namespace, name + suffix)
+                for api_version, kind, suffix in CHILD_KINDS)
+    # One round of concurrent reads instead of one round trip per object.
+    objects = await asyncio.gather(*(bus.snapshots.get(key) for key in keys))
+    found: list[dict[str, Any]] = []
+    for key, obj in zip(keys, objects):
+        if obj is None:
+            continue
+        if key.kind in ("TrainingRuntime", "ClusterTrainingRuntime") or _owned_by(obj, meta.get("uid")):
+            found.append(obj)
     if _uses_volcano(found[0] if found else None):
         found.extend(await bus.snapshots.list(cluster, "PriorityClass", ""))
     return found
+
+
+def _same_refs(a: list[ObjectRef], b: list[ObjectRef]) -> bool:
+    return {(r.api_version, r.kind, r.namespace, r.name) for r in a} == \
+        {(r.api_version, r.kind, r.namespace, r.name) for r in b}
 
 
 def _owned_by(child: dict[str, Any], uid: str | None) -> bool:
@@ -177,8 +186,13 @@ async def decide(bus: BusSession, cluster: str, trainjob: dict[str, Any]) -> Pla
         ))
     applied = (await bus.applied.read(applied_store_key(cluster, namespace, name))).value
     if applied is not None and applied.uid == uid and applied.state == "applied" \
-            and applied.plan_hash == result.hash and applied.generation >= generation:
-        return PlanDecision(skipped="unchanged")
+            and applied.generation >= generation:
+        if applied.plan_hash == result.hash or result.hash in applied.hashes:
+            return PlanDecision(skipped="unchanged")
+        if not result.objects and _same_refs(applied.owned, owned):
+            # Nothing to apply and nothing to delete: e.g. re-planned because our own JobSet
+            # appeared, which upstream then leaves untouched.
+            return PlanDecision(skipped="nothing to do")
     return PlanDecision(message=PlanMessage(
         cluster=cluster, namespace=namespace, name=name, uid=uid, generation=generation,
         resourceVersion=str(meta.get("resourceVersion", "")), planHash=result.hash,

@@ -134,7 +134,15 @@ class StatusService:
             result = decode(ApplyResult, delivery.data)
         except EnvelopeError as err:
             raise PermanentError(str(err)) from None
-        await self.reconcile_trainjob(result.namespace, result.name, result=result)
+        if result.outcome in ("failed", "plan-failed"):
+            await self.reconcile_trainjob(result.namespace, result.name, result=result)
+            return
+        if result.outcome == "applied":
+            # A success matters only when it clears an earlier failure condition.
+            trainjob = await self.bus.snapshots.get(ObjectKey(self.cluster, "TrainJob", result.namespace, result.name))
+            conditions = ((trainjob or {}).get("status") or {}).get("conditions") or []
+            if any(c.get("reason") == REASON_CREATION_FAILED for c in conditions):
+                await self.reconcile_trainjob(result.namespace, result.name)
 
     async def reconcile_trainjob(self, namespace: str, name: str, result: ApplyResult | None = None) -> None:
         trainjob = await self.bus.snapshots.get(ObjectKey(self.cluster, "TrainJob", namespace, name))
