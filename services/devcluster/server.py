@@ -142,6 +142,8 @@ class ApiServer:
             raise
         except (ConnectionResetError, ConnectionError):
             raise
+        except RecursionError:
+            response = self._status_response(errors.bad_request("the request body is nested too deeply"))
         except Exception as err:  # noqa: BLE001 - every failure becomes a Status, never a dropped connection
             log.exception("internal error on %s %s", request.method, request.path)
             response = self._status_response(errors.internal(str(err)))

@@ -119,6 +119,9 @@ def test_bad_input_gets_a_status_and_changes_nothing(cluster):
         bad_yaml = c.patch(TJ + "/ok", content=b"spec: [unclosed", params={"fieldManager": "t"},
                            headers={"Content-Type": "application/apply-patch+yaml"})
         assert "error decoding YAML" in _status(bad_yaml, 400, "BadRequest")["message"]
+        deep = b'{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"deep"},"data":' + b"[" * 100000 + b"]" * 100000 + b"}"
+        _status(c.post("/api/v1/namespaces/default/configmaps", content=deep,
+                       headers={"Content-Type": "application/json"}), 400, "BadRequest")
         assert c.get("/healthz").text == "ok"
         assert c.get(TJ).json()["metadata"]["resourceVersion"] == before
 
