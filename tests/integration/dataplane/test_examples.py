@@ -39,8 +39,8 @@ async def test_plain_python_and_coscheduling_examples(dataplane_cluster):
     try:
         await _apply(kube, EXAMPLES / "plain-python" / "jobset.yaml", "ex-plain")
         await _apply(kube, EXAMPLES / "coscheduling" / "planned.yaml", "ex-gang")
-        await wait_until(lambda: _completed(kube, "ex-plain", "plain-python"), timeout=40, what="plain-python")
-        await wait_until(lambda: _completed(kube, "ex-gang", "gang-hello"), timeout=40, what="gang-hello")
+        await wait_until(lambda: _completed(kube, "ex-plain", "plain-python"), timeout=60, what="plain-python")
+        await wait_until(lambda: _completed(kube, "ex-gang", "gang-hello"), timeout=60, what="gang-hello")
 
         pods, _ = await kube.list(POD, "ex-plain")
         logs = _logs(dataplane_cluster, "ex-plain", pods, "worker")

@@ -85,7 +85,7 @@ async def test_gang_of_four_starts_only_when_all_fit(small_node_cluster, flavour
         blocker = await kube.get(POD, ns, "blocker")
         await kube.request("DELETE", POD.path(ns, "blocker"), body={})
         await wait_until(lambda: not pids_of_pod(blocker["metadata"]["uid"]), what="blocker stopped")
-        await wait_until(lambda: _all_running(kube, ns, names), timeout=30, what="gang running")
+        await wait_until(lambda: _all_running(kube, ns, names), timeout=60, what="gang running")
     finally:
         for name in ["blocker"] + [f"member-{i}" for i in range(4)]:
             try:

@@ -133,18 +133,20 @@ async def _events(kube, ns, reason):
 async def test_dns_names_and_shared_port_across_two_jobsets(dataplane_cluster, kube, ns):
     server = ("import socket\ns=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
               "s.bind(('0.0.0.0', 29500)); s.listen()\nc,_=s.accept(); print('got', c.recv(5).decode())")
-    client = ("import socket,time,os\nhost=os.environ['MASTER']\nfor _ in range(100):\n  try:\n"
+    client = ("import socket,time,os,subprocess\nhost=os.environ['MASTER']\nfor _ in range(600):\n  try:\n"
               "    s=socket.create_connection((host, 29500)); break\n  except OSError: time.sleep(0.1)\n"
+              "print(subprocess.run(['getent', 'hosts', host + '.' + os.environ['NS'] + '.svc.cluster.local'],"
+              " capture_output=True, text=True).stdout.strip(), flush=True)\n"
               "s.send(b'hello'); print('sent')")
     for name in ("one", "two"):
         command = ["sh", "-c", f"if [ $JOB_COMPLETION_INDEX = 0 ]; then exec {PY} -c \"$SERVER\"; "
-                               f"else getent hosts $MASTER.{ns}.svc.cluster.local && exec {PY} -c \"$CLIENT\"; fi"]
-        env = [{"name": "SERVER", "value": server}, {"name": "CLIENT", "value": client},
+                               f"else exec {PY} -c \"$CLIENT\"; fi"]
+        env = [{"name": "SERVER", "value": server}, {"name": "CLIENT", "value": client}, {"name": "NS", "value": ns},
                {"name": "MASTER", "value": f"{name}-w-0-0.{name}"}]
         await kube.create(JOBSET, ns, jobset_object(name, ns, [replicated_job(
             "w", command, parallelism=2, completions=2, env=env)]))
     for name in ("one", "two"):
-        await wait_until(lambda: jobset_condition(kube, ns, name, "Completed"), timeout=40, what=f"{name} Completed")
+        await wait_until(lambda: jobset_condition(kube, ns, name, "Completed"), timeout=60, what=f"{name} Completed")
     pods = {p["metadata"]["name"]: p for p in await items(kube, POD, ns)}
     for name in ("one", "two"):
         index0 = next(p for n, p in pods.items() if n.startswith(f"{name}-w-0-0-"))
@@ -152,6 +154,7 @@ async def test_dns_names_and_shared_port_across_two_jobsets(dataplane_cluster, k
         assert log_of(dataplane_cluster, index0) == "got hello\n"
         lines = log_of(dataplane_cluster, index1).splitlines()
         assert lines[0].split()[0] == index0["status"]["podIP"]
+        assert f"{name}-w-0-0.{name}.{ns}.svc.cluster.local" in lines[0].split()
         assert lines[-1] == "sent"
 
 
@@ -160,7 +163,7 @@ async def test_failed_job_fails_jobset_and_stops_the_others(dataplane_cluster, k
                            "case $HOSTNAME in js-a-1-0) sleep 0.5; exit 3;; *) exec sleep 300;; esac"]
     await kube.create(JOBSET, ns, jobset_object("js", ns, [replicated_job("a", command, replicas=2)]))
     running = await wait_until(lambda: _running_pod(kube, ns, "js-a-0-0-"), what="js-a-0 running")
-    failed = await wait_until(lambda: jobset_condition(kube, ns, "js", "Failed"), timeout=30, what="Failed")
+    failed = await wait_until(lambda: jobset_condition(kube, ns, "js", "Failed"), timeout=60, what="Failed")
     assert failed["reason"] == "FailedJobs"
     assert failed["message"] == "jobset failed due to one or more job failures (first failed job: js-a-1)"
     job = await kube.get(JOB, ns, "js-a-1")
@@ -172,7 +175,7 @@ async def test_failed_job_fails_jobset_and_stops_the_others(dataplane_cluster, k
     terminated = pod["status"]["containerStatuses"][0]["state"]["terminated"]
     assert pod["status"]["phase"] == "Failed" and (terminated["exitCode"], terminated["reason"]) == (3, "Error")
     # The other, unfinished Job is deleted and its process is gone.
-    await wait_until(lambda: _gone(kube, JOB, ns, "js-a-0"), timeout=30, what="js-a-0 deleted")
+    await wait_until(lambda: _gone(kube, JOB, ns, "js-a-0"), timeout=60, what="js-a-0 deleted")
     await wait_until(lambda: not pids_of_pod(running["metadata"]["uid"]), what="process gone")
     assert (await kube.get(JOBSET, ns, "js"))["status"]["terminalState"] == "Failed"
 
@@ -191,7 +194,7 @@ async def _gone(kube, resource, ns, name):
 async def test_on_failure_restart_then_backoff_limit(dataplane_cluster, kube, ns):
     await kube.create(JOBSET, ns, jobset_object("js", ns, [replicated_job(
         "w", ["sh", "-c", "echo run; exit 1"], restart_policy=None, backoff_limit=0)]))
-    failed = await wait_until(lambda: jobset_condition(kube, ns, "js", "Failed"), timeout=30, what="Failed")
+    failed = await wait_until(lambda: jobset_condition(kube, ns, "js", "Failed"), timeout=60, what="Failed")
     assert failed["reason"] == "FailedJobs"
     job = await kube.get(JOB, ns, "js-w-0")
     assert job["spec"]["template"]["spec"]["restartPolicy"] == "OnFailure"
@@ -201,7 +204,7 @@ async def test_on_failure_restart_then_backoff_limit(dataplane_cluster, kube, ns
 async def test_restart_policy_recreates_jobs_then_reaches_max_restarts(dataplane_cluster, kube, ns):
     await kube.create(JOBSET, ns, jobset_object("js", ns, [replicated_job(
         "w", ["sh", "-c", "sleep 0.3; exit 1"])], failurePolicy={"maxRestarts": 1}))
-    failed = await wait_until(lambda: jobset_condition(kube, ns, "js", "Failed"), timeout=40, what="Failed")
+    failed = await wait_until(lambda: jobset_condition(kube, ns, "js", "Failed"), timeout=60, what="Failed")
     assert failed["reason"] == "ReachedMaxRestarts"
     assert failed["message"] == "jobset failed due to reaching max number of restarts (first failed job: js-w-0)"
     status = (await kube.get(JOBSET, ns, "js"))["status"]
@@ -217,8 +220,8 @@ async def test_success_policy_any_deletes_unfinished_jobs(dataplane_cluster, kub
         replicated_job("a", ["sleep", "300"]), replicated_job("b", ["sh", "-c", "sleep 1"])],
         successPolicy={"operator": "Any", "targetReplicatedJobs": ["b"]}))
     sleeper = await wait_until(lambda: _running_pod(kube, ns, "js-a-0-0-"), what="sleeper running")
-    await wait_until(lambda: jobset_condition(kube, ns, "js", "Completed"), timeout=30, what="Completed")
-    await wait_until(lambda: _gone(kube, JOB, ns, "js-a-0"), timeout=30, what="js-a-0 deleted")
+    await wait_until(lambda: jobset_condition(kube, ns, "js", "Completed"), timeout=60, what="Completed")
+    await wait_until(lambda: _gone(kube, JOB, ns, "js-a-0"), timeout=60, what="js-a-0 deleted")
     await wait_until(lambda: not pids_of_pod(sleeper["metadata"]["uid"]), what="sleeper stopped")
     remaining = [p["metadata"]["name"] for p in await items(kube, POD, ns)]
     assert len(remaining) == 1 and remaining[0].startswith("js-b-0-0-")
@@ -239,7 +242,7 @@ async def test_suspend_then_resume(dataplane_cluster, kube, ns):
     status = (await kube.get(JOBSET, ns, "js"))["status"]
     assert {e["name"]: e["suspended"] for e in status["replicatedJobsStatus"]} == {"w": 2}
     await kube.merge_patch(JOBSET, ns, "js", {"spec": {"suspend": False}})
-    await wait_until(lambda: jobset_condition(kube, ns, "js", "Completed"), timeout=30, what="Completed")
+    await wait_until(lambda: jobset_condition(kube, ns, "js", "Completed"), timeout=60, what="Completed")
     conditions = {c["type"]: c for c in (await kube.get(JOBSET, ns, "js"))["status"]["conditions"]}
     assert (conditions["Suspended"]["status"], conditions["Suspended"]["reason"]) == ("False", "ResumeJobs")
 
@@ -254,7 +257,7 @@ async def test_deleting_a_running_jobset_leaves_no_process(dataplane_cluster, ku
     uids = [p["metadata"]["uid"] for p in pods]
     await wait_until(lambda: all(len(pids_of_pod(uid)) >= 2 for uid in uids), what="processes visible")
     await kube.request("DELETE", JOBSET.path(ns, "js"), body={"propagationPolicy": "Foreground"})
-    await wait_until(lambda: _gone(kube, JOBSET, ns, "js"), timeout=30, what="JobSet gone")
+    await wait_until(lambda: _gone(kube, JOBSET, ns, "js"), timeout=60, what="JobSet gone")
     await wait_until(lambda: not any(pids_of_pod(uid) for uid in uids), what="processes gone")
     assert await items(kube, JOB, ns) == []
     await wait_until(lambda: _no_pods(kube, ns), what="pods gone")
@@ -266,7 +269,7 @@ async def _no_pods(kube, ns):
 
 async def test_active_deadline_fails_the_job(dataplane_cluster, kube, ns):
     await kube.create(JOBSET, ns, jobset_object("js", ns, [replicated_job("w", ["sleep", "60"], activeDeadlineSeconds=2)]))
-    failed = await wait_until(lambda: jobset_condition(kube, ns, "js", "Failed"), timeout=30, what="Failed")
+    failed = await wait_until(lambda: jobset_condition(kube, ns, "js", "Failed"), timeout=60, what="Failed")
     assert failed["reason"] == "FailedJobs"
     job = await kube.get(JOB, ns, "js-w-0")
     condition = next(c for c in job["status"]["conditions"] if c["type"] == "Failed")
@@ -287,7 +290,7 @@ async def test_missing_configmap_holds_the_container_until_created(dataplane_clu
     assert state["message"] == 'configmap "late" not found' and pod["status"]["phase"] == "Pending"
     await kube.create(CONFIGMAP, ns, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "late"},
                                       "data": {"v": "arrived"}})
-    await wait_until(lambda: jobset_condition(kube, ns, "js", "Completed"), timeout=30, what="Completed")
+    await wait_until(lambda: jobset_condition(kube, ns, "js", "Completed"), timeout=60, what="Completed")
     assert log_of(dataplane_cluster, pod) == "arrived\n"
 
 
@@ -297,7 +300,7 @@ async def test_managed_by_another_controller_is_left_alone_and_ttl_deletes(datap
     await kube.create(JOBSET, ns, jobset_object("short", ns, [replicated_job("w", ["true"])],
                                                 ttlSecondsAfterFinished=1))
     await wait_until(lambda: jobset_condition(kube, ns, "short", "Completed"), what="Completed")
-    await wait_until(lambda: _gone(kube, JOBSET, ns, "short"), timeout=20, what="ttl deletion")
+    await wait_until(lambda: _gone(kube, JOBSET, ns, "short"), timeout=60, what="ttl deletion")
     other = await kube.get(JOBSET, ns, "other")
     assert not other.get("status") and not [j for j in await items(kube, JOB, ns)
                                             if j["metadata"]["name"].startswith("other-")]
@@ -353,6 +356,6 @@ async def test_admission_defaults_and_rejections(dataplane_cluster, kube, ns):
             await kube.create(JOBSET, ns, doc)
         assert message in rejected.value.message
     await kube.merge_patch(JOBSET, ns, "js", {"spec": {"suspend": False}})
-    await wait_until(lambda: jobset_condition(kube, ns, "js", "Completed"), timeout=30, what="Completed")
+    await wait_until(lambda: jobset_condition(kube, ns, "js", "Completed"), timeout=60, what="Completed")
     job = await kube.get(JOB, ns, "js-w-0")
     assert job["spec"]["template"]["metadata"]["labels"]["added"] == "yes"

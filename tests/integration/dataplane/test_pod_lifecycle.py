@@ -55,7 +55,7 @@ async def test_in_order_startup_follows_readiness_probe(dataplane_cluster, kube,
     assert pod["status"]["containerStatuses"][0]["ready"] is False
     open("/tmp/ty-ready-" + ns, "w").close()  # the probe runs in the pod's mount namespace over the host's /tmp
     try:
-        completed = await wait_until(lambda: condition(kube, ns, "js", "StartupPolicyCompleted"), timeout=30,
+        completed = await wait_until(lambda: condition(kube, ns, "js", "StartupPolicyCompleted"), timeout=60,
                                      what="startup completed")
         assert completed["reason"] == "InOrderStartupPolicyCompleted"
         in_progress = next(c for c in (await kube.get(JOBSET, ns, "js"))["status"]["conditions"]
@@ -82,7 +82,7 @@ async def test_on_failure_restart_keeps_the_pod_and_previous_log(dataplane_clust
     pod_spec["containers"][0]["volumeMounts"] = [{"name": "state", "mountPath": "/state"}]
     pod_spec["volumes"] = [{"name": "state", "emptyDir": {}}]
     await kube.create(JOBSET, ns, jobset_object("js", ns, [rjob]))
-    await wait_until(lambda: condition(kube, ns, "js", "Completed"), timeout=30, what="Completed")
+    await wait_until(lambda: condition(kube, ns, "js", "Completed"), timeout=60, what="Completed")
     pods, _ = await kube.list(POD, ns)
     assert len(pods) == 1
     status = pods[0]["status"]["containerStatuses"][0]
@@ -99,7 +99,7 @@ async def test_pod_failure_policy_fail_job_rule(dataplane_cluster, kube, ns):
     await kube.create(JOBSET, ns, jobset_object("js", ns, [rjob], failurePolicy={"rules": [{
         "name": "exit42", "action": "FailJobSet", "onJobFailureReasons": ["PodFailurePolicy"],
         "onJobFailureMessagePatterns": ["exit code 42"]}]}))
-    failed = await wait_until(lambda: condition(kube, ns, "js", "Failed"), timeout=30, what="Failed")
+    failed = await wait_until(lambda: condition(kube, ns, "js", "Failed"), timeout=60, what="Failed")
     assert failed["reason"] == "FailJobSetFailurePolicyAction"
     job = await kube.get(JOB, ns, "js-w-0")
     job_failed = next(c for c in job["status"]["conditions"] if c["type"] == "Failed")
