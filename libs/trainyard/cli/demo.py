@@ -238,13 +238,15 @@ def print_summary(console: Any, snapshot: Snapshot, job: SubmittedJob, data_dir:
     console.print(table)
     colour = "green" if snapshot.state == "Complete" else "red"
     console.print(f"[{colour}]TrainJob {job.name} ended {snapshot.state}[/] "
-                  f"(last step {snapshot.step}, loss {snapshot.loss}); demo wall time {wall_s:.0f}s")
-    console.print("Where to look next:", highlight=False)
-    console.print(f"  logs of every component and pod:  {data_dir}/logs, {data_dir}/devcluster", highlight=False)
-    console.print(f"  bring this stack back, job kept:  .venv/bin/trainyard up --data-dir {data_dir}", highlight=False)
+                  f"(last step {snapshot.step}, loss {snapshot.loss}); demo wall time {wall_s:.0f}s", soft_wrap=True)
+    if snapshot.state != "Complete" and snapshot.last_log_line:
+        console.print(f"  last line logged by node-0: {snapshot.last_log_line}", highlight=False, soft_wrap=True)
+    console.print("Where to look next:", highlight=False, soft_wrap=True)
+    console.print(f"  logs of every component and pod:  {data_dir}/logs, {data_dir}/devcluster", highlight=False, soft_wrap=True)
+    console.print(f"  bring this stack back, job kept:  .venv/bin/trainyard up --data-dir {data_dir}", highlight=False, soft_wrap=True)
     console.print(f"  then inspect it:                  .venv/bin/kubectl --kubeconfig {data_dir}/kubeconfig "
-                  f"get trainjob {job.name} -o yaml", highlight=False)
-    console.print("  your own stack and the SDK:       docs/quickstart.md, docs/sdk.md", highlight=False)
+                  f"get trainjob {job.name} -o yaml", highlight=False, soft_wrap=True)
+    console.print("  your own stack and the SDK:       docs/quickstart.md, docs/sdk.md", highlight=False, soft_wrap=True)
 
 
 def run(args: argparse.Namespace) -> int:
