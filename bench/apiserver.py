@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import re
 import ssl
 import statistics
@@ -163,6 +164,39 @@ async def watch_latency(session: aiohttp.ClientSession, cluster, watchers: int, 
             "watch_p50_ms": delays[len(delays) // 2] * 1000, "watch_p99_ms": delays[int(len(delays) * 0.99)] * 1000}
 
 
+async def in_process_costs(count: int = 2000) -> dict[str, float]:
+    """CPU per operation of the API logic alone (no HTTP/TLS, no client): what the server needs per
+    write when it has a core to itself. Shown beside the end-to-end figures, which on a shared
+    machine mostly measure how much CPU the server got."""
+    import yaml
+    from trainyard_services.devcluster.resources import WriteOptions
+    from trainyard_services.devcluster.server import ApiServer
+
+    with tempfile.TemporaryDirectory() as tmp:
+        server = ApiServer(Path(tmp), None)
+        await server.start()
+        api = server.api
+        crd_type = server.registry.lookup("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+        await api.create(crd_type, None, yaml.safe_load(CRD.read_text()), WriteOptions(manager="bench"))
+        rt = server.registry.lookup("trainer.kubeflow.org", "v1alpha1", "trainjobs")
+        costs: dict[str, float] = {}
+
+        async def measure(label: str, operations) -> None:
+            started = time.process_time()
+            await asyncio.gather(*operations)
+            costs[label] = (time.process_time() - started) / count * 1000
+
+        await measure("create", (api.create(rt, "default", trainjob(f"tj-{i:05d}"), WriteOptions(manager="bench"))
+                                 for i in range(count)))
+        bodies = [json.dumps(trainjob(f"tj-{i:05d}", nodes=2)).encode() for i in range(count)]
+        await measure("apply", (api.patch(rt, "default", f"tj-{i:05d}", "apply", bodies[i],
+                                          WriteOptions(manager="bench-ssa", force=True)) for i in range(count)))
+        await measure("apply_noop", (api.patch(rt, "default", f"tj-{i:05d}", "apply", bodies[i],
+                                               WriteOptions(manager="bench-ssa", force=True)) for i in range(count)))
+        await server.stop()
+    return costs
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--objects", type=int, default=10000)
@@ -183,6 +217,10 @@ def main() -> int:
     print(f"watch p50 / p99:               {results['watch_p50_ms']:6.1f} / {results['watch_p99_ms']:.1f} ms "
           f"(10 watchers, {results['watch_write_rate']:.0f} writes/s, {results['watch_events']:.0f} events; target p99 < 50 ms)")
     print(f"server RSS with {args.objects} TrainJobs:  {results['rss_mib']:8.1f} MiB (target < 300 MiB)")
+    costs = asyncio.run(in_process_costs())
+    print(f"API logic CPU per op (in process, no HTTP): create {costs['create']:.2f} ms, "
+          f"apply {costs['apply']:.2f} ms, no-op re-apply {costs['apply_noop']:.2f} ms")
+    print(f"load average during the run: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     return 0
 
 
