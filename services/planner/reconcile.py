@@ -201,11 +201,33 @@ async def decide(bus: BusSession, cluster: str, trainjob: dict[str, Any]) -> Pla
     ))
 
 
-async def reconcile_trainjob(bus: BusSession, cluster: str, namespace: str, name: str) -> str:
+def child_event_changes_nothing(event: ObjectEvent, trainjob: dict[str, Any], applied: Any) -> bool:
+    """An ADDED/MODIFIED event of a child, when the TrainJob's current generation is applied,
+    can only matter through the child's suspend state (spec §4.6.2): a JobSet whose suspend
+    matches the TrainJob's, or any other child, leaves the plan as it is. Deletions always count."""
+    if event.kind == "TrainJob" or event.type == "DELETED" or event.kind.endswith("Runtime"):
+        return False
+    meta = trainjob["metadata"]
+    if applied is None or applied.uid != meta.get("uid") or applied.state != "applied" \
+            or applied.generation != int(meta.get("generation") or 0):
+        return False
+    if event.kind == "JobSet":
+        want = (trainjob.get("spec") or {}).get("suspend") is True
+        return ((event.object.get("spec") or {}).get("suspend") is True) == want
+    return True
+
+
+async def reconcile_trainjob(bus: BusSession, cluster: str, namespace: str, name: str,
+                             trigger: ObjectEvent | None = None) -> str:
     """One planning pass; returns what happened (for logs and metrics)."""
     trainjob = await bus.snapshots.get(ObjectKey(cluster, "TrainJob", namespace, name))
     if trainjob is None:
         return "gone"
+    if trigger is not None and trigger.kind != "TrainJob":
+        applied = (await bus.applied.read(applied_store_key(cluster, namespace, name))).value
+        if child_event_changes_nothing(trigger, trainjob, applied):
+            metrics.PLANS.labels("child_unchanged").inc()
+            return "child unchanged"
     decision = await decide(bus, cluster, trainjob)
     outcome_key = applied_store_key(cluster, namespace, name)
     if decision.failure is not None:

@@ -47,7 +47,7 @@ class Planner:
         from trainyard_services.planner.reconcile import affected_trainjobs
 
         for namespace, name in await affected_trainjobs(self.bus, event):
-            outcome = await reconcile_trainjob(self.bus, self.cluster, namespace, name)
+            outcome = await reconcile_trainjob(self.bus, self.cluster, namespace, name, event)
             log.debug("planned", extra={"trainjob": f"{namespace}/{name}", "outcome": outcome})
 
     def consumer_spec(self) -> ConsumerSpec:
