@@ -176,3 +176,42 @@ async def test_concurrent_writers_lose_no_update(api):
     final = await core.read_namespaced_config_map("counter", "default")
     assert int(final.data["n"]) == successes
     del crs
+
+
+async def test_filtered_watch_sees_label_transitions_as_added_and_deleted(api):
+    core = client.CoreV1Api(api)
+    listed = await core.list_namespaced_config_map("default", label_selector="phase=on")
+    rv = listed.metadata.resource_version
+    await core.create_namespaced_config_map("default", {"metadata": {"name": "flip", "labels": {"phase": "off"}}})
+    await core.patch_namespaced_config_map("flip", "default", {"metadata": {"labels": {"phase": "on"}}},
+                                           _content_type=MERGE)
+    await core.patch_namespaced_config_map("flip", "default", {"data": {"a": "1"}}, _content_type=MERGE)
+    await core.patch_namespaced_config_map("flip", "default", {"metadata": {"labels": {"phase": "off"}}},
+                                           _content_type=MERGE)
+    seen = []
+    w = watch.Watch()
+    async with asyncio.timeout(10):
+        async for event in w.stream(core.list_namespaced_config_map, "default", label_selector="phase=on",
+                                    resource_version=rv, timeout_seconds=2):
+            seen.append((event["type"], event["object"].metadata.labels["phase"]))
+            if len(seen) == 3:
+                w.stop()
+    assert seen == [("ADDED", "on"), ("MODIFIED", "on"), ("DELETED", "off")]
+
+
+async def test_foreground_deletion_waits_for_a_dependent_held_by_a_finalizer(api):
+    core = client.CoreV1Api(api)
+    owner = await core.create_namespaced_config_map("default", {"metadata": {"name": "fg-owner"}})
+    ref = {"apiVersion": "v1", "kind": "ConfigMap", "name": "fg-owner", "uid": owner.metadata.uid}
+    await core.create_namespaced_config_map("default", {"metadata": {"name": "fg-dep", "ownerReferences": [ref],
+                                                                     "finalizers": ["example.com/hold"]}})
+    await core.delete_namespaced_config_map("fg-owner", "default", propagation_policy="Foreground")
+    held = await core.read_namespaced_config_map("fg-owner", "default")
+    assert held.metadata.deletion_timestamp and "foregroundDeletion" in held.metadata.finalizers
+    dep = await core.read_namespaced_config_map("fg-dep", "default")
+    assert dep.metadata.deletion_timestamp
+    await core.patch_namespaced_config_map("fg-dep", "default", {"metadata": {"finalizers": None}}, _content_type=MERGE)
+    for name in ("fg-dep", "fg-owner"):
+        with pytest.raises(ApiException) as caught:
+            await core.read_namespaced_config_map(name, "default")
+        assert caught.value.status == 404
