@@ -97,6 +97,55 @@ def test_children_follow_a_killed_supervisor_and_the_data_dir_is_usable_again(tm
         again.kill()
 
 
+def test_down_kills_what_a_dead_supervisor_left_behind(tmp_path: Path) -> None:
+    """A child that ignores SIGTERM outlives its SIGKILLed supervisor; `down` finds it in
+    stack.json and kills its whole process group."""
+    from trainyard.supervisor.binaries import nats_server_binary
+
+    stubborn = tmp_path / "stubborn-nats-server"
+    stubborn.write_text(f"#!/bin/sh\ntrap '' TERM\n{nats_server_binary()} \"$@\" &\nwait\n")
+    stubborn.chmod(0o755)
+    up = [sys.executable, "-m", "trainyard.cli.main", "up", "--free-ports", "--data-dir", str(tmp_path / "data"), *NATS_ONLY]
+    env = {**os.environ, "TRAINYARD_NATS_SERVER": str(stubborn)}
+    stack = start_stack_with(up, env, tmp_path / "data")
+    try:
+        stack.process.send_signal(signal.SIGKILL)
+        stack.process.wait(timeout=10)
+        time.sleep(1)
+        assert stack.survivors(), "the stubborn child should still run"
+        down = trainyard("down", "--data-dir", str(stack.data_dir))
+        assert down.returncode == 0
+        assert "killed leftover processes: nats (pid" in down.stdout
+        deadline = time.monotonic() + 10
+        while stack.survivors() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert stack.survivors() == []
+    finally:
+        stack.kill()
+
+
+def start_stack_with(argv: list[str], env: dict[str, str], data_dir: Path) -> RunningStack:
+    output = data_dir.parent / "up.out"
+    data_dir.mkdir(parents=True, exist_ok=True)
+    with output.open("w") as out:
+        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, text=True, env=env)
+    stack = RunningStack(data_dir=data_dir, process=process, output_file=output, state={})
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        assert process.poll() is None, stack.output()
+        try:
+            state = read_state(stack)
+        except (FileNotFoundError, ValueError):
+            state = {}
+        if state.get("ready"):
+            stack.state = state
+            stack.remember_processes()
+            return stack
+        time.sleep(0.2)
+    stack.kill()
+    raise AssertionError(f"not ready: {stack.output()}")
+
+
 def test_second_up_on_a_running_data_dir_is_refused(tmp_path: Path) -> None:
     stack = start_stack(tmp_path / "data", *NATS_ONLY)
     try:
