@@ -84,7 +84,9 @@ def run(args: argparse.Namespace) -> int:
                 say(f"  {line}")
         say(f"Logs in {stack.layout.logs_dir}. Stop with Ctrl-C or `trainyard down --data-dir {stack.layout.root}`.")
 
-    say(f"trainyard: starting in {config.data_dir}")
+    resuming = (config.data_dir / "stack.json").is_file()
+    say(f"trainyard: {'resuming' if resuming else 'starting'} in {config.data_dir}"
+        + (" (NATS streams and API objects kept)" if resuming else ""))
     try:
         return run_stack(config, say, on_ready)
     except (StackError, PortInUseError, MissingBinaryError, ManifestError, ValueError) as err:

@@ -185,6 +185,7 @@ def test_up_again_resumes_with_jetstream_data_kept(tmp_path: Path) -> None:
     second = start_stack(data_dir, *NATS_ONLY)
     try:
         assert asyncio.run(put_then_get(second.nats_url, None)) == b"kept"
+        assert f"trainyard: resuming in {data_dir}" in second.output()
     finally:
         second.stop()
         second.kill()
