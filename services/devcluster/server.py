@@ -414,7 +414,9 @@ class ApiServer:
         bookmarks = parse_bool(query.get("allowWatchBookmarks"), "allowWatchBookmarks")
         timeout = query.get("timeoutSeconds")
         try:
-            deadline = time.monotonic() + (float(timeout) if timeout else random.uniform(1800, 3600))
+            # no (or a zero) timeoutSeconds: the server picks 30-60 minutes, as upstream does
+            seconds = float(timeout) if timeout else 0.0
+            deadline = time.monotonic() + (seconds if seconds > 0 else random.uniform(1800, 3600))
         except ValueError as err:
             raise errors.bad_request(f"invalid timeoutSeconds {timeout!r}") from err
         rv_param = query.get("resourceVersion", "")
