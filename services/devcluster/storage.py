@@ -11,6 +11,7 @@ import asyncio
 import heapq
 import json
 import logging
+import os
 import queue
 import sqlite3
 import threading
@@ -22,7 +23,9 @@ log = logging.getLogger("trainyard.devcluster.storage")
 FORMAT = "trainyard-devcluster/1"
 DB_NAME = "devcluster.db"
 # Names the server or the data plane create inside a data dir; anything else means foreign.
-KNOWN_ENTRIES = {DB_NAME, DB_NAME + "-wal", DB_NAME + "-shm", "kubeconfig", "pki", "pods", "ready", "dataplane", "logs"}
+LOCK_NAME = "devcluster.lock"
+KNOWN_ENTRIES = {DB_NAME, DB_NAME + "-wal", DB_NAME + "-shm", LOCK_NAME, "kubeconfig", "pki", "pods", "ready",
+                 "dataplane", "logs"}
 
 Key = tuple[str, str]  # (group, resource)
 
@@ -92,10 +95,33 @@ class Store:
         self._flush_scheduled = False
         self._writer: threading.Thread | None = None
         self._writer_error: BaseException | None = None
+        self._lock_file = self._lock_data_dir()
         self._conn = self._open_db()
         self._load()
 
     # ---- opening and loading
+
+    def _lock_data_dir(self) -> Any:
+        """One server per data dir: a second one would fork the state (an exclusive flock)."""
+        import fcntl
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        db_exists = (self.data_dir / DB_NAME).exists()
+        foreign = [p.name for p in self.data_dir.iterdir() if p.name not in KNOWN_ENTRIES]
+        if not db_exists and foreign:
+            return None  # reported as a foreign data dir by _open_db, without leaving a lock file
+        handle = (self.data_dir / LOCK_NAME).open("a+")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.seek(0)
+            owner = handle.read().strip() or "unknown"
+            handle.close()
+            raise DataDirError(f"data dir {self.data_dir} is in use by another devcluster (pid {owner})") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(str(os.getpid()))
+        handle.flush()
+        return handle
 
     def _open_db(self) -> sqlite3.Connection:
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -157,6 +183,8 @@ class Store:
             await asyncio.get_running_loop().run_in_executor(None, self._writer.join)
             self._writer = None
         self._conn.close()
+        if self._lock_file is not None:
+            self._lock_file.close()  # releases the flock
 
     # ---- reads
 

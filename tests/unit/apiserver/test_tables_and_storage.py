@@ -68,3 +68,11 @@ def test_a_foreign_sqlite_database_is_refused(tmp_path):
     conn.close()
     with pytest.raises(DataDirError, match="not a trainyard devcluster store"):
         Store(tmp_path)
+
+
+def test_a_second_server_on_the_same_data_dir_is_refused(tmp_path):
+    first = Store(tmp_path)
+    with pytest.raises(DataDirError, match="in use by another devcluster"):
+        Store(tmp_path)
+    asyncio.run(first.close())
+    Store(tmp_path)  # free again once the first one closed
