@@ -201,6 +201,17 @@ async def decide(bus: BusSession, cluster: str, trainjob: dict[str, Any]) -> Pla
     ))
 
 
+async def forget_trainjob(bus: BusSession, cluster: str, event: ObjectEvent) -> None:
+    """A deleted TrainJob's bookkeeping goes too (its children go by garbage collection)."""
+    key = applied_store_key(cluster, event.namespace, event.name)
+    applied = (await bus.applied.read(key)).value
+    if applied is not None and applied.uid == event.uid:
+        await bus.applied.delete(key)
+    outcome = await bus.outcomes.get(key)
+    if outcome is not None and outcome.uid == event.uid:
+        await bus.outcomes.clear(key, outcome.stage)
+
+
 def child_event_changes_nothing(event: ObjectEvent, trainjob: dict[str, Any], applied: Any) -> bool:
     """An ADDED/MODIFIED event of a child, when the TrainJob's current generation is applied,
     can only matter through the child's suspend state (spec §4.6.2): a JobSet whose suspend

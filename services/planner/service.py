@@ -44,8 +44,11 @@ class Planner:
             raise PermanentError(str(err)) from None
         if event.cluster != self.cluster:
             return
-        from trainyard_services.planner.reconcile import affected_trainjobs
+        from trainyard_services.planner.reconcile import affected_trainjobs, forget_trainjob
 
+        if event.kind == "TrainJob" and event.type == "DELETED":
+            await forget_trainjob(self.bus, self.cluster, event)
+            return
         for namespace, name in await affected_trainjobs(self.bus, event):
             outcome = await reconcile_trainjob(self.bus, self.cluster, namespace, name, event)
             log.debug("planned", extra={"trainjob": f"{namespace}/{name}", "outcome": outcome})

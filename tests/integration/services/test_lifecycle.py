@@ -165,6 +165,13 @@ def test_delete_cascades_and_releases_the_runtime(stack, api, running):
     wait_for(lambda: api.get(JOBSETS.format(ns="default") + "/cascade") is None, what="JobSet collected")
     wait_for(lambda: api.get(CTR + "/short-lived") is None, what="runtime released and deleted")
 
+    async def applied_entry(session):
+        from trainyard.bus.kv import applied_key
+
+        return (await session.applied.read(applied_key("default", "default", "cascade"))).value
+
+    wait_for(lambda: bus_call(stack.nats.url, applied_entry) is None, what="applied-plan entry forgotten")
+
 
 def test_poison_messages_go_to_the_dead_letter_and_consuming_goes_on(stack, api, running):
     from trainyard.bus.envelopes import DeadLetter, decode
