@@ -58,7 +58,7 @@ def test_lists_every_default_runtime(client: Any) -> None:
     assert runtimes["torch-distributed-cpu"].trainer.framework == "torch"
 
 
-def test_function_based_training_runs_to_complete_with_logs(client: Any) -> None:
+def test_function_based_training_runs_to_complete_with_logs(client: Any, trainyard_stack_module: RunningStack) -> None:
     from kubeflow.trainer import CustomTrainer
 
     # No runtime: the SDK picks its default, torch-distributed, looking for a namespaced
@@ -87,10 +87,17 @@ def test_function_based_training_runs_to_complete_with_logs(client: Any) -> None
     assert "of 2 says hello" in followed
 
     client.get_job_events(name)  # must parse: core/v1 Events with involvedObject and firstTimestamp
-    client.delete_job(name)
+    client.delete_job(name)  # no propagation policy: the children go by garbage collection
     deadline = time.monotonic() + 60
     while any(job.name == name for job in client.list_jobs()):
         assert time.monotonic() < deadline, f"TrainJob {name} still listed after delete_job"
+        time.sleep(1)
+    while True:
+        listed = trainyard_stack_module.kubectl("get", "jobsets,jobs,pods", "-o", "name").stdout.split()
+        left = [item for item in listed if name in item]
+        if not left:
+            break
+        assert time.monotonic() < deadline, f"children of the deleted TrainJob remain: {left}"
         time.sleep(1)
 
 
