@@ -150,11 +150,13 @@ def test_command_based_training_with_bare_torchrun(client: Any) -> None:
 def _resume_drops_the_suspended_condition() -> bool:
     from trainyard.pipeline.status import compute_trainjob_status
 
-    resumed = {"spec": {"suspend": False}, "status": {"conditions": [{
+    resumed = {"spec": {"suspend": False, "runtimeRef": {"name": "torch-distributed-cpu", "apiGroup": "trainer.kubeflow.org",
+                                                          "kind": "ClusterTrainingRuntime"}},
+               "status": {"conditions": [{
         "type": "Suspended", "status": "True", "reason": "Suspended", "message": "TrainJob is suspended",
         "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}
     status = compute_trainjob_status(resumed, None, "2026-01-01T00:00:01Z")
-    return not status.get("conditions")
+    return not [c for c in status.get("conditions", []) if c.get("type") == "Suspended"]
 
 
 SUSPENDED_TRAINJOB = """
