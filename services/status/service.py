@@ -115,12 +115,13 @@ class StatusService:
         except EnvelopeError as err:
             raise PermanentError(str(err)) from None
         if event.kind in RUNTIME_COMPONENTS:
-            await self.reconcile_runtime(event.kind, event.namespace, event.name)
+            await self.reconcile_runtime(event.kind, event.namespace, event.name, live=True)
             return
         if event.kind == "TrainJob":
             runtime = runtime_of(event.object)
             if runtime is not None:
-                await self.reconcile_runtime(*runtime, referenced=event.type != "DELETED")
+                deleted = event.type == "DELETED"
+                await self.reconcile_runtime(*runtime, referenced=not deleted, live=deleted)
             if event.type != "DELETED":
                 await self.reconcile_trainjob(event.namespace, event.name)
             return
@@ -190,13 +191,16 @@ class StatusService:
             return
         raise RuntimeError(f"status of {namespace}/{name}: conflicts kept coming")
 
-    async def reconcile_runtime(self, kind: str, namespace: str, name: str, *, referenced: bool = False) -> None:
+    async def reconcile_runtime(self, kind: str, namespace: str, name: str, *, referenced: bool = False,
+                                live: bool = False) -> None:
         """Adds ``resource-in-use`` while TrainJobs reference the runtime; removes it once the
         runtime is being deleted and none does (never from a live runtime), spec §2.4.
 
-        ``referenced``: the triggering TrainJob references it (saves listing TrainJobs)."""
+        ``referenced``: the triggering TrainJob references it (saves listing TrainJobs).
+        ``live``: read the runtime from the API server (its snapshot may not show a deletion
+        yet when the trigger is another object's event)."""
         resource = r.TRAINING_RUNTIME if kind == "TrainingRuntime" else r.CLUSTER_TRAINING_RUNTIME
-        runtime = await self.bus.snapshots.get(ObjectKey(self.cluster, kind, namespace, name))
+        runtime = None if live else await self.bus.snapshots.get(ObjectKey(self.cluster, kind, namespace, name))
         if runtime is None:
             runtime = await self.kube.get(resource, namespace or None, name)
         if runtime is None:
