@@ -170,6 +170,10 @@ async def watch_latency(session: aiohttp.ClientSession, cluster, watchers: int, 
     await asyncio.gather(*writes)
     achieved = total / (time.perf_counter() - start)
     await asyncio.get_running_loop().run_in_executor(None, child.join, 150)
+    if child.is_alive():  # never leave the watcher process behind
+        child.terminate()
+        child.join(10)
+        raise RuntimeError("the watchers did not receive every event within 150 s")
     arrivals = json.loads(out.read_text())
     delays = sorted(t - sent[name] for name, times in arrivals.items() for t in times)
     return {"watch_write_rate": achieved, "watch_events": len(delays),
