@@ -40,18 +40,23 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="how long each component may take to become ready (default 120)")
 
 
+def _shortest(path: Path) -> str:
+    """Relative to the current directory when below it (copy-paste friendly), else absolute."""
+    cwd = Path.cwd()
+    return os.path.relpath(path, cwd) if path.is_relative_to(cwd) else str(path)
+
+
 def _try_this(kubeconfig: Path) -> list[str]:
     from trainyard.supervisor.binaries import MissingBinaryError, kubectl_binary
+    from trainyard.supervisor.manifests import repository_deploy_dir
 
     try:
-        kubectl = str(kubectl_binary())
+        kubectl = _shortest(kubectl_binary())
     except MissingBinaryError:
         kubectl = "kubectl"
-    cwd = Path.cwd()
-    if kubectl.startswith(str(cwd) + os.sep):
-        kubectl = os.path.relpath(kubectl, cwd)
+    example = _shortest(repository_deploy_dir().parent / "examples" / "torch-ddp-cpu")
     base = f"{shlex.quote(kubectl)} --kubeconfig {shlex.quote(str(kubeconfig))}"
-    return [f"{base} get clustertrainingruntimes", f"{base} apply -k examples/torch-ddp-cpu/"]
+    return [f"{base} get clustertrainingruntimes", f"{base} apply -k {shlex.quote(example)}/"]
 
 
 def run(args: argparse.Namespace) -> int:
