@@ -12,7 +12,7 @@ import pytest
 
 from fixtures.stack import RunningStack
 
-pytestmark = pytest.mark.torch
+pytestmark = [pytest.mark.torch, pytest.mark.timeout(400)]
 
 UPSTREAM_RUNTIMES = {
     "torch-distributed", "torch-distributed-with-cache", "deepspeed-distributed", "mlx-distributed",

@@ -30,6 +30,7 @@ def example_trainjob() -> tuple[str, str]:
 
 
 @pytest.mark.torch
+@pytest.mark.timeout(600)  # two stack starts and a 4-process torch run on a busy 2-core machine
 def test_up_apply_example_complete_logs_down_then_resume(tmp_path: Path) -> None:
     skip_unless_stack_available()
     name, namespace = example_trainjob()
