@@ -23,6 +23,7 @@ from trainyard.bus.topology import EVENTS_STREAM, RESULTS_STREAM, ConsumerSpec
 from trainyard.kube import resources as r
 from trainyard.kube.client import KubeClient, KubeError
 from trainyard.kube.events import record_event
+from trainyard.api.constants import CONDITION_SUSPENDED, MESSAGE_RESUMED, REASON_RESUMED
 from trainyard.pipeline.status import compute_trainjob_status, set_condition
 from trainyard.telemetry import metrics
 
@@ -73,6 +74,13 @@ def transitions(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str,
         if previous is None or previous.get("status") != condition.get("status") \
                 or previous.get("reason") != condition.get("reason"):
             changed.append(condition)
+    # A resume removes the Suspended condition (see trainyard.pipeline.status); it is
+    # still a transition users expect to see as an Event.
+    suspended = old.get(CONDITION_SUSPENDED)
+    current = {c.get("type") for c in after.get("conditions") or []}
+    if suspended is not None and suspended.get("status") == "True" and CONDITION_SUSPENDED not in current:
+        changed.append({"type": CONDITION_SUSPENDED, "status": "False",
+                        "reason": REASON_RESUMED, "message": MESSAGE_RESUMED})
     return changed
 
 

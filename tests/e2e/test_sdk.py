@@ -147,18 +147,6 @@ def test_command_based_training_with_bare_torchrun(client: Any) -> None:
     assert "torchrun rank=1 world=2" in "\n".join(client.get_job_logs(name, step="node-1"))
 
 
-def _resume_drops_the_suspended_condition() -> bool:
-    from trainyard.pipeline.status import compute_trainjob_status
-
-    resumed = {"spec": {"suspend": False, "runtimeRef": {"name": "torch-distributed-cpu", "apiGroup": "trainer.kubeflow.org",
-                                                          "kind": "ClusterTrainingRuntime"}},
-               "status": {"conditions": [{
-        "type": "Suspended", "status": "True", "reason": "Suspended", "message": "TrainJob is suspended",
-        "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}
-    status = compute_trainjob_status(resumed, None, "2026-01-01T00:00:01Z")
-    return not [c for c in status.get("conditions", []) if c.get("type") == "Suspended"]
-
-
 SUSPENDED_TRAINJOB = """
 apiVersion: trainer.kubeflow.org/v1alpha1
 kind: TrainJob
@@ -176,9 +164,6 @@ spec:
 
 def test_a_resumed_trainjob_is_reported_running_not_created(client: Any, trainyard_stack_module: RunningStack) -> None:
     """kubeflow/sdk#803: the SDK derives Running only while a TrainJob has no conditions."""
-    if not _resume_drops_the_suspended_condition():
-        pytest.skip("trainyard.pipeline.status keeps Suspended=False/Resumed after a resume, so SDK 0.5.0 "
-                    "reports 'Created' until the job ends (kubeflow/sdk#803); see docs/sdk.md")
     stack = trainyard_stack_module
     stack.kubectl("apply", "-f", "-", stdin=SUSPENDED_TRAINJOB)
     assert client.get_job("resumed-job").status == "Created"

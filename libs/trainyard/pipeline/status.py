@@ -52,7 +52,7 @@ def compute_trainjob_status(trainjob: Any, jobset: Any | None, now: datetime | s
     """The TrainJob ``status`` after one reconcile, given the observed JobSet (or None).
 
     Steps: drop ``Failed``; an unsupported runtime sets ``Failed``/``TrainingRuntimeNotSupported``
-    (persisted here, unlike upstream which panics); ``Suspended`` from ``spec.suspend``;
+    (persisted here, unlike upstream which panics); ``Suspended`` from ``spec.suspend`` (dropped on resume);
     then ``Complete``/``Failed`` and ``jobsStatus`` copied from the JobSet. Without a JobSet
     the status keeps the first steps' result. An empty status is returned as ``{}``.
     """
@@ -67,9 +67,12 @@ def compute_trainjob_status(trainjob: Any, jobset: Any | None, now: datetime | s
     if dig(job, "spec", "suspend") is True:
         set_condition(conditions, {"type": names.CONDITION_SUSPENDED, "status": "True",
                                    "reason": names.REASON_SUSPENDED, "message": names.MESSAGE_SUSPENDED}, moment)
-    elif mapping(_condition(conditions, names.CONDITION_SUSPENDED)).get("status") == "True":
-        set_condition(conditions, {"type": names.CONDITION_SUSPENDED, "status": "False",
-                                   "reason": names.REASON_RESUMED, "message": names.MESSAGE_RESUMED}, moment)
+    else:
+        # Resume drops the Suspended condition instead of writing upstream's
+        # Suspended=False/Resumed: the Kubeflow SDK reads any condition as "not Running"
+        # (kubeflow/sdk#803) and the State column shows the last condition's type
+        # (kubeflow/trainer#3666). The status service records the resume as an Event.
+        conditions = [c for c in conditions if mapping(c).get("type") != names.CONDITION_SUSPENDED]
     if unsupported is None and jobset is not None:
         jobset_doc = as_document(jobset)
         jobset_conditions = items(dig(jobset_doc, "status", "conditions"))

@@ -28,23 +28,29 @@ def test_suspended_trainjob_gets_suspended_condition() -> None:
                                       "reason": "Suspended", "message": "TrainJob is suspended"}]}
 
 
-def test_resume_flips_suspended_to_false_resumed() -> None:
+def test_resume_drops_the_suspended_condition() -> None:
+    # Deliberate difference (docs/compatibility.md): no Suspended=False/Resumed is kept, so the
+    # Kubeflow SDK can report Running again (kubeflow/sdk#803) and State is not "Suspended".
     job = trainjob(suspend=False)
     job["status"] = compute_trainjob_status(trainjob(suspend=True), None, NOW)
-    status = compute_trainjob_status(job, jobset(), LATER)
-    assert status["conditions"] == [{"type": "Suspended", "status": "False", "lastTransitionTime": LATER,
-                                     "reason": "Resumed", "message": "TrainJob is resumed"}]
+    assert compute_trainjob_status(job, jobset(), LATER) == {}
 
 
-def test_completed_jobset_appends_complete_after_resumed() -> None:
-    job = trainjob()
+def test_a_left_over_resumed_condition_is_dropped_too() -> None:
+    job = trainjob(suspend=False)
     job["status"] = {"conditions": [cond("Suspended", "False", "Resumed", "TrainJob is resumed", NOW)]}
+    assert compute_trainjob_status(job, jobset(), LATER) == {}
+
+
+def test_completed_jobset_adds_complete_as_the_only_condition_after_a_resume() -> None:
+    job = trainjob()
+    job["status"] = {"conditions": [cond("Suspended", "True", "Suspended", "TrainJob is suspended", NOW)]}
     done = jobset([cond("Completed", "True", "AllJobsCompleted", "jobset completed successfully", LATER)],
                   [{"name": "node", "ready": 0, "succeeded": 2, "failed": 0, "active": 0, "suspended": 0}])
     status = compute_trainjob_status(job, done, LATER)
     assert [(c["type"], c["status"], c["reason"]) for c in status["conditions"]] == [
-        ("Suspended", "False", "Resumed"), ("Complete", "True", "AllJobsCompleted")]
-    assert status["conditions"][1]["lastTransitionTime"] == LATER
+        ("Complete", "True", "AllJobsCompleted")]
+    assert status["conditions"][0]["lastTransitionTime"] == LATER
     assert status["jobsStatus"] == [{"name": "node", "ready": 0, "succeeded": 2, "failed": 0, "active": 0,
                                      "suspended": 0}]
 

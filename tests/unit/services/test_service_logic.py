@@ -104,6 +104,11 @@ def test_transitions_name_new_and_changed_conditions_once():
                             {"type": "Failed", "status": "True", "reason": "TrainJobResourcesCreationFailed"}]}
     assert [c["reason"] for c in transitions(before, after)] == ["Resumed"]
     assert transitions(after, after) == []
+    # A resume drops the Suspended condition: it is still one Resumed event.
+    dropped = {"conditions": []}
+    assert [(c["reason"], c["message"]) for c in transitions(before, dropped)] == [
+        ("Resumed", "TrainJob is resumed")]
+    assert transitions(dropped, dropped) == []
 
 
 def test_runtime_reference_needs_the_trainer_group():
