@@ -132,6 +132,10 @@ class Stack:
         return dict(zip(names, self.start_services([(n, list(extra)) for n in names])))
 
     def stop_all(self) -> None:
+        """SIGTERM to every service at once, then wait for each (graceful, in parallel)."""
+        for service in self.services:
+            if service.process is not None and service.process.poll() is None:
+                os.kill(service.process.pid, signal.SIGTERM)
         for service in reversed(self.services):
             service.stop()
 

@@ -1,8 +1,9 @@
 """Fault tolerance (kill -9 of every service and a NATS restart in the middle of a burst),
 watcher catch-up after missed events, and scale-out (2 watchers, 3 planners, 2 appliers).
 
-Bursts are modest (50 TrainJobs, override with TRAINYARD_BURST) so the suite stays quick on a
-shared 2-core machine; the properties checked do not depend on the size.
+Bursts are modest (50 TrainJobs for the kill test, 30 x 5 updates for scale-out; override with
+TRAINYARD_BURST / TRAINYARD_SCALE, e.g. 200) so the suite stays quick on a shared 2-core
+machine; the properties checked do not depend on the size.
 """
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ from integration.services.conftest import (
 pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 
 BURST = int(os.environ.get("TRAINYARD_BURST", "50"))
+# TrainJobs x 5 quick updates in the scale-out test (each update is an admission round trip).
+SCALE = int(os.environ.get("TRAINYARD_SCALE", "30"))
 FAST_RECOVERY = ["--ack-wait", "3"]
 APPLIER_EXTRA = FAST_RECOVERY + ["--claim-lease", "3"]
 
@@ -156,7 +159,7 @@ def test_scale_out_newest_generation_wins(chaos, api):
     chaos.start_services([("watcher", FAST_RECOVERY), ("planner", FAST_RECOVERY),
                           ("planner", FAST_RECOVERY), ("applier", APPLIER_EXTRA)])
     ns = "default"
-    names = [f"scale-{i}" for i in range(BURST)]
+    names = [f"scale-{i}" for i in range(SCALE)]
     for name in names:
         create_with_retry(api, trainjob(name, ns=ns, suspend=True, trainer={"image": "img:0"}))
     for version in range(1, 6):
@@ -196,4 +199,4 @@ def test_scale_out_newest_generation_wins(chaos, api):
             key = (event.name, event.resource_version)
             assert key not in changes, f"event stored twice: {key}"
             changes.add(key)
-    assert len({name for name, _ in changes}) == BURST
+    assert len({name for name, _ in changes}) == SCALE
