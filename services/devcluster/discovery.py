@@ -34,7 +34,7 @@ def _aggregated_resource(rt: ResourceType) -> dict[str, Any]:
         "responseKind": {"group": rt.group, "version": rt.version, "kind": rt.kind},
         "scope": "Namespaced" if rt.namespaced else "Cluster",
         "singularResource": rt.singular,
-        "verbs": list(VERBS_ALL),
+        "verbs": list(rt.verbs),
     }
     if rt.short_names:
         entry["shortNames"] = list(rt.short_names)
@@ -93,7 +93,7 @@ def resource_list(registry: Registry, group: str, version: str) -> dict[str, Any
     for t in sorted(types, key=lambda t: t.resource):
         entry: dict[str, Any] = {
             "name": t.resource, "singularName": t.singular, "namespaced": t.namespaced, "kind": t.kind,
-            "verbs": list(VERBS_ALL),
+            "verbs": list(t.verbs),
             "storageVersionHash": hashlib.sha256(f"{t.group}/{t.version}/{t.kind}".encode()).digest()[:8].hex(),
         }
         if t.short_names:

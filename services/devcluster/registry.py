@@ -34,6 +34,8 @@ class ResourceType:
     served_versions: tuple[str, ...] = ()
     storage_version: str = ""
     return_deleted_object: bool = False
+    verbs: tuple[str, ...] = VERBS_ALL
+    virtual: bool = False  # create-only review resources answered from the request, never stored
 
     @property
     def api_version(self) -> str:
@@ -89,6 +91,18 @@ BUILTIN_TYPES: tuple[ResourceType, ...] = (
     ResourceType("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations",
                  "MutatingWebhookConfiguration", "mutatingwebhookconfiguration", False, (), ("api-extensions",),
                  definition="io.k8s.api.admissionregistration.v1.MutatingWebhookConfiguration"),
+)
+
+def _review(group: str, resource: str, kind: str) -> ResourceType:
+    return ResourceType(group, "v1", resource, kind, "", False, definition=f"io.k8s.api.{group.split('.')[0]}.v1.{kind}",
+                        verbs=("create",), virtual=True)
+
+
+# kubectl auth can-i / auth whoami: one admin user may do everything
+BUILTIN_TYPES += (
+    _review("authorization.k8s.io", "selfsubjectaccessreviews", "SelfSubjectAccessReview"),
+    _review("authorization.k8s.io", "selfsubjectrulesreviews", "SelfSubjectRulesReview"),
+    _review("authentication.k8s.io", "selfsubjectreviews", "SelfSubjectReview"),
 )
 
 # Events are stored once (core/v1) and shown through events.k8s.io/v1 converted.

@@ -27,6 +27,11 @@ def test_default_namespaces_version_and_api_resources(cluster):
             "validatingwebhookconfigurations.admissionregistration.k8s.io", "events.events.k8s.io"} <= set(resources)
 
 
+def test_auth_can_i_and_whoami_answer_for_the_single_admin_user(cluster):
+    assert cluster.kubectl("auth", "can-i", "create", "trainjobs").stdout.strip() == "yes"
+    assert "devcluster-admin" in cluster.kubectl("auth", "whoami").stdout
+
+
 def test_installed_crds_are_served_in_discovery_and_explain(cluster):
     resources = cluster.kubectl("api-resources", "--api-group=trainer.kubeflow.org", "-o", "name").stdout.split()
     assert set(resources) == {"clustertrainingruntimes.trainer.kubeflow.org", "trainingruntimes.trainer.kubeflow.org",
