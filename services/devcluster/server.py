@@ -8,7 +8,6 @@ import asyncio
 import hmac
 import json
 import logging
-import random
 import ssl
 import time
 from dataclasses import dataclass
@@ -18,12 +17,12 @@ from urllib.parse import parse_qsl, unquote
 
 from aiohttp import web
 
-from . import discovery, errors, machinery, podlogs, tables
+from . import discovery, errors, machinery, podlogs, tables, watch
 from .errors import ApiError
 from .openapi import OpenApiCache
 from .registry import Registry, ResourceType
 from .resources import Api, WriteOptions
-from .storage import Change, Expired, Store, dumps
+from .storage import Store, dumps
 from .tls import Credentials
 
 log = logging.getLogger("trainyard.devcluster.server")
@@ -33,7 +32,6 @@ KUBERNETES_VERSION = {"major": "1", "minor": "36", "emulationMajor": "1", "emula
                       "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.25.0", "compiler": "gc",
                       "platform": "linux/amd64"}
 MAX_BODY = 3 * 1024 * 1024
-BOOKMARK_INTERVAL = 30.0
 JSON = "application/json"
 _TRUE = {"1", "t", "T", "true", "TRUE", "True"}
 _FALSE = {"0", "f", "F", "false", "FALSE", "False"}
@@ -435,129 +433,8 @@ class ApiServer:
 
     async def _watch(self, request: web.Request, rt: ResourceType, ns: str | None, query: dict[str, str],
                      as_table: bool) -> web.StreamResponse:
-        labels_ok = machinery.label_matcher(query.get("labelSelector", ""))
-        field_selector = query.get("fieldSelector", "")
-        fields_ok = machinery.field_matcher(rt, field_selector)
-        bookmarks = parse_bool(query.get("allowWatchBookmarks"), "allowWatchBookmarks")
-        timeout = query.get("timeoutSeconds")
-        try:
-            # no (or a zero) timeoutSeconds: the server picks 30-60 minutes, as upstream does
-            seconds = float(timeout) if timeout else 0.0
-            deadline = time.monotonic() + (seconds if seconds > 0 else random.uniform(1800, 3600))
-        except ValueError as err:
-            raise errors.bad_request(f"invalid timeoutSeconds {timeout!r}") from err
-        rv_param = query.get("resourceVersion", "")
-        initial_events = parse_bool(query.get("sendInitialEvents"), "sendInitialEvents")
-        if initial_events and (not bookmarks or query.get("resourceVersionMatch") != "NotOlderThan"):
-            raise errors.ApiError(422, "Invalid", "ListOptions.meta.k8s.io \"\" is invalid: sendInitialEvents: Forbidden: "
-                                  "sendInitialEvents is forbidden for watch unless allowWatchBookmarks=true and "
-                                  "resourceVersionMatch=NotOlderThan")
-        if initial_events:
-            start_rv = None
-        elif rv_param not in ("", "0"):
-            try:
-                start_rv = int(rv_param)
-            except ValueError as err:
-                raise errors.bad_request(f"invalid resourceVersion {rv_param!r}") from err
-        else:
-            start_rv = None
-
-        response = web.StreamResponse(status=200)
-        response.headers["Content-Type"] = tables.TABLE_MEDIA_TYPE if as_table else JSON
-        response.enable_chunked_encoding()
-        await response.prepare(request)
-        first_table = [True]
-
-        def encode(event_type: str, raw: bytes | None, obj: dict[str, Any] | None = None) -> bytes:
-            if as_table and event_type in ("ADDED", "MODIFIED", "DELETED"):
-                o = obj if obj is not None else json.loads(raw or b"{}")
-                body = tables.table(rt, [self.api._view(rt, o)], o["metadata"].get("resourceVersion", ""),
-                                    with_columns=first_table[0], include_object=query.get("includeObject", "Metadata"))
-                first_table[0] = False
-                return b'{"type":"' + event_type.encode() + b'","object":' + dumps(body) + b"}\n"
-            if raw is None or self.api._needs_view(rt):
-                raw = dumps(self.api._view(rt, obj if obj is not None else json.loads(raw or b"{}")))
-            return b'{"type":"' + event_type.encode() + b'","object":' + raw + b"}\n"
-
-        def selected(namespace: str, name: str, labels: dict[str, str], raw: bytes) -> bool:
-            if ns is not None and namespace != ns:
-                return False
-            if not labels_ok(labels):
-                return False
-            if fields_ok is not None:
-                from .storage import StoredObject
-                return fields_ok(namespace, name, StoredObject(0, raw, labels))
-            return True
-
-        try:
-            if start_rv is None:
-                rv, items = self.api.list(rt, ns, query.get("labelSelector", ""), field_selector)
-                chunk = b"".join(encode("ADDED", s.raw) for s in items)
-                if initial_events:
-                    chunk += self._bookmark(rt, rv, initial_events_end=True)
-                if chunk:
-                    await response.write(chunk)
-                last = rv
-            else:
-                last = start_rv
-            last_bookmark = time.monotonic()
-            while not self._stopping.is_set():
-                try:
-                    changes = self.store.changes_since(last)
-                except Expired as err:
-                    status = ApiError(410, "Expired", str(err)).status()
-                    await response.write(b'{"type":"ERROR","object":' + dumps(status) + b"}\n")
-                    break
-                out = []
-                for change in changes:
-                    if change.key != rt.storage_key:
-                        continue
-                    event = self._event_for(change, selected)
-                    if event is not None:
-                        out.append(encode(event, change.raw))
-                if changes:
-                    last = changes[-1].rv
-                if out:
-                    await response.write(b"".join(out))
-                now = time.monotonic()
-                if now >= deadline:
-                    if bookmarks:
-                        await response.write(self._bookmark(rt, last))
-                    break
-                if bookmarks and now - last_bookmark >= BOOKMARK_INTERVAL:
-                    await response.write(self._bookmark(rt, max(last, self.store.rv)))
-                    last_bookmark = now
-                transport = request.transport
-                if transport is None or transport.is_closing():
-                    break
-                await self.store.wait_for_change(last, min(5.0, max(0.01, deadline - now)))
-            await response.write_eof()
-        except (ConnectionResetError, ConnectionError, asyncio.CancelledError):
-            pass
-        return response
-
-    def _bookmark(self, rt: ResourceType, rv: int, initial_events_end: bool = False) -> bytes:
-        meta: dict[str, Any] = {"resourceVersion": str(rv)}
-        if initial_events_end:
-            meta["annotations"] = {"k8s.io/initial-events-end": "true"}
-        return dumps({"type": "BOOKMARK", "object": {"kind": rt.kind, "apiVersion": rt.api_version, "metadata": meta}}) + b"\n"
-
-    @staticmethod
-    def _event_for(change: Change, selected: Callable[[str, str, dict[str, str], bytes], bool]) -> str | None:
-        now_ok = selected(change.namespace, change.name, change.labels, change.raw)
-        if change.type == "ADDED":
-            return "ADDED" if now_ok else None
-        if change.type == "DELETED":
-            was_ok = change.old_raw is not None and selected(change.namespace, change.name, change.old_labels or {}, change.old_raw)
-            return "DELETED" if (now_ok or was_ok) else None
-        was_ok = change.old_raw is not None and selected(change.namespace, change.name, change.old_labels or {}, change.old_raw)
-        if now_ok and was_ok:
-            return "MODIFIED"
-        if now_ok:
-            return "ADDED"
-        if was_ok:
-            return "DELETED"
-        return None
+        options = watch.parse_watch_options(query, parse_bool)
+        return await watch.stream(request, self.api, rt, ns, options, as_table, self._stopping)
 
 
 ReadyCallback = Callable[[str, int], Awaitable[None] | None]
