@@ -49,9 +49,10 @@ def test_restart_keeps_objects_crds_and_resource_version(tmp_path):
         second.stop()
 
 
-def _up(data_dir) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "trainyard.cli.main", "devcluster", "up", "--port", "0",
-                           "--data-dir", str(data_dir)], capture_output=True, text=True, timeout=60, cwd=REPO)
+def _up(data_dir, port: int = 0) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "trainyard.cli.main", "devcluster", "up", "--port", str(port),
+                           "--no-dataplane", "--data-dir", str(data_dir)], capture_output=True, text=True, timeout=60,
+                          cwd=REPO)
 
 
 def test_corrupt_or_foreign_data_dir_is_refused_with_a_clear_error(tmp_path):
@@ -151,6 +152,13 @@ def test_built_in_kinds_report_unknown_fields_and_apply_needs_a_field_manager(cl
         no_manager = c.patch("/api/v1/namespaces/default/pods/typo", content=json.dumps(pod),
                              headers={"Content-Type": "application/apply-patch+yaml"})
         assert "fieldManager: Required value" in _status(no_manager, 400, "BadRequest")["message"]
+
+
+def test_a_port_in_use_is_a_clear_error(cluster, tmp_path):
+    result = _up(tmp_path / "other", port=cluster.port)
+    assert result.returncode == 2
+    assert f"error: --port: 127.0.0.1:{cluster.port} is already in use" in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 def test_requests_without_the_token_are_unauthorized(cluster):
