@@ -86,6 +86,9 @@ class JobSetController:
                     errors.append(err.message)
         for job_name in plan.delete_jobs:
             await delete_object(self.client, JOB.path(namespace, job_name), "Foreground")
+        if plan.create_jobs:
+            log.info("jobset %s/%s: creating jobs %s", namespace, name,
+                     [job["metadata"]["name"] for job in plan.create_jobs])
         created_jobs = await asyncio.gather(*(self._create_job(jobset, job) for job in plan.create_jobs))
         errors.extend(err for err in created_jobs if err)
         for job_name in plan.suspend_jobs:
@@ -105,6 +108,8 @@ class JobSetController:
             body["status"] = plan.status
             updated = await self.client.request("PUT", JOBSET.path(namespace, name, "status"), body=body)
             self.jobsets.store(updated)
+            log.info("jobset %s/%s: status %s", namespace, name,
+                     [(c["type"], c["status"]) for c in plan.status.get("conditions") or []])
             for event_type, reason, message in plan.events:
                 await record_event(self.client, updated, event_type, reason, message, "jobset")
         elif plan.events:
@@ -191,11 +196,13 @@ class JobController:
             return
         pods = self._pods_of(job, key)
         if job["metadata"].get("deletionTimestamp"):
-            # Being deleted: let its pods go (the garbage collector deletes them).
+            # Being deleted: let its pods go once they have stopped. A pod on the node keeps
+            # its finalizer until the kubelet reports it terminal, so the Job (and a JobSet
+            # restart waiting for the name) outlives the processes, as graceful deletion does.
             for pod in pods:
                 if TRACKING_FINALIZER in (pod["metadata"].get("finalizers") or []) and (
-                        pod["metadata"].get("deletionTimestamp") or
-                        (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")):
+                        (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed") or
+                        (pod["metadata"].get("deletionTimestamp") and not (pod.get("spec") or {}).get("nodeName"))):
                     await self._drop_finalizer(pod)
             return
         plan = plan_job(job, pods, datetime.now(timezone.utc), self.time_scale)
@@ -220,6 +227,7 @@ class JobController:
                 plan.create = []  # being deleted: replacements would hold the deletion open
         for pod in plan.create:
             created = await self.client.create(POD, namespace, pod)
+            log.info("job %s/%s: created pod %s", namespace, name, created["metadata"]["name"])
             self._created.setdefault(key, {})[created["metadata"]["name"]] = (time.monotonic(), created)
         for event_type, reason, message in plan.events:
             await record_event(self.client, job, event_type, reason, message, "job-controller")

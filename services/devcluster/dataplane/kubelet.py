@@ -125,6 +125,9 @@ class Scheduler:
             except KubeError as err:
                 log.warning("scheduling pass failed: %s", err)
                 await asyncio.sleep(0.2)
+            except Exception:  # a bug in one pass must not stop scheduling for good
+                log.exception("scheduling pass failed")
+                await asyncio.sleep(0.5)
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self.wake.wait(), timeout=2.0)
             await asyncio.sleep(0.01)  # coalesce bursts of pod events
@@ -146,6 +149,7 @@ class Scheduler:
                        "target": {"apiVersion": "v1", "kind": "Node", "name": self.node_name}}
             try:
                 await self.client.request("POST", POD.path(namespace, name, "binding"), body=binding)
+                log.info("bound pod %s/%s", namespace, name)
             except KubeError as err:
                 if not (err.not_found or err.conflict):
                     raise
@@ -229,6 +233,7 @@ class Kubelet:
                            mountpoints=self.mountpoints, fetch_sources=self._fetch_sources,
                            on_change=dirty.set, gpu_ids=gpu_ids)
         self.runners[uid] = runner
+        log.info("starting pod %s/%s", runner.namespace, runner.name)
         runner.start()
         self.writers[uid] = asyncio.get_running_loop().create_task(self._write_status(runner, dirty))
 
@@ -257,7 +262,11 @@ class Kubelet:
             if current is not None and current["metadata"].get("uid") != uid:
                 current = None
             old = (current or {}).get("status") or last
-            status = runner.status(old)
+            try:
+                status = runner.status(old)
+            except Exception:  # keep reporting later changes even if one rendering failed
+                log.exception("pod %s/%s: status could not be rendered", runner.namespace, runner.name)
+                status = last
             if status != last and not gone:
                 try:
                     await self.client.request(

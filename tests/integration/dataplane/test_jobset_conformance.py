@@ -1,6 +1,7 @@
 """JOBSET-DATAPLANE.md conformance items against a real devcluster and real processes."""
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import uuid
 
@@ -124,6 +125,17 @@ async def test_children_labels_service_dns_status_and_completion(dataplane_clust
     assert [c["type"] for c in job["status"]["conditions"]] == ["SuccessCriteriaMet", "Complete"]
     events = await wait_until(lambda: _events(kube, ns, "AllJobsCompleted"), what="event")
     assert events[0]["involvedObject"]["kind"] == "JobSet" and events[0]["firstTimestamp"]
+
+
+async def describe(kube, ns):
+    """The namespace's JobSets, Jobs and pods, for a failure message."""
+    lines = []
+    for resource in (JOBSET, JOB, POD):
+        for obj in await items(kube, resource, ns):
+            meta = obj["metadata"]
+            lines.append(f"{resource.kind} {meta['name']} finalizers={meta.get('finalizers')} "
+                         f"deleting={bool(meta.get('deletionTimestamp'))} status={obj.get('status')}")
+    return "\n".join(lines)
 
 
 async def _events(kube, ns, reason):
@@ -299,7 +311,10 @@ async def test_managed_by_another_controller_is_left_alone_and_ttl_deletes(datap
                                                 managedBy="example.com/other"))
     await kube.create(JOBSET, ns, jobset_object("short", ns, [replicated_job("w", ["true"])],
                                                 ttlSecondsAfterFinished=1))
-    await wait_until(lambda: jobset_condition(kube, ns, "short", "Completed"), what="Completed")
+    try:
+        await wait_until(lambda: jobset_condition(kube, ns, "short", "Completed"), what="Completed")
+    except AssertionError as err:
+        raise AssertionError(f"{err}\n{await describe(kube, ns)}") from None
     await wait_until(lambda: _gone(kube, JOBSET, ns, "short"), timeout=60, what="ttl deletion")
     other = await kube.get(JOBSET, ns, "other")
     assert not other.get("status") and not [j for j in await items(kube, JOB, ns)
@@ -359,3 +374,53 @@ async def test_admission_defaults_and_rejections(dataplane_cluster, kube, ns):
     await wait_until(lambda: jobset_condition(kube, ns, "js", "Completed"), timeout=60, what="Completed")
     job = await kube.get(JOB, ns, "js-w-0")
     assert job["spec"]["template"]["metadata"]["labels"]["added"] == "yes"
+
+
+async def test_suspend_a_running_jobset_then_resume(dataplane_cluster, kube, ns):
+    await kube.create(JOBSET, ns, jobset_object("js", ns, [replicated_job("w", ["sleep", "300"], parallelism=2, completions=2)]))
+
+    async def running_pods():
+        pods = [p for p in await items(kube, POD, ns) if (p.get("status") or {}).get("phase") == "Running"]
+        return pods if len(pods) == 2 else None
+    before = await wait_until(running_pods, what="pods running")
+    old_uids = {p["metadata"]["uid"] for p in before}
+    await wait_until(lambda: all(pids_of_pod(uid) for uid in old_uids), what="processes")
+    await kube.merge_patch(JOBSET, ns, "js", {"spec": {"suspend": True}})
+    suspended = await wait_until(lambda: jobset_condition(kube, ns, "js", "Suspended"), what="Suspended")
+    assert suspended["reason"] == "SuspendedJobs"
+    await wait_until(lambda: _no_pods(kube, ns), what="pods removed")
+    assert not any(pids_of_pod(uid) for uid in old_uids)
+    job = await kube.get(JOB, ns, "js-w-0")
+    assert job["spec"]["suspend"] is True and job["status"]["active"] == 0 and job["status"].get("failed", 0) == 0
+
+    await kube.merge_patch(JOBSET, ns, "js", {"spec": {"suspend": False}})
+    after = await wait_until(running_pods, what="fresh pods running")
+    assert not old_uids & {p["metadata"]["uid"] for p in after}
+    status = (await kube.get(JOBSET, ns, "js"))["status"]
+    assert status["restarts"] == 0
+    resumed = next(c for c in status["conditions"] if c["type"] == "Suspended")
+    assert (resumed["status"], resumed["reason"], resumed["message"]) == ("False", "ResumeJobs", "jobset is resumed")
+    assert {p["metadata"]["labels"]["jobset.sigs.k8s.io/restart-attempt"] for p in after} == {"0"}
+    await kube.request("DELETE", JOBSET.path(ns, "js"), body={"propagationPolicy": "Foreground"})
+    await wait_until(lambda: _gone(kube, JOBSET, ns, "js"), what="deleted")
+
+
+@pytest.mark.parametrize("strategy", ["BlockingRecreate", "Recreate"])
+async def test_restart_strategy_with_a_slow_to_stop_pod(dataplane_cluster, kube, ns, strategy):
+    script = ('if [ "$A" = 0 ] && [ "$HOSTNAME" = js-w-0-0 ]; then sleep 1; exit 1; fi; '
+              'if [ "$A" = 0 ] && [ "$HOSTNAME" = js-w-2-0 ]; then trap "sleep 3; exit 0" TERM; '
+              'while true; do sleep 0.1; done; fi; '
+              'if [ "$A" = 0 ]; then exec sleep 300; fi; exit 0')
+    env = [{"name": "A", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['jobset.sigs.k8s.io/restart-attempt']"}}}]
+    await kube.create(JOBSET, ns, jobset_object("js", ns, [replicated_job("w", ["sh", "-c", script], replicas=3, env=env)],
+                                                failurePolicy={"maxRestarts": 1, "restartStrategy": strategy}))
+    overlapped = False
+    deadline = asyncio.get_running_loop().time() + 60
+    while not await jobset_condition(kube, ns, "js", "Completed"):
+        assert asyncio.get_running_loop().time() < deadline, await items(kube, JOB, ns)
+        attempts = {j["metadata"]["labels"]["jobset.sigs.k8s.io/restart-attempt"] for j in await items(kube, JOB, ns)}
+        overlapped = overlapped or attempts == {"0", "1"}
+        assert not await jobset_condition(kube, ns, "js", "Failed")
+        await asyncio.sleep(0.05)
+    assert (await kube.get(JOBSET, ns, "js"))["status"]["restarts"] == 1
+    assert overlapped is (strategy == "Recreate")
