@@ -67,7 +67,11 @@ def run(args: argparse.Namespace) -> int:
 
         log = logging.getLogger("trainyard_services.planner")
         runtime = ServiceRuntime(config)
-        webhook = tls = None
+        webhook = tls = manager = None
+        if webhook_port is not None:
+            # Registered before the health server starts: /readyz must not say ready while
+            # the admission webhook (failurePolicy Fail) cannot answer yet.
+            runtime.add_check("certificates", lambda: manager is not None and manager.ready)
         tasks = []
         try:
             await runtime.start(stop)
@@ -93,7 +97,6 @@ def run(args: argparse.Namespace) -> int:
                 bound = await webhook.start()
                 manager.url_base = None if service else (args.webhook_url or f"https://{hosts[0]}:{bound}")
                 log.info("webhook server listening", extra={"webhook_port": bound})
-                runtime.add_check("certificates", lambda: manager.ready)
                 await _retry_until(stop, manager.ensure, log)
                 tasks.append(asyncio.create_task(manager.run(stop)))
             await planner.consumer().run(stop)
