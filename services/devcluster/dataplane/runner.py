@@ -275,7 +275,8 @@ class PodRunner:
     async def _run_regular(self, spec: dict[str, Any], record: ContainerRecord) -> None:
         while True:
             code = await self._run_once(spec, record)
-            if self._stop.is_set() or code == 0 or self.restart_policy == "Never":
+            done = self.restart_policy == "Never" or (code == 0 and self.restart_policy == "OnFailure")
+            if self._stop.is_set() or done:
                 record.will_restart = False
                 self._changed()
                 return

@@ -177,3 +177,12 @@ def _pids_with_marker(uid: str) -> list[int]:
             except OSError:
                 pass
     return found
+
+
+async def test_restart_policy_always_restarts_even_after_success(runner_harness):
+    runner = runner_harness.start(make_pod("always", [{"name": "c", "command": ["sh", "-c", "echo run"]}],
+                                           restart_policy="Always"))
+    status = await runner_harness.wait_status(runner, lambda s: s["containerStatuses"][0]["restartCount"] >= 2)
+    assert status["phase"] == "Running"
+    await runner.terminate(1)
+    assert runner.status()["phase"] in ("Succeeded", "Failed")
