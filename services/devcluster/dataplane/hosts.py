@@ -76,15 +76,20 @@ class HostsTable:
 
     def __init__(self) -> None:
         self.records: dict[str, PodRecord] = {}
+        self.ready: dict[str, bool] = {}
         self.files: dict[str, tuple[Path, str, str, str | None, str]] = {}
-        self.services: set[tuple[str, str]] | None = None  # None: every subdomain published
+        # (namespace, headless Service) -> publishNotReadyAddresses; None: publish everything
+        self.services: dict[tuple[str, str], bool] | None = None
 
     def published(self) -> list[PodRecord]:
         # A replacement pod with the same hostname was added later: its record wins.
         latest: dict[tuple[str, str, str], PodRecord] = {}
-        for record in self.records.values():
-            if self.services is None or (record.namespace, record.subdomain) in self.services:
-                latest[(record.namespace, record.subdomain, record.hostname)] = record
+        for uid, record in self.records.items():
+            if self.services is not None:
+                publish_not_ready = self.services.get((record.namespace, record.subdomain))
+                if publish_not_ready is None or not (publish_not_ready or self.ready.get(uid)):
+                    continue
+            latest[(record.namespace, record.subdomain, record.hostname)] = record
         return list(latest.values())
 
     def add_pod(self, uid: str, path: Path, ip: str, hostname: str, namespace: str,
@@ -104,12 +109,20 @@ class HostsTable:
 
     def remove_pod(self, uid: str) -> None:
         self.files.pop(uid, None)
+        self.ready.pop(uid, None)
         self.drop_record(uid)
 
-    def set_services(self, services: set[tuple[str, str]]) -> None:
+    def set_services(self, services: dict[tuple[str, str], bool]) -> None:
         if services != self.services:
-            self.services = set(services)
+            self.services = dict(services)
             self.refresh()
+
+    def set_ready(self, uid: str, ready: bool) -> None:
+        """Pod readiness matters for Services with ``publishNotReadyAddresses: false``."""
+        if self.ready.get(uid) != ready:
+            self.ready[uid] = ready
+            if uid in self.records:
+                self.refresh()
 
     def refresh(self) -> None:
         records = self.published()

@@ -189,13 +189,14 @@ class Kubelet:
         self.dirty: dict[str, asyncio.Event] = {}
         self.free_gpus = list(range(gpus))
         self.gpu_of: dict[str, list[int]] = {}
-        self.hosts.set_services(set())
+        self.hosts.set_services({})
         pods.listeners.append(self._on_pod)
         services.listeners.append(lambda _e, _o: self._refresh_services())
         self._stopping = False
 
     def _refresh_services(self) -> None:
-        self.hosts.set_services({key_of(s) for s in self.services.items()
+        self.hosts.set_services({key_of(s): bool((s.get("spec") or {}).get("publishNotReadyAddresses"))
+                                 for s in self.services.items()
                                  if (s.get("spec") or {}).get("clusterIP") == "None"})
 
     def _on_pod(self, event: str, pod: dict[str, Any]) -> None:
@@ -267,6 +268,9 @@ class Kubelet:
             except Exception:  # keep reporting later changes even if one rendering failed
                 log.exception("pod %s/%s: status could not be rendered", runner.namespace, runner.name)
                 status = last
+            if status:
+                self.hosts.set_ready(uid, any(c.get("type") == "Ready" and c.get("status") == "True"
+                                              for c in status.get("conditions") or []))
             if status != last and not gone:
                 try:
                     await self.client.request(
