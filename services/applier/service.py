@@ -39,10 +39,16 @@ class Busy(Exception):
     """Another applier holds a live claim on this TrainJob."""
 
 
-@dataclass(frozen=True)
+class ClaimLost(Exception):
+    """Our claim expired and another applier took the TrainJob over: stop applying."""
+
+
+@dataclass
 class Claim:
     revision: int
     previous: AppliedPlan | None
+    entry: AppliedPlan
+    renewed_at: float
 
 
 @dataclass
@@ -83,7 +89,10 @@ class Applier:
         if isinstance(claim, str):
             return await self._report(plan, claim)
         try:
-            applied, deleted = await self._apply_objects(plan, claim.previous)
+            applied, deleted = await self._apply_objects(plan, claim, key)
+        except ClaimLost:
+            log.warning("claim on %s/%s taken over during apply; stopped", plan.namespace, plan.name)
+            return await self._report(plan, "skipped-stale", message="claim taken over by another applier")
         except KubeError as err:
             await self._release(key, claim)
             if err.transient:
@@ -140,7 +149,20 @@ class Applier:
                 revision = await self.bus.applied.compare_and_set(key, claim, current.revision)
             except CasConflict:
                 continue
-            return Claim(revision, previous)
+            return Claim(revision, previous, claim, time.monotonic())
+
+    async def _renew(self, key: str, claim: Claim) -> None:
+        """Extends the claim's lease (every third of it) so a slow apply keeps it; a claim
+        taken over meanwhile stops this applier before it writes anything more."""
+        if time.monotonic() - claim.renewed_at < self.lease_s / 3:
+            return
+        entry = claim.entry.model_copy(update={"claim_expires": time.time() + self.lease_s})
+        try:
+            claim.revision = await self.bus.applied.compare_and_set(key, entry, claim.revision)
+        except CasConflict:
+            raise ClaimLost(key) from None
+        claim.entry = entry
+        claim.renewed_at = time.monotonic()
 
     async def _release(self, key: str, claim: Claim) -> None:
         """Puts the entry back as it was before our claim (best effort; it also expires)."""
@@ -150,16 +172,19 @@ class Applier:
         except Exception as err:
             log.warning("releasing claim on %s failed: %s", key, err)
 
-    async def _apply_objects(self, plan: PlanMessage, previous: AppliedPlan | None
+    async def _apply_objects(self, plan: PlanMessage, claim: Claim, key: str
                              ) -> tuple[list[ObjectRef], list[ObjectRef]]:
+        previous = claim.previous
         applied: list[ObjectRef] = []
         for obj in plan.objects:
+            await self._renew(key, claim)
             obj = with_owner(obj, plan)
             if await self._apply_one(obj):
                 applied.append(ObjectRef.of(obj))
         wanted = {_ref_key(ref) for ref in plan.owned}
         deleted: list[ObjectRef] = []
         for ref in (previous.owned if previous else []):
+            await self._renew(key, claim)
             if _ref_key(ref) not in wanted and await self._delete_owned(ref, plan.uid):
                 deleted.append(ref)
         return applied, deleted

@@ -1,7 +1,6 @@
 """planner: TrainJob/runtime/child events -> one plan per TrainJob on JetStream; webhooks."""
 from __future__ import annotations
 
-import asyncio
 import logging
 from dataclasses import dataclass
 from typing import Any

@@ -10,7 +10,6 @@ records the result after, which is what makes plans monotonic across appliers (d
 """
 from __future__ import annotations
 
-import json
 import logging
 import time
 import uuid
@@ -257,7 +256,3 @@ class OutcomeStore:
                 await self._kv.delete(key)
             except (KeyNotFoundError, NotFoundError):
                 pass
-
-
-def dumps(obj: Any) -> bytes:
-    return json.dumps(obj, separators=(",", ":"), sort_keys=True).encode()

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Awaitable, Callable, Protocol
+from typing import Callable, Protocol
 
 from trainyard.kube.client import KubeClient, KubeError
 from trainyard.kube.resources import Resource

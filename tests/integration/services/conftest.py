@@ -308,15 +308,16 @@ def stream_messages(url: str, stream: str, subject: str = ">") -> list:
             return []
         sub = await session.js.pull_subscribe(subject, stream=stream, config=ConsumerConfig(
             deliver_policy=DeliverPolicy.ALL, inactive_threshold=30.0))
+        total = (await sub.consumer_info()).num_pending  # matching messages when we started
         out = []
-        while True:
+        deadline = time.monotonic() + 60
+        # Read until every one has arrived (a fetch may time out or come back short on a
+        # loaded machine).
+        while len(out) < total and time.monotonic() < deadline:
             try:
-                msgs = await sub.fetch(500, timeout=1.0)
+                out.extend(await sub.fetch(500, timeout=2.0))
             except Exception:
-                break
-            out.extend(msgs)
-            if len(msgs) < 500 and len(out) >= info.state.messages:
-                break
+                continue
         await sub.unsubscribe()
         return out
 

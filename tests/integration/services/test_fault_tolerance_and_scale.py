@@ -25,7 +25,7 @@ BURST = int(os.environ.get("TRAINYARD_BURST", "50"))
 # TrainJobs x 5 quick updates in the scale-out test (each update is an admission round trip).
 SCALE = int(os.environ.get("TRAINYARD_SCALE", "30"))
 FAST_RECOVERY = ["--ack-wait", "3"]
-APPLIER_EXTRA = FAST_RECOVERY + ["--claim-lease", "3"]
+APPLIER_EXTRA = FAST_RECOVERY + ["--claim-lease", "10"]
 
 
 @pytest.fixture(scope="module")
