@@ -124,6 +124,13 @@ class JobSetController:
 
     async def _create_job(self, jobset: dict[str, Any], job: dict[str, Any]) -> str | None:
         namespace = job["metadata"]["namespace"]
+        spec = job.get("spec") or {}
+        if spec.get("completionMode", "NonIndexed") == "Indexed" and spec.get("completions") is None:
+            # batch/v1 validation the devcluster API server does not do: answer as it would.
+            message = (f'Job.batch "{job["metadata"]["name"]}" is invalid: spec.completions: '
+                       "Required value: when completion mode is Indexed")
+            await record_event(self.client, jobset, "Warning", "JobCreationFailed", message, "jobset")
+            return message
         try:
             self.jobs.store(await self.client.create(JOB, namespace, job))
         except KubeError as err:

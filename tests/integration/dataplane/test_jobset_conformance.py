@@ -424,3 +424,14 @@ async def test_restart_strategy_with_a_slow_to_stop_pod(dataplane_cluster, kube,
         await asyncio.sleep(0.05)
     assert (await kube.get(JOBSET, ns, "js"))["status"]["restarts"] == 1
     assert overlapped is (strategy == "Recreate")
+
+
+async def test_indexed_job_without_completions_is_a_creation_error(dataplane_cluster, kube, ns):
+    rjob = replicated_job("w", ["true"], parallelism=2)
+    del rjob["template"]["spec"]["completions"]
+    await kube.create(JOBSET, ns, jobset_object("js", ns, [rjob]))
+    events = await wait_until(lambda: _events(kube, ns, "JobCreationFailed"), what="JobCreationFailed event")
+    assert "completions" in events[0]["message"] and events[0]["type"] == "Warning"
+    assert await items(kube, JOB, ns) == []
+    assert "conditions" not in ((await kube.get(JOBSET, ns, "js")).get("status") or {})
+    await kube.request("DELETE", JOBSET.path(ns, "js"), body={})
