@@ -186,3 +186,11 @@ async def test_restart_policy_always_restarts_even_after_success(runner_harness)
     assert status["phase"] == "Running"
     await runner.terminate(1)
     assert runner.status()["phase"] in ("Succeeded", "Failed")
+
+
+async def test_sigterm_without_handler_reports_143(runner_harness):
+    runner = runner_harness.start(make_pod("plain-sleep", [{"name": "c", "command": ["sleep", "300"]}]))
+    await runner_harness.wait_status(runner, lambda s: s["phase"] == "Running")
+    await runner.terminate(5)
+    state = terminated(runner.status())
+    assert (state["exitCode"], state["reason"], state.get("signal")) == (143, "Error", 15)
