@@ -4,7 +4,10 @@ Prints: creates/s, SSA writes/s, list latency at 10,000 TrainJobs, watch deliver
 10 watchers at 200 writes/s, and the server's RSS with 10,000 TrainJobs stored.
 Targets (issue 5): >= 1,000 SSA writes/s; list of 10,000 < 1 s; watch p99 < 50 ms; RSS < 300 MiB.
 
-    .venv/bin/python bench/apiserver.py [--objects 10000] [--concurrency 32]
+    .venv/bin/python bench/apiserver.py [--objects 10000] [--concurrency 32] [--parts ssa,inprocess]
+
+`--parts` picks what runs (default: all of create, ssa, list, watch, inprocess); the creates
+always run because the other parts need the objects.
 """
 from __future__ import annotations
 
@@ -62,7 +65,10 @@ def rss_mib(pid: int) -> float:
     return float("nan")
 
 
-async def bench(cluster, objects: int, concurrency: int) -> dict[str, float]:
+PARTS = ("create", "ssa", "list", "watch", "inprocess")
+
+
+async def bench(cluster, objects: int, concurrency: int, parts: set[str]) -> dict[str, float]:
     ctx = ssl.create_default_context(cafile=str(cluster.ca_cert))
     headers = {"Authorization": f"Bearer {cluster.token}"}
     connector = aiohttp.TCPConnector(limit=concurrency + 20, ssl=ctx)
@@ -76,35 +82,46 @@ async def bench(cluster, objects: int, concurrency: int) -> dict[str, float]:
         results["creates_per_s"] = await run_pool(objects, concurrency, create)
         results["create_cpu_ms"] = (cpu_seconds(cluster.pid) - cpu) / objects * 1000
 
-        ssa_count = min(objects, 5000)
-
-        async def apply(i: int) -> None:
-            body = trainjob(f"tj-{i:05d}", nodes=2)
-            async with session.patch(f"{TJ}/tj-{i:05d}", data=json.dumps(body),
-                                     params={"fieldManager": "bench", "force": "true"},
-                                     headers={"Content-Type": "application/apply-patch+yaml"}) as resp:
-                assert resp.status == 200, await resp.text()
-                await resp.read()
-        cpu = cpu_seconds(cluster.pid)
-        results["ssa_writes_per_s"] = await run_pool(ssa_count, concurrency, apply)
-        results["ssa_cpu_ms"] = (cpu_seconds(cluster.pid) - cpu) / ssa_count * 1000
-        # the applier's usual case: re-applying an unchanged plan (a no-op, no new resourceVersion)
-        cpu = cpu_seconds(cluster.pid)
-        results["ssa_noop_per_s"] = await run_pool(ssa_count, concurrency, apply)
-        results["ssa_noop_cpu_ms"] = (cpu_seconds(cluster.pid) - cpu) / ssa_count * 1000
-
-        timings = []
-        for _ in range(5):
-            started = time.perf_counter()
-            async with session.get(TJ) as resp:
-                body = await resp.read()
-            timings.append(time.perf_counter() - started)
-        results["list_items"] = len(json.loads(body)["items"])
-        results["list_seconds_median"] = statistics.median(timings)
-        results["rss_mib"] = rss_mib(cluster.pid)
-
-        results.update(await watch_latency(session, cluster, watchers=10, rate=200, seconds=5))
+        if "ssa" in parts:
+            results.update(await ssa_writes(session, objects, concurrency, cluster.pid))
+        if "list" in parts:
+            results.update(await list_latency(session, cluster.pid))
+        if "watch" in parts:
+            results.update(await watch_latency(session, cluster, watchers=10, rate=200, seconds=5))
     return results
+
+
+async def ssa_writes(session: aiohttp.ClientSession, objects: int, concurrency: int, pid: int) -> dict[str, float]:
+    """Changing applies (numNodes 1 -> 2, forced, new manager), then the same applies again (no-ops)."""
+    results: dict[str, float] = {}
+    ssa_count = min(objects, 5000)
+
+    async def apply(i: int) -> None:
+        body = trainjob(f"tj-{i:05d}", nodes=2)
+        async with session.patch(f"{TJ}/tj-{i:05d}", data=json.dumps(body),
+                                 params={"fieldManager": "bench", "force": "true"},
+                                 headers={"Content-Type": "application/apply-patch+yaml"}) as resp:
+            assert resp.status == 200, await resp.text()
+            await resp.read()
+    cpu = cpu_seconds(pid)
+    results["ssa_writes_per_s"] = await run_pool(ssa_count, concurrency, apply)
+    results["ssa_cpu_ms"] = (cpu_seconds(pid) - cpu) / ssa_count * 1000
+    # the applier's usual case: re-applying an unchanged plan (a no-op, no new resourceVersion)
+    cpu = cpu_seconds(pid)
+    results["ssa_noop_per_s"] = await run_pool(ssa_count, concurrency, apply)
+    results["ssa_noop_cpu_ms"] = (cpu_seconds(pid) - cpu) / ssa_count * 1000
+    return results
+
+
+async def list_latency(session: aiohttp.ClientSession, pid: int) -> dict[str, float]:
+    timings = []
+    for _ in range(5):
+        started = time.perf_counter()
+        async with session.get(TJ) as resp:
+            body = await resp.read()
+        timings.append(time.perf_counter() - started)
+    return {"list_items": len(json.loads(body)["items"]), "list_seconds_median": statistics.median(timings),
+            "rss_mib": rss_mib(pid)}
 
 
 async def _watchers(url: str, token: str, ca: str, rv: str, watchers: int, expected: int) -> dict[str, list[float]]:
@@ -217,28 +234,38 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--objects", type=int, default=10000)
     parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--parts", default=",".join(PARTS),
+                        help="comma-separated parts to run (create always runs): " + ", ".join(PARTS))
     args = parser.parse_args()
+    parts = {part.strip() for part in args.parts.split(",") if part.strip()}
+    if parts - set(PARTS):
+        parser.error(f"--parts: unknown part(s) {', '.join(sorted(parts - set(PARTS)))}; choose from {', '.join(PARTS)}")
     with tempfile.TemporaryDirectory() as tmp:
         cluster = start_devcluster(Path(tmp) / "data", ["--log-level", "WARNING"])
         try:
             cluster.kubectl("create", "-f", str(CRD))
             cluster.kubectl("wait", "--for=condition=Established", "crd/trainjobs.trainer.kubeflow.org")
-            results = asyncio.run(bench(cluster, args.objects, args.concurrency))
+            results = asyncio.run(bench(cluster, args.objects, args.concurrency, parts))
         finally:
             cluster.stop()
     print(f"creates/s:                     {results['creates_per_s']:8.0f}   ({args.objects} TrainJobs, {args.concurrency} concurrent; "
           f"server CPU {results['create_cpu_ms']:.2f} ms/request)")
-    print(f"SSA writes/s:                  {results['ssa_writes_per_s']:8.0f}   (each apply changes the object; target >= 1000; "
-          f"server CPU {results['ssa_cpu_ms']:.2f} ms/request = {1000 / results['ssa_cpu_ms']:.0f}/s per core)")
-    print(f"SSA no-op re-applies/s:        {results['ssa_noop_per_s']:8.0f}   (same manager, same configuration; "
-          f"server CPU {results['ssa_noop_cpu_ms']:.2f} ms/request)")
-    print(f"list {results['list_items']:.0f} TrainJobs:          {results['list_seconds_median'] * 1000:8.1f} ms (median of 5; target < 1000 ms)")
-    print(f"watch p50 / p99:               {results['watch_p50_ms']:6.1f} / {results['watch_p99_ms']:.1f} ms "
-          f"(10 watchers, {results['watch_write_rate']:.0f} writes/s, {results['watch_events']:.0f} events; target p99 < 50 ms)")
-    print(f"server RSS with {args.objects} TrainJobs:  {results['rss_mib']:8.1f} MiB (target < 300 MiB)")
-    costs = asyncio.run(in_process_costs())
-    print(f"API logic CPU per op (in process, no HTTP): create {costs['create']:.2f} ms, "
-          f"apply {costs['apply']:.2f} ms, no-op re-apply {costs['apply_noop']:.2f} ms")
+    if "ssa" in parts:
+        print(f"SSA writes/s:                  {results['ssa_writes_per_s']:8.0f}   (each apply changes the object; target >= 1000; "
+              f"server CPU {results['ssa_cpu_ms']:.2f} ms/request = {1000 / results['ssa_cpu_ms']:.0f}/s per core)")
+        print(f"SSA no-op re-applies/s:        {results['ssa_noop_per_s']:8.0f}   (same manager, same configuration; "
+              f"server CPU {results['ssa_noop_cpu_ms']:.2f} ms/request)")
+    if "list" in parts:
+        print(f"list {results['list_items']:.0f} TrainJobs:          {results['list_seconds_median'] * 1000:8.1f} ms (median of 5; target < 1000 ms)")
+    if "watch" in parts:
+        print(f"watch p50 / p99:               {results['watch_p50_ms']:6.1f} / {results['watch_p99_ms']:.1f} ms "
+              f"(10 watchers, {results['watch_write_rate']:.0f} writes/s, {results['watch_events']:.0f} events; target p99 < 50 ms)")
+    if "list" in parts:
+        print(f"server RSS with {args.objects} TrainJobs:  {results['rss_mib']:8.1f} MiB (target < 300 MiB)")
+    if "inprocess" in parts:
+        costs = asyncio.run(in_process_costs())
+        print(f"API logic CPU per op (in process, no HTTP): create {costs['create']:.2f} ms, "
+              f"apply {costs['apply']:.2f} ms, no-op re-apply {costs['apply_noop']:.2f} ms")
     print(f"load average during the run: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     return 0
 
