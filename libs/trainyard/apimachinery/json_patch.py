@@ -161,6 +161,8 @@ def _existing_index(token: str, items: list, where: str) -> int:
 
 def json_equal(left: Any, right: Any) -> bool:
     """Equality as JSON sees it: 1 == 1.0, but true != 1."""
+    if left is right:
+        return True  # the same value (often a subtree shared by copy-on-write)
     if isinstance(left, bool) or isinstance(right, bool):
         return isinstance(left, bool) and isinstance(right, bool) and left == right
     if isinstance(left, dict) and isinstance(right, dict):

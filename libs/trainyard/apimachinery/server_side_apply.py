@@ -19,7 +19,6 @@ Two entry points, both pure (the API server does storage, preconditions and defa
 """
 from __future__ import annotations
 
-import copy
 import json
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
@@ -128,10 +127,28 @@ class ManagedFieldsEntry:
         if self.time:
             entry["time"] = self.time
         entry["fieldsType"] = "FieldsV1"
-        entry["fieldsV1"] = to_fields_v1(self.fields)
+        entry["fieldsV1"] = _fields_v1(self.fields)
         if self.subresource:
             entry["subresource"] = self.subresource
         return entry
+
+
+# FieldsV1 trees by field set: objects of one kind written by one client mostly have the same
+# field sets, and building a tree (sorting paths, ordering every level) costs more than the rest
+# of an entry. Bounded; entries are never handed out, only copies of them.
+_FIELDS_V1_CACHE: dict[frozenset[Path], dict[str, Any]] = {}
+_FIELDS_V1_CACHE_SIZE = 4096
+
+
+def _fields_v1(fields: FieldSet) -> dict[str, Any]:
+    key = frozenset(fields)
+    tree = _FIELDS_V1_CACHE.get(key)
+    if tree is None:
+        tree = to_fields_v1(key)
+        if len(_FIELDS_V1_CACHE) >= _FIELDS_V1_CACHE_SIZE:
+            _FIELDS_V1_CACHE.clear()
+        _FIELDS_V1_CACHE[key] = tree
+    return json_copy(tree)
 
 
 def _quote(text: str) -> str:
@@ -228,10 +245,12 @@ def apply(
     if isinstance(config.get("metadata"), dict) and config["metadata"].get("managedFields") is not None:
         raise ApplyError("metadata.managedFields must be nil")
     created = live is None
-    live_object = _without_managed_fields(live or {})
+    # `live` is only read: `live_object` and `merged` share the subtrees the apply leaves alone
+    # (copy-on-write), which also lets `_compare` skip them; the result is copied once at the end.
+    live_object = _shallow_without_managed_fields(live or {})
     entries = decode_managed_fields(((live or {}).get("metadata") or {}).get("managedFields"))
     scoped_config = _scope_config(config, subresource, status_is_subresource)
-    merged = _merge(copy.deepcopy(live_object), scoped_config, schema, ())
+    merged = _merge(live_object, scoped_config, schema, ())
     if subresource == "status" or status_is_subresource:
         merged = _restore_out_of_scope(merged, live_object, subresource)
     applied = _owned_in_scope(_to_field_set(scoped_config, schema), subresource, status_is_subresource)
@@ -264,7 +283,7 @@ def apply(
     if object_changed or previous is None:
         mine.time = now
     new_entries = [entry for entry in entries if entry.fields] + [mine]
-    result = _with_managed_fields(merged, encode_managed_fields(new_entries))
+    result = _with_managed_fields(json_copy(merged), encode_managed_fields(new_entries))
     changed = created or object_changed or result["metadata"].get("managedFields") != (
         ((live or {}).get("metadata") or {}).get("managedFields"))
     return ApplyResult(result, changed, created, conflicts if force else [])
@@ -302,10 +321,11 @@ def _sync_last_applied(merged: dict[str, Any], config: Mapping[str, Any]) -> dic
     annotations = (merged.get("metadata") or {}).get("annotations") or {}
     if LAST_APPLIED_ANNOTATION not in annotations:
         return merged
-    applied = copy.deepcopy(dict(config))
-    applied_annotations = (applied.get("metadata") or {}).get("annotations")
-    if isinstance(applied_annotations, dict):
+    applied = dict(config)
+    if isinstance(applied.get("metadata"), dict) and isinstance(applied["metadata"].get("annotations"), dict):
+        applied_annotations = dict(applied["metadata"]["annotations"])
         applied_annotations.pop(LAST_APPLIED_ANNOTATION, None)
+        applied["metadata"] = {**applied["metadata"], "annotations": applied_annotations}
     text = json.dumps(applied, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
     metadata = {**merged["metadata"], "annotations": {**annotations, LAST_APPLIED_ANNOTATION: text}}
     return {**merged, "metadata": metadata}
@@ -367,9 +387,12 @@ def owned_fields(obj: Mapping[str, Any], schema: SchemaNode) -> FieldSet:
 
 
 def _scope_config(config: Mapping[str, Any], subresource: str, status_is_subresource: bool) -> dict[str, Any]:
-    scoped = copy.deepcopy(dict(config))
+    # Shallow: only the top level and metadata are edited here, and `_merge` copies what it
+    # takes from the configuration (`_drop_nulls`), so the caller's config is never changed.
+    scoped = dict(config)
     metadata = scoped.get("metadata")
     if isinstance(metadata, dict):
+        metadata = scoped["metadata"] = dict(metadata)
         for name in _SERVER_METADATA:
             metadata.pop(name, None)
     if subresource == "status":
@@ -384,7 +407,7 @@ def _scope_config(config: Mapping[str, Any], subresource: str, status_is_subreso
 def _restore_out_of_scope(merged: dict[str, Any], live: dict[str, Any], subresource: str) -> dict[str, Any]:
     """Status writes keep everything but status from live; main writes keep live's status."""
     if subresource == "status":
-        restored = copy.deepcopy(live) if live else {key: merged[key] for key in ("apiVersion", "kind", "metadata") if key in merged}
+        restored = dict(live) if live else {key: merged[key] for key in ("apiVersion", "kind", "metadata") if key in merged}
         if "status" in merged:
             restored["status"] = merged["status"]
         else:
@@ -393,7 +416,7 @@ def _restore_out_of_scope(merged: dict[str, Any], live: dict[str, Any], subresou
     restored = dict(merged)
     restored.pop("status", None)
     if "status" in live:
-        restored["status"] = copy.deepcopy(live["status"])
+        restored["status"] = live["status"]  # shared with live; `apply` copies its result
     return restored
 
 
@@ -406,11 +429,30 @@ def _owned_in_scope(fields: FieldSet, subresource: str, status_is_subresource: b
     return fields
 
 
+def json_copy(value: Any) -> Any:
+    """A deep copy of a JSON value (dicts, lists, scalars): several times cheaper than
+    `copy.deepcopy`, which handles any object graph (memo, reductions) that JSON never has."""
+    if isinstance(value, dict):
+        return {key: json_copy(child) for key, child in value.items()}
+    if isinstance(value, list):
+        return [json_copy(child) for child in value]
+    return value
+
+
 def _without_managed_fields(obj: Mapping[str, Any]) -> dict[str, Any]:
-    result = copy.deepcopy(dict(obj))
+    result = json_copy(dict(obj))
     metadata = result.get("metadata")
     if isinstance(metadata, dict):
         metadata.pop("managedFields", None)
+    return result
+
+
+def _shallow_without_managed_fields(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """`obj` without managedFields, sharing everything else with `obj` (treat as read-only)."""
+    result = dict(obj)
+    metadata = result.get("metadata")
+    if isinstance(metadata, dict) and "managedFields" in metadata:
+        result["metadata"] = {key: value for key, value in metadata.items() if key != "managedFields"}
     return result
 
 
@@ -519,6 +561,8 @@ def _compare(old: Any, new: Any, schema: SchemaNode) -> tuple[FieldSet, FieldSet
 
 def _compare_at(old: Any, new: Any, schema: SchemaNode, path: Path,
                 added: FieldSet, removed: FieldSet, modified: FieldSet) -> None:
+    if old is new:
+        return  # a subtree shared by both sides (copy-on-write merge) has not changed
     same_shape = (isinstance(old, dict) and isinstance(new, dict)) or (isinstance(old, list) and isinstance(new, list))
     if not same_shape or _is_atomic(new, schema):
         if not json_equal(old, new):
@@ -540,16 +584,18 @@ def _compare_at(old: Any, new: Any, schema: SchemaNode, path: Path,
 
 
 def _merge(live: Any, config: Any, schema: SchemaNode, path: Path) -> Any:
-    """Merge `config` into `live`; both are private copies, so `live` is updated in place."""
+    """Merge `config` into `live` without changing either: maps and lists the configuration
+    reaches are new; what it does not reach is shared with `live` (copy-on-write)."""
     if isinstance(live, dict) and isinstance(config, dict) and not _is_atomic(config, schema):
+        merged = dict(live)
         for key, value in config.items():
             if value is None:
-                live.pop(key, None)  # applying null owns the field and leaves it unset
-            elif key in live:
-                live[key] = _merge(live[key], value, _child_schema(schema, key), path + (("f", key),))
+                merged.pop(key, None)  # applying null owns the field and leaves it unset
+            elif key in merged:
+                merged[key] = _merge(merged[key], value, _child_schema(schema, key), path + (("f", key),))
             else:
-                live[key] = _drop_nulls(value)
-        return live
+                merged[key] = _drop_nulls(value)
+        return merged
     if isinstance(live, list) and isinstance(config, list) and not _is_atomic(config, schema):
         return _merge_list(live, config, schema, path)
     return _drop_nulls(config)
@@ -640,7 +686,7 @@ def _prune(merged: dict[str, Any], schema: SchemaNode, last_applied: FieldSet, e
     when nobody owns anything inside it.
     """
     stale = _with_named_parents(last_applied, schema) - _with_named_parents(everyone, schema)
-    result = copy.deepcopy(merged)
+    result = dict(merged)  # `_remove_path` copies what it changes below the top level
     for path in sorted(stale, key=len):
         _remove_path(result, path, schema)
     return result
@@ -661,6 +707,8 @@ def _with_named_parents(fields: FieldSet, schema: SchemaNode) -> FieldSet:
 
 
 def _remove_path(obj: Any, path: Path, schema: SchemaNode) -> None:
+    """Remove `path` from `obj` (a private top-level map whose children may be shared with
+    another object): every map or list on the way down is replaced by a copy before changing."""
     container, current_schema = obj, schema
     for depth, (kind, text) in enumerate(path):
         last = depth == len(path) - 1
@@ -670,7 +718,8 @@ def _remove_path(obj: Any, path: Path, schema: SchemaNode) -> None:
             if last:
                 del container[text]
                 return
-            container, current_schema = container[text], _child_schema(current_schema, text)
+            child = container[text] = _shallow_copy(container[text])
+            container, current_schema = child, _child_schema(current_schema, text)
             continue
         if not isinstance(container, list):
             return
@@ -680,7 +729,16 @@ def _remove_path(obj: Any, path: Path, schema: SchemaNode) -> None:
         if last:
             del container[position]
             return
-        container, current_schema = container[position], current_schema.items() or UNTYPED
+        child = container[position] = _shallow_copy(container[position])
+        container, current_schema = child, current_schema.items() or UNTYPED
+
+
+def _shallow_copy(value: Any) -> Any:
+    if isinstance(value, dict):
+        return dict(value)
+    if isinstance(value, list):
+        return list(value)
+    return value
 
 
 def _find_item(items: list, schema: SchemaNode, element: PathElement, path: Path) -> int | None:
