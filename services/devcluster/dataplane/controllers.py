@@ -125,7 +125,9 @@ class JobSetController:
     async def _create_job(self, jobset: dict[str, Any], job: dict[str, Any]) -> str | None:
         namespace = job["metadata"]["namespace"]
         spec = job.get("spec") or {}
-        if spec.get("completionMode", "NonIndexed") == "Indexed" and spec.get("completions") is None:
+        # (completions defaults to 1 only when parallelism is unset too)
+        if spec.get("completionMode", "NonIndexed") == "Indexed" and spec.get("completions") is None \
+                and spec.get("parallelism") is not None:
             # batch/v1 validation the devcluster API server does not do: answer as it would.
             message = (f'Job.batch "{job["metadata"]["name"]}" is invalid: spec.completions: '
                        "Required value: when completion mode is Indexed")
