@@ -60,6 +60,12 @@ class Applier:
     ack_wait_s: float = 60.0
     holder: str = field(default_factory=lambda: f"applier-{uuid.uuid4().hex[:8]}")
 
+    @property
+    def request_timeout_s(self) -> float:
+        """A request never outlives the claim: it starts at most a third of the lease after a
+        renewal and gives up after another third."""
+        return self.lease_s / 3
+
     def consumer_spec(self) -> ConsumerSpec:
         return ConsumerSpec(PLANS_STREAM, CONSUMER, [f"{PLANS_PREFIX}.{encode_token(self.cluster)}.>"],
                             ack_wait_s=self.ack_wait_s, max_deliver=8)
@@ -113,6 +119,8 @@ class Applier:
             await self.bus.applied.compare_and_set(key, done, claim.revision)
         except CasConflict:
             log.warning("claim on %s/%s expired during apply", plan.namespace, plan.name)
+            return await self._report(plan, "skipped-stale", applied=applied, deleted=deleted,
+                                      message="claim expired during apply")
         await self.bus.outcomes.clear(key, "apply")
         return await self._report(plan, "applied", applied=applied, deleted=deleted)
 
@@ -194,12 +202,13 @@ class Applier:
         resource = resource_for(obj["apiVersion"], obj["kind"])
         if obj["kind"] == "Secret" and obj.get("immutable") is True:
             # Created once, never updated (the MPI SSH keys, spec §5.3).
-            if await self.kube.get(resource, meta.get("namespace"), meta["name"]) is not None:
+            if await self.kube.get(resource, meta.get("namespace"), meta["name"],
+                                   timeout_s=self.request_timeout_s) is not None:
                 return False
         if obj["kind"] == "JobSet":
             await self._apply_jobset(obj)
             return True
-        await self.kube.apply(obj)
+        await self.kube.apply(obj, timeout_s=self.request_timeout_s)
         return True
 
     async def _apply_jobset(self, desired: dict[str, Any]) -> None:
@@ -216,37 +225,41 @@ class Applier:
         # a suspend flip is confirmed against the live object.
         current = await self.bus.snapshots.get(ObjectKey(self.cluster, "JobSet", meta["namespace"], meta["name"]))
         if current is not None and ((current.get("spec") or {}).get("suspend") is True) != want_suspended:
-            current = await self.kube.get(r.JOBSET, meta["namespace"], meta["name"])
+            current = await self.kube.get(r.JOBSET, meta["namespace"], meta["name"],
+                                          timeout_s=self.request_timeout_s)
         is_suspended = current is not None and (current.get("spec") or {}).get("suspend") is True
+        timeout = self.request_timeout_s
         if current is None or want_suspended == is_suspended:
-            await self.kube.apply(desired)
+            await self.kube.apply(desired, timeout_s=timeout)
             return
         if want_suspended:
             await self._patch_suspend(meta, True)
-            await self.kube.apply(desired)
+            await self.kube.apply(desired, timeout_s=timeout)
             return
         still_suspended = deepcopy(desired)
         still_suspended["spec"]["suspend"] = True
-        await self.kube.apply(still_suspended)
+        await self.kube.apply(still_suspended, timeout_s=timeout)
         await self._patch_suspend(meta, False)
 
     async def _patch_suspend(self, meta: dict[str, Any], suspend: bool) -> None:
         await self.kube.request(
             "PATCH", r.JOBSET.path(meta["namespace"], meta["name"]),
             query={"fieldManager": FIELD_MANAGER}, body={"spec": {"suspend": suspend}},
-            content_type="application/merge-patch+json",
+            content_type="application/merge-patch+json", timeout_s=self.request_timeout_s,
         )
 
     async def _delete_owned(self, ref: ObjectRef, uid: str) -> bool:
         """Deletes an object no longer planned, only if this TrainJob controls it."""
         resource = resource_for(ref.api_version, ref.kind)
-        current = await self.kube.get(resource, ref.namespace or None, ref.name)
+        current = await self.kube.get(resource, ref.namespace or None, ref.name,
+                                      timeout_s=self.request_timeout_s)
         if current is None:
             return False
         owners = (current.get("metadata") or {}).get("ownerReferences") or []
         if not any(o.get("uid") == uid for o in owners):
             return False
-        return await self.kube.delete(resource, ref.namespace or None, ref.name)
+        return await self.kube.delete(resource, ref.namespace or None, ref.name,
+                                      timeout_s=self.request_timeout_s)
 
     async def _report(self, plan: PlanMessage, outcome: str, *, reason: str = "", message: str = "",
                       applied: list[ObjectRef] | None = None, deleted: list[ObjectRef] | None = None) -> str:

@@ -100,9 +100,10 @@ class KubeClient:
         except KubeError:
             return False
 
-    async def get(self, resource: Resource, namespace: str | None, name: str) -> dict | None:
+    async def get(self, resource: Resource, namespace: str | None, name: str, *,
+                  timeout_s: float = 30.0) -> dict | None:
         try:
-            return await self.request("GET", resource.path(namespace, name))
+            return await self.request("GET", resource.path(namespace, name), timeout_s=timeout_s)
         except KubeError as err:
             if err.not_found:
                 return None
@@ -163,25 +164,26 @@ class KubeClient:
             if buffer.strip():
                 yield json.loads(buffer)
 
-    async def apply(self, obj: dict, *, field_manager: str = FIELD_MANAGER, force: bool = True) -> dict:
+    async def apply(self, obj: dict, *, field_manager: str = FIELD_MANAGER, force: bool = True,
+                    timeout_s: float = 30.0) -> dict:
         """Server-side apply of a complete object (field manager ``trainer``, forced)."""
         meta = obj.get("metadata") or {}
         resource = resource_for(obj.get("apiVersion", ""), obj.get("kind", ""))
         return await self.request(
             "PATCH", resource.path(meta.get("namespace"), meta.get("name")),
             query={"fieldManager": field_manager, "force": "true" if force else None},
-            body=obj, content_type="application/apply-patch+yaml",
+            body=obj, content_type="application/apply-patch+yaml", timeout_s=timeout_s,
         )
 
     async def delete(self, resource: Resource, namespace: str | None, name: str,
-                     *, uid: str | None = None) -> bool:
+                     *, uid: str | None = None, timeout_s: float = 30.0) -> bool:
         """Deletes (background propagation); False when already gone."""
         body: dict[str, Any] = {"kind": "DeleteOptions", "apiVersion": "v1",
                                 "propagationPolicy": "Background"}
         if uid:
             body["preconditions"] = {"uid": uid}
         try:
-            await self.request("DELETE", resource.path(namespace, name), body=body)
+            await self.request("DELETE", resource.path(namespace, name), body=body, timeout_s=timeout_s)
             return True
         except KubeError as err:
             if err.not_found:
