@@ -367,6 +367,8 @@ class PodRunner:
         record.ready = probe is None
         if probe is not None:
             self._probe_tasks.append(asyncio.create_task(self._readiness(spec, record, probe, proc)))
+        if spec.get("livenessProbe"):
+            self._probe_tasks.append(asyncio.create_task(self._liveness(spec, spec["livenessProbe"], proc)))
         self._changed()
         returncode = await proc.wait()
         self._procs.pop(record.name, None)
@@ -444,6 +446,32 @@ class PodRunner:
             elif not ok and record.ready and failures >= failure_needed:
                 record.ready = False
                 self._changed()
+            await asyncio.sleep(period)
+
+    async def _liveness(self, spec: dict[str, Any], probe: dict[str, Any],
+                        proc: asyncio.subprocess.Process) -> None:
+        """Kill the container after ``failureThreshold`` failed probes; its restart policy decides."""
+        period = float(probe.get("periodSeconds") or 10)
+        timeout = float(probe.get("timeoutSeconds") or 1)
+        failure_needed = int(probe.get("failureThreshold") or 3)
+        failures = 0
+        await asyncio.sleep(float(probe.get("initialDelaySeconds") or 0))
+        while proc.returncode is None and not self._stop.is_set():
+            ok = await self._probe_once(spec, probe, timeout)
+            failures = 0 if ok else failures + 1
+            if failures >= failure_needed and proc.returncode is None:
+                log.info("pod %s/%s: container %s failed liveness probe, will be restarted",
+                         self.namespace, self.name, spec.get("name"))
+                grace = float(probe.get("terminationGracePeriodSeconds") or
+                              (self.pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30))
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGTERM)
+                try:
+                    await asyncio.wait_for(proc.wait(), timeout=grace)
+                except asyncio.TimeoutError:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.killpg(proc.pid, signal.SIGKILL)
+                return
             await asyncio.sleep(period)
 
     async def _probe_once(self, spec: dict[str, Any], probe: dict[str, Any], timeout: float) -> bool:

@@ -194,3 +194,13 @@ async def test_sigterm_without_handler_reports_143(runner_harness):
     await runner.terminate(5)
     state = terminated(runner.status())
     assert (state["exitCode"], state["reason"], state.get("signal")) == (143, "Error", 15)
+
+
+async def test_failing_liveness_probe_restarts_the_container(runner_harness):
+    pod = make_pod("live", [{"name": "c", "command": ["sleep", "300"],
+                             "livenessProbe": {"exec": {"command": ["false"]}, "periodSeconds": 1,
+                                               "failureThreshold": 2}}],
+                   restart_policy="OnFailure", terminationGracePeriodSeconds=2)
+    runner = runner_harness.start(pod)
+    status = await runner_harness.wait_status(runner, lambda s: s["containerStatuses"][0]["restartCount"] >= 1)
+    assert status["containerStatuses"][0]["lastState"]["terminated"]["exitCode"] == 143
