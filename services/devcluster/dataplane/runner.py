@@ -151,6 +151,18 @@ class PodRunner:
     # -- public face -----------------------------------------------------------------
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"pod {self.namespace}/{self.name}")
+        deadline = (self.pod.get("spec") or {}).get("activeDeadlineSeconds")
+        if deadline is not None:
+            self._probe_tasks.append(asyncio.create_task(self._enforce_deadline(float(deadline))))
+
+    async def _enforce_deadline(self, seconds: float) -> None:
+        """Pod ``activeDeadlineSeconds``: stop everything and fail the pod (reason DeadlineExceeded)."""
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self.finished.wait(), timeout=seconds)
+            return
+        grace = float((self.pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30))
+        await self.terminate(grace, "DeadlineExceeded",
+                             "Pod was active on the node longer than the specified deadline")
 
     def status(self, old_status: dict[str, Any] | None = None) -> dict[str, Any]:
         view = PodView(restart_policy=self.restart_policy, init=self.init, regular=self.regular,

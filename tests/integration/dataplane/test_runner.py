@@ -204,3 +204,13 @@ async def test_failing_liveness_probe_restarts_the_container(runner_harness):
     runner = runner_harness.start(pod)
     status = await runner_harness.wait_status(runner, lambda s: s["containerStatuses"][0]["restartCount"] >= 1)
     assert status["containerStatuses"][0]["lastState"]["terminated"]["exitCode"] == 143
+
+
+async def test_pod_active_deadline_fails_the_pod(runner_harness):
+    pod = make_pod("deadline", [{"name": "c", "command": ["sleep", "300"]}], activeDeadlineSeconds=1,
+                   terminationGracePeriodSeconds=1)
+    runner = runner_harness.start(pod)
+    status = await runner_harness.finished(runner)
+    assert (status["phase"], status["reason"]) == ("Failed", "DeadlineExceeded")
+    assert status["message"] == "Pod was active on the node longer than the specified deadline"
+    assert terminated(status)["exitCode"] == 143
