@@ -240,6 +240,8 @@ class JobController:
             self._created.setdefault(key, {})[created["metadata"]["name"]] = (time.monotonic(), created)
         for event_type, reason, message in plan.events:
             await record_event(self.client, job, event_type, reason, message, "job-controller")
+        if plan.delete_self:
+            await delete_object(self.client, JOB.path(namespace, name), "Background")
         if plan.requeue_after is not None:
             self.queue.add_after(key, max(plan.requeue_after, 0.05))
 

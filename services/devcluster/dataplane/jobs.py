@@ -50,6 +50,7 @@ class JobPlan:
     status: dict[str, Any] = field(default_factory=dict)
     events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
     requeue_after: float | None = None
+    delete_self: bool = False  # ttlSecondsAfterFinished has passed
 
 
 def condition(conditions: list[dict[str, Any]], kind: str) -> dict[str, Any] | None:
@@ -283,6 +284,15 @@ def plan_job(job: dict[str, Any], pods: list[dict[str, Any]], now: datetime,
 
     if finished:
         plan.delete.extend(p["metadata"]["name"] for p in active)
+        if spec.get("ttlSecondsAfterFinished") is not None:
+            done = next((c for c in conditions if c.get("type") in ("Complete", "Failed")
+                         and c.get("status") == "True"), {})
+            finished_at = parse_time(status.get("completionTime") or done.get("lastTransitionTime")) or now
+            remaining = (finished_at - now).total_seconds() + float(spec["ttlSecondsAfterFinished"])
+            if remaining <= 0:
+                plan.delete_self = True
+            else:
+                plan.requeue_after = remaining
         plan.status = _tidy(status)
         return plan
 

@@ -138,3 +138,12 @@ def test_suspend_deletes_untracked_and_resume_resets_start_time():
 def test_created_suspended_has_no_start_time():
     plan = plan_job(job(suspend=True), [], NOW)
     assert "startTime" not in plan.status and plan.create == []
+
+
+def test_ttl_after_finished_deletes_the_job():
+    j = job(ttlSecondsAfterFinished=5)
+    j["status"] = {"completionTime": "2026-01-01T00:00:00Z", "succeeded": 2, "completedIndexes": "0-1",
+                   "conditions": [{"type": "Complete", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
+    early = plan_job(j, [], NOW - timedelta(seconds=8))
+    assert early.delete_self is False and early.requeue_after == pytest.approx(3)
+    assert plan_job(j, [], NOW).delete_self is True
