@@ -151,6 +151,26 @@ def _fields_v1(fields: FieldSet) -> dict[str, Any]:
     return json_copy(tree)
 
 
+# Field sets by FieldsV1 text, for the same reason (decoding walks and parses every key).
+_FIELD_SETS_CACHE: dict[str, frozenset[Path]] = {}
+
+
+def _decoded_fields(tree: Any) -> FieldSet:
+    if not isinstance(tree, dict):
+        return from_fields_v1(tree)  # names the problem
+    try:
+        key = json.dumps(tree, separators=(",", ":"), ensure_ascii=False)
+    except (TypeError, ValueError):
+        return from_fields_v1(tree)
+    fields = _FIELD_SETS_CACHE.get(key)
+    if fields is None:
+        fields = frozenset(from_fields_v1(tree))  # a malformed tree raises and is not cached
+        if len(_FIELD_SETS_CACHE) >= _FIELDS_V1_CACHE_SIZE:
+            _FIELD_SETS_CACHE.clear()
+        _FIELD_SETS_CACHE[key] = fields
+    return set(fields)
+
+
 def _quote(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
@@ -167,7 +187,7 @@ def decode_managed_fields(entries: Any) -> list[ManagedFieldsEntry]:
             manager=str(entry.get("manager", "")),
             operation=str(entry.get("operation", UPDATE)),
             api_version=str(entry.get("apiVersion", "")),
-            fields=from_fields_v1(entry.get("fieldsV1") or {}),
+            fields=_decoded_fields(entry.get("fieldsV1") or {}),
             time=entry.get("time"),
             subresource=str(entry.get("subresource", "")),
         ))
@@ -262,7 +282,9 @@ def apply(
     mine = ManagedFieldsEntry(manager, APPLY, str(config.get("apiVersion", "")), applied,
                               previous.time if previous else None, subresource)
 
-    if last_applied:
+    # Nothing can be stale when the manager applies (a superset of) what it applied last time:
+    # the stale set is monotone in the fields, so `last_applied <= applied` makes it empty.
+    if last_applied and not last_applied <= applied:
         everyone = set(applied).union(*(entry.fields for entry in entries))
         merged = _prune(merged, schema, last_applied, everyone)
 
@@ -568,6 +590,9 @@ def _compare_at(old: Any, new: Any, schema: SchemaNode, path: Path,
         if not json_equal(old, new):
             modified.add(path)
         return
+    if isinstance(new, dict):
+        _compare_maps(old, new, schema, path, added, removed, modified)
+        return
     old_children = {element: (child, child_schema) for element, child, child_schema in _children(old, schema, path)}
     new_children = {element: (child, child_schema) for element, child, child_schema in _children(new, schema, path)}
     for element, (child, child_schema) in old_children.items():
@@ -578,6 +603,19 @@ def _compare_at(old: Any, new: Any, schema: SchemaNode, path: Path,
             _all_nodes(child, child_schema, path + (element,), added)
         else:
             _compare_at(old_children[element][0], child, child_schema, path + (element,), added, removed, modified)
+
+
+def _compare_maps(old: dict, new: dict, schema: SchemaNode, path: Path,
+                  added: FieldSet, removed: FieldSet, modified: FieldSet) -> None:
+    """`_compare_at` for two maps, without building the children lists (the common case)."""
+    for key, child in old.items():
+        if key not in new:
+            _all_nodes(child, _child_schema(schema, key), path + (("f", key),), removed)
+    for key, child in new.items():
+        if key not in old:
+            _all_nodes(child, _child_schema(schema, key), path + (("f", key),), added)
+        else:
+            _compare_at(old[key], child, _child_schema(schema, key), path + (("f", key),), added, removed, modified)
 
 
 # -- merging an applied configuration --------------------------------------------------------
