@@ -12,6 +12,7 @@ import hashlib
 import json
 import logging
 import secrets as pysecrets
+import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -36,8 +37,15 @@ _SERVER_META = ("uid", "creationTimestamp", "deletionTimestamp", "deletionGraceP
                 "resourceVersion", "selfLink", "managedFields")
 
 
+_NOW_TEXT: tuple[int, str] = (-1, "")  # (epoch second, its RFC 3339 text): formatting costs per write
+
+
 def now_rfc3339() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    global _NOW_TEXT
+    second = int(time.time())
+    if _NOW_TEXT[0] != second:
+        _NOW_TEXT = (second, datetime.fromtimestamp(second, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
+    return _NOW_TEXT[1]
 
 
 @dataclass

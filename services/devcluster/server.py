@@ -161,6 +161,20 @@ class ApiServer:
             response.headers.add("Warning", _warning_header(text))
         return response
 
+    def _written_body(self, rt: ResourceType, obj: dict[str, Any], opts: WriteOptions) -> dict[str, Any] | bytes:
+        """The JSON the store encoded for a custom resource just written (or left unchanged), so
+        the answer does not encode the same object a second time. A resourceVersion names one
+        stored state; dry runs are never stored, and built-in kinds may be adjusted after
+        storing (CRDs), so those are encoded from ``obj``."""
+        if rt.builtin or opts.dry_run or not isinstance(obj, dict) or obj.get("kind") != rt.kind:
+            return obj
+        meta = obj.get("metadata") or {}
+        stored = self.api.store.get(rt.storage_key, meta.get("namespace", "") if rt.namespaced else "",
+                                    meta.get("name", ""))
+        if stored is not None and meta.get("resourceVersion") == str(stored.rv):
+            return stored.raw
+        return obj
+
     def _authorised(self, request: web.Request) -> bool:
         if not self.require_auth or self.credentials is None:
             return True
@@ -318,7 +332,7 @@ class ApiServer:
                 if rt.namespaced and ns is None:
                     raise errors.method_not_allowed("POST", rt.qualified_resource, rt.group, rt.resource)
                 obj = await self.api.create(rt, ns, body, opts)
-                return self._json(obj, 201, warnings=opts.warnings)
+                return self._json(self._written_body(rt, obj, opts), 201, warnings=opts.warnings)
             if method == "DELETE":
                 options = await self._delete_options(request, query)
                 await self.api.delete_collection(rt, ns, query.get("labelSelector", ""), query.get("fieldSelector", ""),
@@ -341,7 +355,7 @@ class ApiServer:
             opts = self._options(request, query, sub)
             body = await self._decode_object(request)
             obj = await self.api.update(rt, ns, name, body, opts)
-            return self._json(obj, warnings=opts.warnings)
+            return self._json(self._written_body(rt, obj, opts), warnings=opts.warnings)
         if method == "PATCH":
             opts = self._options(request, query, sub)
             content_type = (request.headers.get("Content-Type") or "").split(";")[0].strip().lower()
@@ -350,7 +364,7 @@ class ApiServer:
                 raise errors.unsupported_media_type(machinery.BUILTIN_PATCH_TYPES if rt.builtin else machinery.CR_PATCH_TYPES)
             body = await self._body(request)
             code, obj = await self.api.patch(rt, ns, name, patch_type, body, opts)
-            return self._json(obj, code, warnings=opts.warnings)
+            return self._json(self._written_body(rt, obj, opts), code, warnings=opts.warnings)
         if method == "DELETE":
             if sub:
                 raise errors.method_not_allowed(method, rt.qualified_resource, rt.group, rt.resource)
