@@ -301,23 +301,28 @@ def bus_call(url: str, action):
 def stream_messages(url: str, stream: str, subject: str = ">") -> list:
     """Every message currently in ``stream`` (subject filter), read with an ephemeral consumer."""
     async def read(session):
-        from nats.js.api import ConsumerConfig, DeliverPolicy
+        from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
         info = await session.js.stream_info(stream)
         if info.state.messages == 0:
             return []
         sub = await session.js.pull_subscribe(subject, stream=stream, config=ConsumerConfig(
-            deliver_policy=DeliverPolicy.ALL, inactive_threshold=30.0))
+            deliver_policy=DeliverPolicy.ALL, ack_policy=AckPolicy.NONE, inactive_threshold=30.0))
         total = (await sub.consumer_info()).num_pending  # matching messages when we started
         out = []
         deadline = time.monotonic() + 60
         # Read until every one has arrived (a fetch may time out or come back short on a
         # loaded machine).
+        seen: set[int] = set()
         while len(out) < total and time.monotonic() < deadline:
             try:
-                out.extend(await sub.fetch(500, timeout=2.0))
+                msgs = await sub.fetch(500, timeout=2.0)
             except Exception:
                 continue
+            for msg in msgs:  # without acks nothing is redelivered; keep each sequence once anyway
+                if msg.metadata.sequence.stream not in seen:
+                    seen.add(msg.metadata.sequence.stream)
+                    out.append(msg)
         await sub.unsubscribe()
         return out
 
