@@ -135,20 +135,21 @@ class ManagedFieldsEntry:
 
 # FieldsV1 trees by field set: objects of one kind written by one client mostly have the same
 # field sets, and building a tree (sorting paths, ordering every level) costs more than the rest
-# of an entry. Bounded; entries are never handed out, only copies of them.
-_FIELDS_V1_CACHE: dict[frozenset[Path], dict[str, Any]] = {}
+# of an entry. Bounded; kept as JSON text, so every caller gets its own tree (decoding the text
+# is cheaper than copying a tree).
+_FIELDS_V1_CACHE: dict[frozenset[Path], str] = {}
 _FIELDS_V1_CACHE_SIZE = 4096
 
 
 def _fields_v1(fields: FieldSet) -> dict[str, Any]:
     key = frozenset(fields)
-    tree = _FIELDS_V1_CACHE.get(key)
-    if tree is None:
-        tree = to_fields_v1(key)
+    text = _FIELDS_V1_CACHE.get(key)
+    if text is None:
+        text = json.dumps(to_fields_v1(key), ensure_ascii=False)
         if len(_FIELDS_V1_CACHE) >= _FIELDS_V1_CACHE_SIZE:
             _FIELDS_V1_CACHE.clear()
-        _FIELDS_V1_CACHE[key] = tree
-    return json_copy(tree)
+        _FIELDS_V1_CACHE[key] = text
+    return json.loads(text)
 
 
 # Field sets by FieldsV1 text, for the same reason (decoding walks and parses every key).
@@ -299,9 +300,15 @@ def apply(
         _raise_unless_upgrading_client_side_apply(conflicts, live_object, schema, manager, subresource)
     for entry in entries:
         entry.fields = entry.fields - changed_fields - removed
+    # Any field the comparison found added, removed or modified means the objects differ;
+    # only when it found none (or the annotation sync replaced the object) is a full
+    # comparison needed (e.g. the order of an associative list).
+    known_changed = bool(added or removed or modified)
     if manager == KUBECTL_MANAGER and not subresource:
-        merged = _sync_last_applied(merged, config)
-    object_changed = not json_equal(live_object, merged)
+        synced = _sync_last_applied(merged, config)
+        if synced is not merged:
+            merged, known_changed = synced, False
+    object_changed = known_changed or not json_equal(live_object, merged)
     if object_changed or previous is None:
         mine.time = now
     new_entries = [entry for entry in entries if entry.fields] + [mine]
