@@ -57,6 +57,14 @@ async def list_and_watch(
             delay = 10.0 if err.not_found else min(0.2 * 2 ** min(failures, 6), 10.0)
             log.warning("list/watch of %s failed: %s; retrying in %.1fs", resource.plural, err, delay)
             await _sleep_or_stop(stop, delay)
+        except Exception:
+            # Anything else (a malformed event, a handler bug) must not end the watch for good:
+            # relist from scratch, which is always correct for a level-triggered consumer.
+            failures += 1
+            delay = min(0.2 * 2 ** min(failures, 6), 10.0)
+            log.exception("list/watch of %s broke; relisting in %.1fs", resource.plural, delay)
+            resource_version = None
+            await _sleep_or_stop(stop, delay)
 
 
 class _Gone(Exception):
@@ -67,13 +75,13 @@ async def _follow(client: KubeClient, resource: Resource, handler: WatchHandler,
                   stop: asyncio.Event, label_selector: str | None, timeout_s: int) -> str:
     stream = client.watch(resource, rv, timeout_s=timeout_s, label_selector=label_selector)
     stopper = asyncio.ensure_future(stop.wait())
+    next_event: asyncio.Future | None = None
     try:
         iterator = stream.__aiter__()
         while True:
             next_event = asyncio.ensure_future(iterator.__anext__())
             done, _ = await asyncio.wait({next_event, stopper}, return_when=asyncio.FIRST_COMPLETED)
             if next_event not in done:
-                next_event.cancel()
                 return rv
             try:
                 event = next_event.result()
@@ -96,6 +104,11 @@ async def _follow(client: KubeClient, resource: Resource, handler: WatchHandler,
             rv = new_rv
     finally:
         stopper.cancel()
+        if next_event is not None and not next_event.done():
+            # The generator is still running inside this task: closing it before the
+            # cancellation has finished raises "aclose(): asynchronous generator is already running".
+            next_event.cancel()
+            await asyncio.gather(next_event, return_exceptions=True)
         await stream.aclose()
 
 
