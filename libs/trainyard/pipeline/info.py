@@ -12,7 +12,7 @@ from typing import Any
 from . import names
 from .documents import clone, dig, ensure_list, ensure_mapping, items, mapping
 from .errors import PlanningError
-from .quantity import QuantityError
+from trainyard.apimachinery.quantity import QuantityError
 from .resources import Requests, single_pod_requests
 from .upsert import upsert_volume
 

@@ -14,7 +14,7 @@ from .framework import Plugin, PlanContext, SshKeyFactory, run_planning
 from .info import build_info
 from .observed import ObservedState
 from .plugins import REGISTRY
-from .quantity import QuantityError
+from trainyard.apimachinery.quantity import QuantityError
 from .resolution import ResolvedRuntime, RuntimeLookupError, SUPPORTED_KEYS, lookup_runtime, \
     registry_key, unsupported_runtime_message
 from .ssh_keys import new_ssh_key_pair

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from .quantity import Quantity, parse_quantity
+from trainyard.apimachinery.quantity import Quantity, parse_quantity
 
 Requests = dict[str, Quantity]
 

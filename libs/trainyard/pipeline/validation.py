@@ -20,7 +20,7 @@ from .framework import Plugin, ValidationContext, run_validation
 from .info import build_info
 from .observed import ObservedState
 from .plugins import REGISTRY
-from .quantity import QuantityError
+from trainyard.apimachinery.quantity import QuantityError
 from .resolution import (SUPPORTED_KEYS, ResolvedRuntime, RuntimeLookupError, created_deprecation_warning,
                          is_deprecated, lookup_runtime, referenced_deprecation_warning, registry_key,
                          unsupported_runtime_message)

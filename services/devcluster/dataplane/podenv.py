@@ -11,11 +11,11 @@ import base64
 import math
 import re
 from dataclasses import dataclass, field
-from decimal import Decimal
+from fractions import Fraction
 from typing import Any, Mapping
 
 from .envexpand import expand
-from .quantity import QuantityError, parse_quantity
+from trainyard.apimachinery.quantity import QuantityError, parse_quantity
 
 _KEYED_FIELD = re.compile(r"""^metadata\.(labels|annotations)\[['"](.+)['"]\]$""")
 
@@ -117,8 +117,8 @@ def resource_value(container: dict[str, Any], ref: dict[str, Any], ctx: PodConte
     if raw is None:
         raw = ctx.node_allocatable.get(name, "0")
     try:
-        amount = parse_quantity(raw)
-        divisor = parse_quantity(ref.get("divisor") or "1")
+        amount = parse_quantity(raw).value
+        divisor = parse_quantity(ref.get("divisor") or "1").value
     except QuantityError as err:
         raise ContainerConfigError(f"resourceFieldRef {resource}: {err}") from err
     if divisor == 0:
@@ -228,8 +228,8 @@ def qos_class(pod: dict[str, Any]) -> str:
     return "Guaranteed" if guaranteed else "Burstable"
 
 
-def _quantity_or_none(value: Any) -> Decimal | None:
+def _quantity_or_none(value: Any) -> Fraction | None:
     try:
-        return parse_quantity(value)
+        return parse_quantity(value).value
     except QuantityError:
         return None

@@ -1,7 +1,8 @@
 """Pure pod-runner logic: $(VAR) expansion, quantities, env building, phases, conditions."""
 from __future__ import annotations
 
-from decimal import Decimal
+
+from fractions import Fraction
 
 import pytest
 
@@ -10,7 +11,7 @@ from trainyard_services.devcluster.dataplane.podenv import (ContainerConfigError
                                                             container_env, qos_class)
 from trainyard_services.devcluster.dataplane.podstatus import (ContainerRecord, pod_conditions,
                                                                pod_phase, stamp_conditions)
-from trainyard_services.devcluster.dataplane.quantity import QuantityError, millicores, parse_quantity
+from trainyard.apimachinery.quantity import QuantityError, millicores, parse_quantity
 from trainyard_services.devcluster.dataplane.runner import crash_backoff_seconds
 
 
@@ -29,11 +30,11 @@ def test_expand(text, expected):
 
 
 @pytest.mark.parametrize("value,expected", [
-    ("500m", Decimal("0.5")), ("2", Decimal(2)), ("1Gi", Decimal(2 ** 30)), ("1e3", Decimal(1000)),
-    (4, Decimal(4)), ("100M", Decimal(10 ** 8)),
+    ("500m", Fraction(1, 2)), ("2", 2), ("1Gi", 2 ** 30), ("1e3", 1000),
+    (4, 4), ("100M", 10 ** 8), ("250u", Fraction(1, 4000)),
 ])
 def test_parse_quantity(value, expected):
-    assert parse_quantity(value) == expected
+    assert parse_quantity(value).value == expected
 
 
 def test_bad_quantity_names_the_value():

@@ -6,7 +6,7 @@ from typing import Any
 import pytest
 
 from trainyard.pipeline.errors import aggregate_message
-from trainyard.pipeline.quantity import QuantityError, parse_quantity, render_quantity
+from trainyard.apimachinery.quantity import QuantityError, parse_quantity, render_quantity
 from trainyard.pipeline.resources import cpu_count, gpu_count, single_pod_requests
 from trainyard.pipeline.upsert import upsert_env, upsert_port, upsert_volume_mount
 

@@ -6,7 +6,7 @@ from typing import Any
 from ..errors import PlanningError
 from ..framework import PlanContext
 from ..observed import ReadError
-from ..quantity import render_quantity
+from trainyard.apimachinery.quantity import render_quantity
 from ..resources import Requests
 
 

@@ -9,7 +9,7 @@ from .. import names
 from ..documents import ensure_list, items, mapping
 from ..errors import FieldError, invalid
 from ..framework import PlanContext, Plugin, ValidationContext, Verdict
-from ..quantity import QuantityError
+from trainyard.apimachinery.quantity import QuantityError
 from ..resources import cpu_count, gpu_count
 from ..upsert import api_env_var, upsert_env, upsert_port
 from . import torchtune

@@ -99,3 +99,13 @@ def _render_decimal(value: Fraction, exponent_style: bool) -> str:
         return f"{number}e{exponent}" if exponent else str(number)
     suffix = {v: k for k, v in _DECIMAL_SUFFIXES.items()}[exponent]
     return f"{number}{suffix}"
+
+
+def millicores(raw: Any) -> int:
+    """A CPU quantity in whole millicores, rounded up as the scheduler counts it."""
+    return parse_quantity(raw).times(1000).ceil()
+
+
+def whole_units(raw: Any) -> int:
+    """A byte or device-count quantity rounded up to a whole number."""
+    return parse_quantity(raw).ceil()
