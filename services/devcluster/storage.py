@@ -90,7 +90,8 @@ class Store:
         self._durable_rv = 0
         self._durable_waiters: list[tuple[int, int, asyncio.Future[None]]] = []
         self._seq = 0
-        self._queue: queue.Queue[list[tuple] | None] = queue.Queue()
+        # SimpleQueue: put() is one C call, no Condition to notify (it ran on every loop iteration)
+        self._queue: queue.SimpleQueue[list[tuple] | None] = queue.SimpleQueue()
         self._pending: list[tuple] = []  # writes of this loop iteration, handed over in one go
         self._flush_scheduled = False
         self._writer: threading.Thread | None = None
