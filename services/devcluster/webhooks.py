@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import json
 import logging
 import ssl
@@ -68,7 +69,10 @@ def _selector_matches(selector: dict[str, Any] | None, labels: dict[str, str]) -
     return label_selector_from_struct(selector).matches(labels)
 
 
+@functools.lru_cache(maxsize=64)
 def _ssl_context(ca_bundle: str | None) -> ssl.SSLContext:
+    # One context per caBundle: aiohttp pools connections per SSL context, so a fresh
+    # context on every call would mean a new TLS handshake for every admission request.
     if ca_bundle:
         ctx = ssl.create_default_context(cadata=base64.b64decode(ca_bundle).decode())
     else:
