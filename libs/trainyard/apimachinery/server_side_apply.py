@@ -630,20 +630,39 @@ def _compare_maps(old: dict, new: dict, schema: SchemaNode, path: Path,
 
 def _merge(live: Any, config: Any, schema: SchemaNode, path: Path) -> Any:
     """Merge `config` into `live` without changing either: maps and lists the configuration
-    reaches are new; what it does not reach is shared with `live` (copy-on-write)."""
+    changes are new; everything it leaves as it was is `live`'s own value (copy-on-write), so
+    `_compare` skips it by identity."""
     if isinstance(live, dict) and isinstance(config, dict) and not _is_atomic(config, schema):
         merged = dict(live)
+        unchanged = True
         for key, value in config.items():
             if value is None:
-                merged.pop(key, None)  # applying null owns the field and leaves it unset
+                if key in merged:
+                    del merged[key]  # applying null owns the field and leaves it unset
+                    unchanged = False
             elif key in merged:
-                merged[key] = _merge(merged[key], value, _child_schema(schema, key), path + (("f", key),))
+                child = merged[key]
+                merged_child = _merge(child, value, _child_schema(schema, key), path + (("f", key),))
+                if merged_child is not child:
+                    merged[key] = merged_child
+                    unchanged = False
             else:
                 merged[key] = _drop_nulls(value)
-        return merged
+                unchanged = False
+        return live if unchanged else merged
     if isinstance(live, list) and isinstance(config, list) and not _is_atomic(config, schema):
-        return _merge_list(live, config, schema, path)
+        merged_list = _merge_list(live, config, schema, path)
+        if len(merged_list) == len(live) and all(new is old for new, old in zip(merged_list, live)):
+            return live
+        return merged_list
+    if _same_scalar(live, config):
+        return live
     return _drop_nulls(config)
+
+
+def _same_scalar(live: Any, config: Any) -> bool:
+    """The same JSON scalar, type included (so `1` never replaces `1.0` or `true`)."""
+    return type(live) is type(config) and isinstance(config, (str, int, float)) and live == config
 
 
 def _merge_list(live: list, config: list, schema: SchemaNode, path: Path) -> list:
