@@ -292,3 +292,30 @@ def test_kubectl_server_side_apply_upgrades_from_client_side_apply() -> None:
                             schema=TRAINJOB, now=T2)
     with pytest.raises(ApplyConflict, match='conflict with "kubectl-patch"'):
         apply(patched, changed, manager="kubectl", schema=TRAINJOB, now=T3)
+
+
+def test_apply_leaves_its_inputs_alone_and_returns_an_object_of_its_own() -> None:
+    # the merge shares unchanged parts with the live object while it works (copy-on-write):
+    # callers must still be able to keep, compare and edit live, config and result independently
+    first = apply(None, trainjob({"trainer": {"numNodes": 1, "image": "a", "env": [{"name": "A", "value": "1"}],
+                                              "args": ["x"]}}, labels={"team": "ml"}),
+                  manager="applier", schema=TRAINJOB, now=T1)
+    live = first.object
+    config = trainjob({"trainer": {"numNodes": 2, "env": [{"name": "A", "value": "2"}, {"name": "B", "value": "3"}]}},
+                      labels={"team": "ml"})
+    live_before, config_before = json.loads(json.dumps(live)), json.loads(json.dumps(config))
+    status_live = {**live, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+    status_before = json.loads(json.dumps(status_live))
+
+    result = apply(live, config, manager="applier", schema=TRAINJOB, now=T2)  # prunes image and args
+    status_result = apply(status_live, {"apiVersion": live["apiVersion"], "kind": "TrainJob", "metadata": {"name": "tj"},
+                                        "status": {"conditions": [{"type": "Ready", "status": "False"}]}},
+                          manager="status-writer", schema=TRAINJOB, now=T2, subresource="status")
+
+    assert live == live_before and config == config_before and status_live == status_before
+    assert result.object["spec"] == {"trainer": {"numNodes": 2, "env": [{"name": "A", "value": "2"},
+                                                                        {"name": "B", "value": "3"}]}}
+    result.object["spec"]["trainer"]["env"][0]["value"] = "edited"
+    result.object["metadata"]["labels"]["team"] = "edited"
+    status_result.object["spec"]["trainer"]["numNodes"] = 99
+    assert live == live_before and config == config_before and status_live == status_before
