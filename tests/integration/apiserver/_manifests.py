@@ -4,8 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[3]
-CRD_DIR = REPO / "deploy" / "crds" if (REPO / "deploy" / "crds" / "trainer.kubeflow.org_trainjobs.yaml").exists() \
-    else Path("/work/shared/reference/trainer-v2.1.0/crds")
+CRD_DIR = REPO / "deploy" / "crds"
 TRAINER_CRDS = sorted(CRD_DIR.glob("trainer.kubeflow.org_*.yaml"))
 
 RUNTIME = """\

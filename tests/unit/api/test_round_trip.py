@@ -10,7 +10,8 @@ import yaml
 from trainyard.api.objects import dump_object, parse_object
 from trainyard.api.trainer import ClusterTrainingRuntime, TrainJob
 
-REFERENCE = Path("/work/shared/reference")
+# shared/ sits beside the project checkout (as in CI).
+REFERENCE = Path(__file__).resolve().parents[4] / "shared" / "reference"
 REPO = Path(__file__).resolve().parents[3]
 V21_RUNTIMES = sorted((REFERENCE / "trainer-v2.1.0" / "runtimes").glob("*.yaml"))
 V23_RUNTIMES = sorted((REFERENCE / "trainer-v2.3.0" / "runtimes").glob("*.yaml"))

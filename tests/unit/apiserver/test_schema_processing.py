@@ -13,8 +13,6 @@ from trainyard_services.devcluster.schema import SchemaProcessor, _compiled_rule
 
 REPO = Path(__file__).resolve().parents[3]
 CRD_DIR = REPO / "deploy" / "crds"
-if not (CRD_DIR / "trainer.kubeflow.org_trainjobs.yaml").exists():
-    CRD_DIR = Path("/work/shared/reference/trainer-v2.1.0/crds")
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,8 @@ from trainyard.api.crds import crd_file_names, generate_crds
 from trainyard.cli.crds import render
 
 REPO = Path(__file__).resolve().parents[3]
-REFERENCE = Path("/work/shared/reference")
+# shared/ sits beside the project checkout (as in CI).
+REFERENCE = Path(__file__).resolve().parents[4] / "shared" / "reference"
 UPSTREAM = {
     "trainer.kubeflow.org_trainjobs.yaml": REFERENCE / "trainer-v2.1.0/crds/trainer.kubeflow.org_trainjobs.yaml",
     "trainer.kubeflow.org_trainingruntimes.yaml": REFERENCE / "trainer-v2.1.0/crds/trainer.kubeflow.org_trainingruntimes.yaml",
