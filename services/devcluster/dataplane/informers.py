@@ -35,6 +35,9 @@ def _rv(obj: dict[str, Any]) -> int:
         return 0
 
 
+_TOMBSTONES = 10_000
+
+
 class Informer:
     """The current objects of one resource, kept by list+watch; listeners hear each change."""
 
@@ -44,6 +47,9 @@ class Informer:
         self.objects: dict[Key, dict[str, Any]] = {}
         self.listeners: list[Listener] = []
         self.synced = asyncio.Event()
+        # resourceVersion at which each recently deleted key went away: a write-through of a
+        # response that raced with the watch's DELETED must not bring the object back.
+        self._deleted: dict[Key, int] = {}
 
     def get(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.objects.get((namespace, name))
@@ -59,6 +65,8 @@ class Informer:
         meta = obj.get("metadata") or {}
         if meta.get("deletionTimestamp") and not meta.get("finalizers"):
             return  # the API has removed it; the watch reports the deletion
+        if key in self._deleted and _rv(obj) <= self._deleted[key]:
+            return  # an answer older than the deletion the watch already reported
         current = self.objects.get(key)
         if current is None or _rv(obj) >= _rv(current):
             obj.setdefault("apiVersion", self.resource.api_version)
@@ -76,6 +84,7 @@ class Informer:
         fresh = {key_of(obj): obj for obj in items}
         gone = [obj for key, obj in self.objects.items() if key not in fresh]
         self.objects = fresh
+        self._deleted = {key_of(obj): _rv(obj) for obj in gone}
         for obj in gone:
             self._notify("DELETED", obj)
         for obj in items:
@@ -86,6 +95,9 @@ class Informer:
         key = key_of(obj)
         if event_type == "DELETED":
             self.objects.pop(key, None)
+            self._deleted[key] = max(_rv(obj), self._deleted.get(key, 0))
+            if len(self._deleted) > _TOMBSTONES:
+                del self._deleted[next(iter(self._deleted))]
         else:
             current = self.objects.get(key)
             if current is not None and _rv(obj) < _rv(current):
