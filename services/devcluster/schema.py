@@ -13,6 +13,8 @@ import re
 from functools import lru_cache
 from typing import Any, Callable
 
+from trainyard.apimachinery.json_types import json_type_name
+
 from . import errors
 from .errors import field_cause
 
@@ -27,22 +29,6 @@ _MISSING = object()
 
 def _path(parent: str, key: str) -> str:
     return f"{parent}.{key}" if parent else key
-
-
-def _type_name(value: Any) -> str:
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    return "null"
 
 
 def normalise_numbers(value: Any) -> Any:
@@ -122,7 +108,7 @@ def _type_ok(value: Any, schema: dict[str, Any]) -> bool:
     expected = schema.get("type")
     if expected is None:
         return True
-    actual = _type_name(value)
+    actual = json_type_name(value)
     if expected == "number":
         return actual in ("number", "integer")
     return actual == expected
@@ -130,7 +116,7 @@ def _type_ok(value: Any, schema: dict[str, Any]) -> bool:
 
 def _invalid_value(value: Any) -> str:
     if isinstance(value, (dict, list)):
-        return json.dumps(_type_name(value))
+        return json.dumps(json_type_name(value))
     return json.dumps(value)
 
 
@@ -302,7 +288,7 @@ def _validate(value: Any, old: Any, schema: dict[str, Any], path: str, walk: _Wa
     if not _type_ok(value, schema):
         expected = "integer or string" if schema.get("x-kubernetes-int-or-string") else schema.get("type")
         walk.causes.append(field_cause(path, "FieldValueTypeInvalid",
-                                       f'Invalid value: "{_type_name(value)}": {shown} in body must be of type {expected}: "{_type_name(value)}"'))
+                                       f'Invalid value: "{json_type_name(value)}": {shown} in body must be of type {expected}: "{json_type_name(value)}"'))
         return
     if "enum" in schema and value not in schema["enum"]:
         supported = ", ".join(json.dumps(v) for v in schema["enum"])

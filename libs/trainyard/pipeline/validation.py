@@ -20,6 +20,7 @@ from .framework import Plugin, ValidationContext, run_validation
 from .info import build_info
 from .observed import ObservedState
 from .plugins import REGISTRY
+from trainyard.apimachinery.json_types import json_type_name
 from trainyard.apimachinery.quantity import QuantityError
 from .resolution import (SUPPORTED_KEYS, ResolvedRuntime, RuntimeLookupError, created_deprecation_warning,
                          is_deprecated, lookup_runtime, referenced_deprecation_warning, registry_key,
@@ -75,21 +76,8 @@ class ValidationResult:
         return f'admission webhook "{self.webhook}" denied the request: {self.message()}'
 
 
-def _cel_value(value: Any) -> str:
-    # CEL violations show the type of the value, not the value itself.
-    if isinstance(value, dict):
-        return "object"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    return "string"
-
-
 def cel_error(field_path: str, value: Any, message: str) -> FieldError:
-    return FieldError(ErrorType.INVALID, field_path, _cel_value(value), message)
+    return FieldError(ErrorType.INVALID, field_path, json_type_name(value), message)
 
 
 def model_schema_errors(doc: dict[str, Any]) -> list[FieldError]:
