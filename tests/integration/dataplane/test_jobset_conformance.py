@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import uuid
 
 import pytest
 
@@ -15,22 +14,6 @@ POD = Resource("", "v1", "pods", "Pod")
 JOB = Resource("batch", "v1", "jobs", "Job")
 SERVICE = Resource("", "v1", "services", "Service")
 PY = "python3"
-
-
-@pytest.fixture
-async def kube(dataplane_cluster):
-    client = await dataplane_cluster.client()
-    try:
-        yield client
-    finally:
-        await client.close()
-
-
-@pytest.fixture
-async def ns(kube):
-    name = f"t-{uuid.uuid4().hex[:6]}"
-    await kube.create(NAMESPACE, None, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
-    return name
 
 
 async def items(kube, resource, namespace):

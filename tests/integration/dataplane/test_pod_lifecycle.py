@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import uuid
 
 import pytest
 
@@ -14,22 +13,6 @@ from trainyard.kube.resources import JOBSET, Resource
 NAMESPACE = Resource("", "v1", "namespaces", "Namespace", False)
 POD = Resource("", "v1", "pods", "Pod")
 JOB = Resource("batch", "v1", "jobs", "Job")
-
-
-@pytest.fixture
-async def kube(dataplane_cluster):
-    client = await dataplane_cluster.client()
-    try:
-        yield client
-    finally:
-        await client.close()
-
-
-@pytest.fixture
-async def ns(kube):
-    name = f"p-{uuid.uuid4().hex[:6]}"
-    await kube.create(NAMESPACE, None, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
-    return name
 
 
 async def condition(kube, ns, name, kind, status="True"):
