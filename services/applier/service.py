@@ -21,7 +21,7 @@ from trainyard.bus.envelopes import ApplyResult, EnvelopeError, ObjectRef, PlanM
 from trainyard.bus.kv import AppliedPlan, CasConflict, Outcome, Versioned, applied_key
 from trainyard.bus.session import BusSession
 from trainyard.bus.subjects import ObjectKey, PLANS_PREFIX, encode_token, result_subject
-from trainyard.bus.topology import PLANS_STREAM, ConsumerSpec
+from trainyard.bus.topology import PLANS_STREAM, ConsumerSpec, durable_name
 from trainyard.kube import resources as r
 from trainyard.kube.client import FIELD_MANAGER, KubeClient, KubeError
 from trainyard.kube.resources import resource_for
@@ -29,7 +29,7 @@ from trainyard.telemetry import metrics
 
 log = logging.getLogger(__name__)
 
-CONSUMER = "applier"
+ROLE = "applier"
 MANAGED_BY_TRAINER = "trainer.kubeflow.org/trainjob-controller"
 REASON_CREATION_FAILED = "TrainJobResourcesCreationFailed"
 MAX_HASHES = 8
@@ -67,8 +67,9 @@ class Applier:
         return self.lease_s / 3
 
     def consumer_spec(self) -> ConsumerSpec:
-        return ConsumerSpec(PLANS_STREAM, CONSUMER, [f"{PLANS_PREFIX}.{encode_token(self.cluster)}.>"],
-                            ack_wait_s=self.ack_wait_s, max_deliver=8)
+        return ConsumerSpec(PLANS_STREAM, durable_name(ROLE, self.cluster),
+                            [f"{PLANS_PREFIX}.{encode_token(self.cluster)}.>"],
+                            ack_wait_s=self.ack_wait_s, max_deliver=8, replaces=(ROLE,))
 
     def consumer(self) -> Consumer:
         return Consumer(self.bus.js, self.consumer_spec(), self.handle, service="applier",

@@ -9,7 +9,7 @@ from trainyard.bus.consumer import Consumer, Delivery, PermanentError
 from trainyard.bus.envelopes import EnvelopeError, ObjectEvent, decode
 from trainyard.bus.session import BusSession
 from trainyard.bus.subjects import ObjectKey, event_filter
-from trainyard.bus.topology import EVENTS_STREAM, ConsumerSpec
+from trainyard.bus.topology import EVENTS_STREAM, ConsumerSpec, durable_name
 from trainyard.kube import resources as r
 from trainyard.kube.client import KubeClient, KubeError
 
@@ -17,7 +17,7 @@ from trainyard_services.planner.reconcile import reconcile_trainjob
 
 log = logging.getLogger(__name__)
 
-CONSUMER = "planner"
+ROLE = "planner"
 
 
 def trainjob_lane(subject: str) -> str:
@@ -53,8 +53,8 @@ class Planner:
             log.debug("planned", extra={"trainjob": f"{namespace}/{name}", "outcome": outcome})
 
     def consumer_spec(self) -> ConsumerSpec:
-        return ConsumerSpec(EVENTS_STREAM, CONSUMER, [event_filter(self.cluster)],
-                            ack_wait_s=self.ack_wait_s, max_deliver=5)
+        return ConsumerSpec(EVENTS_STREAM, durable_name(ROLE, self.cluster), [event_filter(self.cluster)],
+                            ack_wait_s=self.ack_wait_s, max_deliver=5, replaces=(ROLE,))
 
     def consumer(self) -> Consumer:
         return Consumer(self.bus.js, self.consumer_spec(), self.handle, service="planner",

@@ -19,7 +19,7 @@ from trainyard.bus.envelopes import ApplyResult, EnvelopeError, ObjectEvent, dec
 from trainyard.bus.kv import Outcome, applied_key
 from trainyard.bus.session import BusSession
 from trainyard.bus.subjects import RESULTS_PREFIX, ObjectKey, encode_token, event_filter
-from trainyard.bus.topology import EVENTS_STREAM, RESULTS_STREAM, ConsumerSpec
+from trainyard.bus.topology import EVENTS_STREAM, RESULTS_STREAM, ConsumerSpec, durable_name
 from trainyard.kube import resources as r
 from trainyard.kube.client import KubeClient, KubeError
 from trainyard.kube.events import record_event
@@ -102,13 +102,13 @@ class StatusService:
     ack_wait_s: float = 30.0
 
     def consumers(self) -> list[Consumer]:
-        events = ConsumerSpec(EVENTS_STREAM, "status", [
+        events = ConsumerSpec(EVENTS_STREAM, durable_name("status", self.cluster), [
             event_filter(self.cluster, "TrainJob"), event_filter(self.cluster, "JobSet"),
             event_filter(self.cluster, "TrainingRuntime"), event_filter(self.cluster, "ClusterTrainingRuntime"),
-        ], ack_wait_s=self.ack_wait_s, max_deliver=5)
-        results = ConsumerSpec(RESULTS_STREAM, "status-results",
+        ], ack_wait_s=self.ack_wait_s, max_deliver=5, replaces=("status",))
+        results = ConsumerSpec(RESULTS_STREAM, durable_name("status-results", self.cluster),
                                [f"{RESULTS_PREFIX}.{encode_token(self.cluster)}.>"],
-                               ack_wait_s=self.ack_wait_s, max_deliver=5)
+                               ack_wait_s=self.ack_wait_s, max_deliver=5, replaces=("status-results",))
         lane = _namespace_name_lane
         return [
             Consumer(self.bus.js, events, self.handle_event, service="status",

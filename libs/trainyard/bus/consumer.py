@@ -24,7 +24,7 @@ from nats.js import JetStreamContext
 from trainyard.bus import subjects
 from trainyard.bus.envelopes import DeadLetter
 from trainyard.bus.publisher import Publisher
-from trainyard.bus.topology import ConsumerSpec, ensure_consumer
+from trainyard.bus.topology import ConsumerSpec, ensure_consumer, retire_consumers
 from trainyard.bus.tracing import consume_span
 from trainyard.telemetry import metrics
 
@@ -136,6 +136,7 @@ class Consumer:
         attempt = 0
         while not stop.is_set():
             try:
+                await retire_consumers(self._js, self._spec)
                 await ensure_consumer(self._js, self._spec)
                 return await self._js.pull_subscribe_bind(
                     durable=self._spec.durable, stream=self._spec.stream

@@ -86,6 +86,18 @@ def bucket_configs(storage: StorageType = StorageType.FILE) -> list[KeyValueConf
     ]
 
 
+def durable_name(role: str, cluster: str) -> str:
+    """The durable consumer of one service role for one cluster: ``<role>_<cluster token>``.
+
+    Several clusters share one NATS, so each cluster's planner/applier/status needs consumers
+    of its own: one shared name would split (and, with a filter per cluster, drop) the other
+    cluster's messages. Roles never contain ``_``, so the first ``_`` separates role and cluster.
+    """
+    if "_" in role:
+        raise ValueError(f"consumer role {role!r} must not contain '_'")
+    return f"{role}_{subjects.encode_token(cluster)}"
+
+
 @dataclass(frozen=True)
 class ConsumerSpec:
     """A durable pull consumer: explicit ack, bounded redelivery, then the dead letter."""
@@ -97,6 +109,8 @@ class ConsumerSpec:
     max_deliver: int = 5
     max_ack_pending: int = 4096
     deliver_new_only: bool = False
+    # Durable names of earlier releases that this consumer takes over (see retire_consumers).
+    replaces: tuple[str, ...] = ()
     extra: dict = field(default_factory=dict)
 
     def config(self) -> ConsumerConfig:
@@ -136,6 +150,26 @@ async def ensure_topology(js: JetStreamContext, storage: StorageType = StorageTy
     """Creates (or updates) every stream and bucket; safe to call from any number of replicas."""
     await ensure_streams(js, storage)
     await ensure_buckets(js, storage)
+
+
+async def retire_consumers(js: JetStreamContext, spec: ConsumerSpec) -> None:
+    """Deletes consumers of an earlier release that ``spec`` replaces, when they read exactly
+    ``spec``'s subjects. A work-queue stream refuses two consumers with the same filter, and a
+    leftover on an events stream would only pile up, so the old name must go; a consumer with
+    another filter (another cluster's, created by hand) is left alone."""
+    for legacy in spec.replaces:
+        try:
+            info = await js.consumer_info(spec.stream, legacy)
+        except Exception:  # NotFoundError: nothing to retire
+            continue
+        config = info.config
+        legacy_filters = sorted(config.filter_subjects or ([config.filter_subject] if config.filter_subject else []))
+        if legacy_filters == sorted(spec.filter_subjects):
+            log.info("retiring consumer %s (replaced by %s)", legacy, spec.durable)
+            try:
+                await js.delete_consumer(spec.stream, legacy)
+            except Exception as err:
+                log.warning("could not retire consumer %s: %s", legacy, err)
 
 
 async def ensure_consumer(js: JetStreamContext, spec: ConsumerSpec) -> None:

@@ -197,10 +197,10 @@ def test_poison_messages_go_to_the_dead_letter_and_consuming_goes_on(stack, api,
     for msg in letters:
         letter = decode(DeadLetter, msg.data)
         by_consumer[letter.consumer] = letter
-    assert set(by_consumer) == {"planner", "status", "applier"}
-    assert by_consumer["planner"].subject == "ty.events.default.TrainJob.default.poison"
-    assert by_consumer["planner"].error.startswith("invalid ObjectEvent")
-    assert by_consumer["applier"].error.startswith("invalid PlanMessage: ")
+    assert set(by_consumer) == {"planner_default", "status_default", "applier_default"}
+    assert by_consumer["planner_default"].subject == "ty.events.default.TrainJob.default.poison"
+    assert by_consumer["planner_default"].error.startswith("invalid ObjectEvent")
+    assert by_consumer["applier_default"].error.startswith("invalid PlanMessage: ")
     # The services keep consuming.
     api.create(TRAINJOBS.format(ns="default"), trainjob("after-poison"))
     wait_for(lambda: api.get(JOBSETS.format(ns="default") + "/after-poison"), what="JobSet after poison")
