@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed-lock
 LOCK_INPUTS := constraints.txt pyproject.toml setup.py
 TORCH_VERSION := 2.13.0
 
-.PHONY: venv test test-fast demo crds lint-imports bench clean
+.PHONY: venv test test-fast demo crds lint-imports bench clean system-tools
 
 # The stamp holds a hash of the lock inputs: a changed lock rebuilds the venv's packages.
 $(STAMP): $(LOCK_INPUTS)
@@ -21,7 +21,19 @@ $(STAMP): $(LOCK_INPUTS)
 
 venv: $(STAMP)
 
-test: venv
+# Prometheus and Chromium (Debian packages) for the observability tests: installed only when
+# missing and when running as root with apt; elsewhere those tests skip and say why.
+SYSTEM_TOOLS := prometheus:prometheus chromium:chromium
+system-tools:
+	@for pair in $(SYSTEM_TOOLS); do pkg=$${pair%%:*}; bin=$${pair##*:}; \
+	  if command -v $$bin >/dev/null 2>&1; then continue; fi; \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    (DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$pkg >/dev/null 2>&1 || (apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$pkg >/dev/null 2>&1)) \
+	      && echo "installed $$pkg" || echo "could not install $$pkg (tests that need it skip)"; \
+	  else echo "$$pkg missing and not root with apt: tests that need it skip"; fi; \
+	done
+
+test: venv system-tools
 	$(BIN)/lint-imports --config .importlinter
 	$(BIN)/python -m pytest -q -rs tests
 
