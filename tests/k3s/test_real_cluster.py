@@ -92,7 +92,8 @@ def get_json(kubeconfig: Path, *args: str):
 
 
 def test_services_turn_a_trainjob_into_its_jobset_on_k3s(k3s_kubeconfig: Path, nats_server, tmp_path: Path) -> None:
-    kubectl(k3s_kubeconfig, "apply", "--server-side", "-f", str(ROOT / "deploy" / "crds"))
+    kubectl(k3s_kubeconfig, "apply", "--server-side", "-k", str(ROOT / "deploy" / "crds"))
+    kubectl(k3s_kubeconfig, "apply", "--server-side", "-k", str(ROOT / "deploy" / "crds" / "dependencies"))
     for crd in ("trainjobs.trainer.kubeflow.org", "jobsets.jobset.x-k8s.io",
                 "clustertrainingruntimes.trainer.kubeflow.org"):
         kubectl(k3s_kubeconfig, "wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
