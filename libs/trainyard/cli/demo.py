@@ -19,16 +19,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trainyard.cli.main import UserError
+from trainyard.packaged import examples_dir
+
 HELP = "Run the local demo: trainyard up, submit examples/torch-ddp-cpu, watch it train, stop."
 
-REPO = Path(__file__).resolve().parents[3]
-DEFAULT_EXAMPLE = REPO / "examples" / "torch-ddp-cpu"
+EXAMPLES = examples_dir()
+DEFAULT_EXAMPLE = EXAMPLES / "torch-ddp-cpu"
 STEP_RE = re.compile(r"\bstep\b\D{0,3}(\d+)", re.IGNORECASE)
 LOSS_RE = re.compile(r"\bloss\b\D{0,3}([-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)", re.IGNORECASE)
 
 
-class DemoError(Exception):
-    pass
+class DemoError(UserError):
+    """The demo could not run or the TrainJob did not complete: one line, exit status 1."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, exit_code=1)
 
 
 # -- reading the example ----------------------------------------------------------------------
@@ -191,7 +197,7 @@ def start_stack(data_dir: Path, console: Any, timeout_s: float) -> subprocess.Po
     output = (data_dir.parent / f"{data_dir.name}-up.log").open("wb")
     process = subprocess.Popen(
         [sys.executable, "-m", "trainyard.cli.main", "up", "--free-ports", "--data-dir", str(data_dir)],
-        stdout=output, stderr=subprocess.STDOUT, cwd=REPO,
+        stdout=output, stderr=subprocess.STDOUT, cwd=data_dir.parent,
     )
     state_file = data_dir / "stack.json"
     deadline = time.monotonic() + timeout_s
@@ -265,7 +271,7 @@ def run(args: argparse.Namespace) -> int:
     stack = start_stack(data_dir, console, timeout_s=args.startup_timeout)
     try:
         kubeconfig = data_dir / "kubeconfig"
-        console.print(f"trainyard is up ({time.monotonic() - began:.0f}s). Submitting {example.relative_to(REPO) if example.is_relative_to(REPO) else example}",
+        console.print(f"trainyard is up ({time.monotonic() - began:.0f}s). Submitting {example.relative_to(EXAMPLES.parent) if example.is_relative_to(EXAMPLES.parent) else example}",
                       highlight=False)
         # A kustomization ships the training script as a ConfigMap next to the TrainJob.
         mode = "-k" if (example / "kustomization.yaml").is_file() else "-f"

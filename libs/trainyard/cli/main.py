@@ -23,6 +23,7 @@ COMMANDS: dict[str, str] = {
     "crds": "trainyard.cli.crds",
     "plan": "trainyard.cli.plan",
     "validate": "trainyard.cli.validate",
+    "demo": "trainyard.cli.demo",
 }
 
 
@@ -39,6 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="trainyard",
         description="Kubeflow Trainer v2 compatible training control plane on NATS JetStream.",
     )
+    from trainyard.packaged import version
+
+    parser.add_argument("--version", action="version", version=f"trainyard {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, module_name in COMMANDS.items():
         module = importlib.import_module(module_name)

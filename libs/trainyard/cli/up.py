@@ -48,13 +48,13 @@ def _shortest(path: Path) -> str:
 
 def _try_this(kubeconfig: Path) -> list[str]:
     from trainyard.supervisor.binaries import MissingBinaryError, kubectl_binary
-    from trainyard.supervisor.manifests import repository_deploy_dir
+    from trainyard.packaged import examples_dir
 
     try:
         kubectl = _shortest(kubectl_binary())
     except MissingBinaryError:
         kubectl = "kubectl"
-    example = _shortest(repository_deploy_dir().parent / "examples" / "torch-ddp-cpu")
+    example = _shortest(examples_dir() / "torch-ddp-cpu")
     base = f"{shlex.quote(kubectl)} --kubeconfig {shlex.quote(str(kubeconfig))}"
     return [f"{base} get clustertrainingruntimes", f"{base} apply -k {shlex.quote(example)}/"]
 

@@ -22,10 +22,10 @@ class ManifestError(Exception):
 
 
 def repository_deploy_dir() -> Path:
-    """`deploy/` of the checkout this package is installed from (editable installs)."""
-    import trainyard
+    """`deploy/`: the checkout's (editable installs), else the copy shipped in the package."""
+    from trainyard.packaged import deploy_dir
 
-    return Path(trainyard.__file__).resolve().parents[2] / "deploy"
+    return deploy_dir()
 
 
 # The CRDs embed the whole PodSpec schema (about 1 MB of YAML): libyaml parses them ten times
