@@ -26,6 +26,7 @@ from trainyard.kube import resources as r
 from trainyard.kube.client import FIELD_MANAGER, KubeClient, KubeError
 from trainyard.kube.resources import resource_for
 from trainyard.telemetry import metrics
+from trainyard.telemetry.tracing import current_traceparent
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +116,7 @@ class Applier:
         done = AppliedPlan(
             uid=plan.uid, generation=plan.generation, planHash=plan.plan_hash, state="applied",
             owned=list(plan.owned), hashes=_remember(claim.previous, plan),
+            traceparent=current_traceparent(),
         )
         try:
             await self.bus.applied.compare_and_set(key, done, claim.revision)

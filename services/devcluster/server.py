@@ -24,6 +24,7 @@ from .registry import Registry, ResourceType
 from .resources import Api, WriteOptions
 from .storage import Store, dumps
 from .tls import Credentials
+from . import metrics as devcluster_metrics
 
 log = logging.getLogger("trainyard.devcluster.server")
 
@@ -105,6 +106,7 @@ class ApiServer:
         self.address = "127.0.0.1:0"
         self._stopping = asyncio.Event()
         self.logs = podlogs.PodLogs(data_dir / "pods")
+        devcluster_metrics.register_store(self.store)
 
     # ---------------------------------------------------------------- app
 
@@ -131,6 +133,28 @@ class ApiServer:
     # ---------------------------------------------------------------- dispatch
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
+        started = time.monotonic()
+        labels = _request_labels(request)
+        verb = labels[0]
+        kind = devcluster_metrics.request_kind(verb)
+        devcluster_metrics.INFLIGHT.labels(kind).inc()
+        longrunning = devcluster_metrics.LONGRUNNING.labels(*labels[:3]) if verb == "WATCH" else None
+        if longrunning is not None:
+            longrunning.inc()
+        response = None
+        try:
+            response = await self._measured_dispatch(request)
+        finally:
+            devcluster_metrics.INFLIGHT.labels(kind).dec()
+            if longrunning is not None:
+                longrunning.dec()
+            code = str(response.status) if response is not None else "499"
+            devcluster_metrics.REQUESTS.labels(*labels, code).inc()
+            if verb != "WATCH":
+                devcluster_metrics.REQUEST_DURATION.labels(*labels).observe(time.monotonic() - started)
+        return response
+
+    async def _measured_dispatch(self, request: web.Request) -> web.StreamResponse:
         started = time.monotonic()
         try:
             response = await self._dispatch(request)
@@ -194,6 +218,8 @@ class ApiServer:
             return self._json(KUBERNETES_VERSION)
         if not self._authorised(request):
             raise errors.unauthorized()
+        if segments == ["metrics"] and method == "GET":
+            return devcluster_metrics.response()
         accept = request.headers.get("Accept", "")
         if not segments:
             paths = ["/api", "/api/v1", "/apis", "/healthz", "/livez", "/openapi/v3", "/readyz", "/version"]
@@ -449,6 +475,20 @@ class ApiServer:
                      as_table: bool) -> web.StreamResponse:
         options = watch.parse_watch_options(query, parse_bool)
         return await watch.stream(request, self.api, rt, ns, options, as_table, self._stopping)
+
+
+def _request_labels(request: web.Request) -> tuple[str, str, str, str]:
+    """(verb, group, resource, subresource) of a request, as kube-apiserver labels it."""
+    segments = [unquote(s) for s in request.rel_url.raw_path.split("/") if s]
+    target = parse_resource_path(segments) if segments and segments[0] in ("api", "apis") else None
+    if target is None:
+        path = "/" + "/".join(segments[:1]) if segments else "/"
+        verb = request.method if request.method != "GET" else "GET"
+        return verb, "", path, ""
+    watch = request.rel_url.query.get("watch", "") in ("1", "true", "True")
+    verb = devcluster_metrics.verb_of(request.method, target.name is not None, watch,
+                                      (request.headers.get("Content-Type") or "").lower())
+    return verb, target.group, target.resource, target.subresource or ""
 
 
 ReadyCallback = Callable[[str, int], Awaitable[None] | None]

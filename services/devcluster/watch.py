@@ -20,6 +20,7 @@ from . import errors, machinery, tables
 from .errors import ApiError
 from .registry import ResourceType
 from .storage import Change, Expired, StoredObject, dumps
+from . import metrics as devcluster_metrics
 
 BOOKMARK_INTERVAL = 30.0
 DEAD_CLIENT_CHECK = 5.0  # seconds between checks that the client is still there
@@ -161,6 +162,7 @@ async def stream(request: web.Request, api: Any, rt: ResourceType, namespace: st
                 last = changes[-1].rv
             if out:
                 await response.write(b"".join(out))
+                devcluster_metrics.WATCH_EVENTS.labels(rt.group, rt.resource).inc(len(out))
             now = time.monotonic()
             if now >= options.deadline:
                 if options.bookmarks:

@@ -13,6 +13,7 @@ import os
 import socket
 import ssl
 import tempfile
+import time
 from typing import Any, Awaitable, Callable
 
 from fastapi import FastAPI, Request
@@ -60,6 +61,33 @@ def bad_review(detail: str) -> JSONResponse:
 
 def build_app(observed_for: ObservedLookup) -> FastAPI:
     app = FastAPI(title="trainyard planner webhooks", docs_url=None, redoc_url=None, openapi_url=None)
+    for _, path, resource in WEBHOOKS:
+        metrics.WEBHOOK_LATENCY.labels(path)
+        metrics.WEBHOOK_IN_FLIGHT.labels(path)
+        for code in ("200", "400", "500"):
+            metrics.WEBHOOK_REQUESTS_BY_CODE.labels(path, code)
+        for allowed in ("true", "false"):
+            metrics.WEBHOOK_REQUESTS.labels(resource, allowed)
+
+    @app.middleware("http")
+    async def measure(request: Request, call_next):
+        """controller-runtime's webhook metrics: by path and HTTP code, latency, in flight."""
+        path = request.url.path
+        known = any(path == p for _, p, _ in WEBHOOKS)
+        if not known:
+            return await call_next(request)
+        started = time.perf_counter()
+        in_flight = metrics.WEBHOOK_IN_FLIGHT.labels(path)
+        in_flight.inc()
+        code = "500"
+        try:
+            response = await call_next(request)
+            code = str(response.status_code)
+            return response
+        finally:
+            in_flight.dec()
+            metrics.WEBHOOK_LATENCY.labels(path).observe(time.perf_counter() - started)
+            metrics.WEBHOOK_REQUESTS_BY_CODE.labels(path, code).inc()
 
     async def read_review(request: Request) -> tuple[dict[str, Any], str] | JSONResponse:
         try:

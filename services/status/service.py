@@ -14,6 +14,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from opentelemetry import trace
+
 from trainyard.bus.consumer import Consumer, Delivery, PermanentError
 from trainyard.bus.envelopes import ApplyResult, EnvelopeError, ObjectEvent, decode
 from trainyard.bus.kv import Outcome, applied_key
@@ -25,9 +27,11 @@ from trainyard.kube.client import KubeClient, KubeError
 from trainyard.kube.events import record_event
 from trainyard.api.constants import CONDITION_SUSPENDED, MESSAGE_RESUMED, REASON_RESUMED
 from trainyard.pipeline.status import compute_trainjob_status, set_condition
-from trainyard.telemetry import metrics
+from trainyard.telemetry import metrics, trainjobs as trainjob_metrics
+from trainyard.telemetry.tracing import link_to, trainjob_span
 
 log = logging.getLogger(__name__)
+_tracer = trace.get_tracer("trainyard.status")
 
 COMPONENT = "trainer-trainjob-controller"
 RUNTIME_COMPONENTS = {"TrainingRuntime": "trainer-trainingruntime-controller",
@@ -133,10 +137,15 @@ class StatusService:
             if event.type != "DELETED":
                 await self.reconcile_trainjob(event.namespace, event.name)
             return
-        owner = next((ref.get("name") for ref in (event.object.get("metadata") or {}).get("ownerReferences") or []
+        owner = next((ref for ref in (event.object.get("metadata") or {}).get("ownerReferences") or []
                       if ref.get("kind") == "TrainJob"), None)
-        if owner:
-            await self.reconcile_trainjob(event.namespace, owner)
+        if owner and owner.get("name"):
+            # A trace of its own (started by the watcher's observation of the child), linked
+            # to the TrainJob change that applied it.
+            applied = (await self.bus.applied.read(applied_key(self.cluster, event.namespace, owner["name"]))).value
+            links = link_to(applied.traceparent, owner.get("uid")) if applied is not None else []
+            with trainjob_span(_tracer, f"fold {event.kind} status", owner.get("uid"), links=links):
+                await self.reconcile_trainjob(event.namespace, owner["name"])
 
     async def handle_result(self, delivery: Delivery) -> None:
         try:
@@ -193,6 +202,7 @@ class StatusService:
                 metrics.STATUS_WRITES.labels("error").inc()
                 raise
             metrics.STATUS_WRITES.labels("written").inc()
+            trainjob_metrics.observe_transition(trainjob, before, after)
             for condition in transitions(before, after):
                 await record_event(self.kube, trainjob, _event_type(condition), condition.get("reason") or
                                    condition.get("type"), condition.get("message") or "", COMPONENT)
@@ -266,4 +276,8 @@ def _namespace_name_lane(subject: str) -> str:
 
 
 async def run_status(service: StatusService, stop: asyncio.Event) -> None:
-    await asyncio.gather(*(consumer.run(stop) for consumer in service.consumers()))
+    async def trainjobs() -> list[dict[str, Any]]:
+        return await service.bus.snapshots.list(service.cluster, "TrainJob")
+
+    await asyncio.gather(*(consumer.run(stop) for consumer in service.consumers()),
+                         trainjob_metrics.keep_state_gauge(trainjobs, stop))

@@ -12,6 +12,8 @@ import logging
 from collections import OrderedDict
 from typing import Any
 
+from opentelemetry import context as otel_context, trace
+
 from trainyard.bus.envelopes import EventType, ObjectEvent
 from trainyard.bus.kv import resource_version_newer
 from trainyard.bus.publisher import Outgoing
@@ -22,8 +24,10 @@ from trainyard.kube.client import KubeClient
 from trainyard.kube.resources import Resource
 from trainyard.kube.watch import list_and_watch
 from trainyard.telemetry import metrics
+from trainyard.telemetry.tracing import trainjob_span
 
 log = logging.getLogger(__name__)
+_tracer = trace.get_tracer("trainyard.watcher")
 
 WATCHED: tuple[Resource, ...] = (
     r.TRAINJOB, r.TRAINING_RUNTIME, r.CLUSTER_TRAINING_RUNTIME, r.JOBSET,
@@ -41,18 +45,42 @@ def owned_by_trainjob(obj: dict[str, Any]) -> bool:
     )
 
 
+def trainjob_uid_of(event: ObjectEvent) -> str | None:
+    """The TrainJob an event belongs to: the TrainJob itself, or the owner of a child."""
+    if event.kind == r.TRAINJOB.kind:
+        return event.uid or None
+    for ref in (event.object.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("kind") == r.TRAINJOB.kind and str(ref.get("apiVersion", "")).startswith(r.TRAINJOB.group):
+            return ref.get("uid") or None
+    return None
+
+
+def observation_context(event: ObjectEvent) -> Any:
+    """Each observed change of a TrainJob (or of an object it owns) starts a trace: a short
+    ``observe <Kind>`` span whose context the event is published under. None for others."""
+    uid = trainjob_uid_of(event)
+    if uid is None:
+        return None
+    meta = event.object.get("metadata") or {}
+    with trainjob_span(_tracer, f"observe {event.kind}", uid, root=True, attributes={
+        "k8s.kind": event.kind, "k8s.namespace.name": event.namespace, "k8s.object.name": event.name,
+        "k8s.event.type": event.type, "k8s.resource_version": str(meta.get("resourceVersion", "")),
+    }):
+        return otel_context.get_current()
+
+
 class EventSink:
     """Queues events and publishes them in batches (snapshot first, then the event)."""
 
     def __init__(self, bus: BusSession, cluster: str, queue_size: int = 4096) -> None:
         self._bus = bus
         self._cluster = cluster
-        self._queue: asyncio.Queue[ObjectEvent] = asyncio.Queue(maxsize=queue_size)
+        self._queue: asyncio.Queue[tuple[ObjectEvent, Any]] = asyncio.Queue(maxsize=queue_size)
 
     async def put(self, event_type: EventType, obj: dict[str, Any]) -> None:
         event = ObjectEvent.from_object(self._cluster, event_type, obj)
         metrics.WATCH_EVENTS.labels(event.kind, event_type).inc()
-        await self._queue.put(event)
+        await self._queue.put((event, observation_context(event)))
 
     async def run(self, stop: asyncio.Event) -> None:
         while not (stop.is_set() and self._queue.empty()):
@@ -65,7 +93,7 @@ class EventSink:
                 batch.append(self._queue.get_nowait())
             await self._flush_until_done(batch, stop)
 
-    async def _flush_until_done(self, batch: list[ObjectEvent], stop: asyncio.Event) -> None:
+    async def _flush_until_done(self, batch: list[tuple[ObjectEvent, Any]], stop: asyncio.Event) -> None:
         attempt = 0
         while True:
             try:
@@ -79,9 +107,9 @@ class EventSink:
                     return
                 await asyncio.sleep(min(0.2 * attempt, 2.0))
 
-    async def _flush(self, batch: list[ObjectEvent]) -> None:
+    async def _flush(self, batch: list[tuple[ObjectEvent, Any]]) -> None:
         by_key: OrderedDict[Any, list[ObjectEvent]] = OrderedDict()
-        for event in batch:
+        for event, _ in batch:
             by_key.setdefault(event.key, []).append(event)
 
         async def record(events: list[ObjectEvent]) -> None:
@@ -90,7 +118,7 @@ class EventSink:
 
         await asyncio.gather(*(record(events) for events in by_key.values()))
         await self._bus.publisher.publish_many(
-            Outgoing(event_subject(e.key), e, e.msg_id()) for e in batch
+            Outgoing(event_subject(e.key), e, e.msg_id(), context) for e, context in batch
         )
 
 

@@ -77,6 +77,7 @@ class Consumer:
         batch: int = 128,
         concurrency: int = 32,
         fetch_timeout_s: float = 1.0,
+        backlog_interval_s: float = 2.0,
     ) -> None:
         self._js = js
         self._spec = spec
@@ -92,6 +93,9 @@ class Consumer:
         self._idle = asyncio.Event()
         self._idle.set()
         self._stopping = False
+        self._backlog_interval_s = backlog_interval_s
+        self._started: dict[int, float] = {}  # id(msg) -> monotonic start of its handler
+        metrics.init_consumer_metrics(service, spec.durable)
 
     @property
     def name(self) -> str:
@@ -102,6 +106,7 @@ class Consumer:
         sub = await self._subscribe(stop)
         if sub is None:
             return
+        backlog = asyncio.create_task(self._watch_backlog(stop))
         try:
             while not stop.is_set():
                 if self._pending >= self._batch * 2:
@@ -125,11 +130,38 @@ class Consumer:
                 for msg in msgs:
                     self._enqueue(msg)
         finally:
+            backlog.cancel()
+            await asyncio.gather(backlog, return_exceptions=True)
             await self.drain()
             try:
                 await sub.unsubscribe()
             except Exception:
                 pass
+
+    async def _watch_backlog(self, stop: asyncio.Event) -> None:
+        """The real backlog: JetStream's consumer info (pending, ack-pending, redelivered), and
+        the work in progress here, every ``backlog_interval_s``."""
+        labels = (self._spec.stream, self.name)
+        while not stop.is_set():
+            now = time.monotonic()
+            running = [now - began for began in self._started.values()]
+            metrics.WORKQUEUE_UNFINISHED_WORK.labels(self.name).set(sum(running))
+            metrics.WORKQUEUE_LONGEST_RUNNING.labels(self.name).set(max(running, default=0.0))
+            try:
+                info = await self._js.consumer_info(self._spec.stream, self.name, timeout=2.0)
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:  # disconnected or consumer being re-created: next round
+                log.debug("consumer info of %s failed: %s", self.name, err)
+            else:
+                pending, ack_pending = info.num_pending or 0, info.num_ack_pending or 0
+                metrics.JETSTREAM_PENDING.labels(*labels).set(pending)
+                metrics.JETSTREAM_ACK_PENDING.labels(*labels).set(ack_pending)
+                metrics.JETSTREAM_REDELIVERED.labels(*labels).set(info.num_redelivered or 0)
+                metrics.JETSTREAM_DELIVERED.labels(*labels).set(
+                    (info.delivered.stream_seq if info.delivered else 0) or 0)
+                metrics.WORKQUEUE_DEPTH.labels(self.name).set(pending + ack_pending)
+            await _sleep_or_stop(stop, self._backlog_interval_s)
 
     async def _subscribe(self, stop: asyncio.Event):
         """Creates/binds the durable consumer, retrying while JetStream is unavailable."""
@@ -166,7 +198,6 @@ class Consumer:
         metrics.WORKQUEUE_ADDS.labels(self.name).inc()
         self._pending += 1
         self._idle.clear()
-        metrics.WORKQUEUE_DEPTH.labels(self.name).set(self._pending)
         key = self._key_of(msg.subject)
         lane = self._lanes.get(key)
         if lane is None:
@@ -194,7 +225,6 @@ class Consumer:
 
     def _done_one(self) -> None:
         self._pending -= 1
-        metrics.WORKQUEUE_DEPTH.labels(self.name).set(self._pending)
         if self._pending <= self._batch:
             self._idle.set()
 
@@ -213,6 +243,7 @@ class Consumer:
             stream_sequence=meta.sequence.stream,
         )
         started = time.perf_counter()
+        self._started[id(msg)] = time.monotonic()
         try:
             with consume_span(msg.subject, msg.headers, self.name):
                 await self._handler(delivery)
@@ -235,8 +266,11 @@ class Consumer:
                            "deliveries": delivery.num_delivered, "error": text},
                 )
                 await _quietly(msg.nak(delay=redelivery_delay(delivery.num_delivered)))
+                metrics.WORKQUEUE_RETRIES.labels(self.name).inc()
                 self._record("error", started)
             return
+        finally:
+            self._started.pop(id(msg), None)
         await _quietly(msg.ack())
         self._record("success", started)
 
@@ -245,6 +279,7 @@ class Consumer:
         metrics.PROCESSED_DURATION.labels(self._service, self.name).observe(elapsed)
         metrics.RECONCILE_TOTAL.labels(self.name, result).inc()
         metrics.RECONCILE_TIME.labels(self.name).observe(elapsed)
+        metrics.WORKQUEUE_WORK_DURATION.labels(self.name).observe(elapsed)
         if result != "success":
             metrics.RECONCILE_ERRORS.labels(self.name).inc()
 

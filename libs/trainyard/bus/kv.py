@@ -165,6 +165,9 @@ class AppliedPlan(BaseModel):
     # Hashes already applied at this generation (a re-delivered older plan of the same
     # generation is then recognised and not applied again).
     hashes: list[str] = Field(default_factory=list)
+    # W3C traceparent of the TrainJob change that applied it: status traces started by
+    # JobSet events link to it.
+    traceparent: str = ""
 
     def claim_live(self, now: float | None = None) -> bool:
         return self.state == "applying" and (now or time.time()) < self.claim_expires

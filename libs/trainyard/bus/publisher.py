@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Any, Iterable
+
+from opentelemetry import context as otel_context
 
 from nats.js import JetStreamContext
 from nats.js.api import PubAck
@@ -25,6 +27,9 @@ class Outgoing:
     subject: str
     envelope: Envelope
     msg_id: str
+    # The trace context to publish under (e.g. the watcher's observation of the object);
+    # None: the current one.
+    context: Any = None
 
 
 class Publisher:
@@ -50,10 +55,15 @@ class Publisher:
         futures: list[asyncio.Future[PubAck]] = []
         subjects: list[str] = []
         for item in items:
-            with publish_span(item.subject, item.msg_id):
-                future = await self._js.publish_async(
-                    item.subject, encode(item.envelope), headers=self._headers(item.msg_id)
-                )
+            token = otel_context.attach(item.context) if item.context is not None else None
+            try:
+                with publish_span(item.subject, item.msg_id):
+                    future = await self._js.publish_async(
+                        item.subject, encode(item.envelope), headers=self._headers(item.msg_id)
+                    )
+            finally:
+                if token is not None:
+                    otel_context.detach(token)
             futures.append(future)
             subjects.append(item.subject)
         if not futures:

@@ -36,6 +36,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--skip", action="append", default=[], metavar="COMPONENT",
                         help="do not start this component (nats, devcluster, watcher, planner, applier, status), "
                              "e.g. to run it yourself in a debugger; repeatable")
+    parser.add_argument("--otlp-endpoint", default=None, metavar="URL",
+                        help="export every service's traces over OTLP/HTTP to this receiver, e.g. "
+                             "http://127.0.0.1:4318 (sets OTEL_EXPORTER_OTLP_ENDPOINT for the services; "
+                             "the other OTEL_* variables are passed through as they are)")
     parser.add_argument("--startup-timeout", type=float, default=120.0, metavar="SECONDS",
                         help="how long each component may take to become ready (default 120)")
 
@@ -89,6 +93,8 @@ def run(args: argparse.Namespace) -> int:
                 say(f"  {line}")
         say(f"Logs in {stack.layout.logs_dir}. Stop with Ctrl-C or `trainyard down --data-dir {stack.layout.root}`.")
 
+    if args.otlp_endpoint:
+        os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = args.otlp_endpoint  # inherited by every child
     resuming = (config.data_dir / "stack.json").is_file()
     say(f"trainyard: {'resuming' if resuming else 'starting'} in {config.data_dir}"
         + (" (NATS streams and API objects kept)" if resuming else ""))

@@ -13,10 +13,20 @@ from typing import Any, AsyncIterator
 import aiohttp
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind
 
 from trainyard.kube.resources import Resource, resource_for
 
 log = logging.getLogger(__name__)
+_tracer = trace.get_tracer("trainyard.kube")
+
+
+def _span(name: str, resource: Resource, namespace: str | None, obj_name: str | None):
+    """A CLIENT span around one write to the API server."""
+    return _tracer.start_as_current_span(name, kind=SpanKind.CLIENT, attributes={
+        "k8s.kind": resource.kind, "k8s.namespace.name": namespace or "", "k8s.object.name": obj_name or "",
+    })
 
 FIELD_MANAGER = "trainer"
 
@@ -59,6 +69,12 @@ class KubeClient:
             configuration = k8s_client.Configuration()
             k8s_config.load_incluster_config(client_configuration=configuration)
             api = k8s_client.ApiClient(configuration)
+        return cls(api)
+
+    @classmethod
+    async def from_kubeconfig_dict(cls, kubeconfig: dict, *, context: str | None = None) -> "KubeClient":
+        """From a kubeconfig held in memory (e.g. read from a Secret): it never touches disk."""
+        api = await k8s_config.new_client_from_config_dict(kubeconfig, context=context)
         return cls(api)
 
     async def close(self) -> None:
@@ -169,11 +185,12 @@ class KubeClient:
         """Server-side apply of a complete object (field manager ``trainer``, forced)."""
         meta = obj.get("metadata") or {}
         resource = resource_for(obj.get("apiVersion", ""), obj.get("kind", ""))
-        return await self.request(
-            "PATCH", resource.path(meta.get("namespace"), meta.get("name")),
-            query={"fieldManager": field_manager, "force": "true" if force else None},
-            body=obj, content_type="application/apply-patch+yaml", timeout_s=timeout_s,
-        )
+        with _span(f"SSA {resource.kind}", resource, meta.get("namespace"), meta.get("name")):
+            return await self.request(
+                "PATCH", resource.path(meta.get("namespace"), meta.get("name")),
+                query={"fieldManager": field_manager, "force": "true" if force else None},
+                body=obj, content_type="application/apply-patch+yaml", timeout_s=timeout_s,
+            )
 
     async def delete(self, resource: Resource, namespace: str | None, name: str,
                      *, uid: str | None = None, timeout_s: float = 30.0) -> bool:
@@ -183,7 +200,8 @@ class KubeClient:
         if uid:
             body["preconditions"] = {"uid": uid}
         try:
-            await self.request("DELETE", resource.path(namespace, name), body=body, timeout_s=timeout_s)
+            with _span(f"DELETE {resource.kind}", resource, namespace, name):
+                await self.request("DELETE", resource.path(namespace, name), body=body, timeout_s=timeout_s)
             return True
         except KubeError as err:
             if err.not_found:
@@ -193,8 +211,9 @@ class KubeClient:
     async def replace_status(self, resource: Resource, obj: dict) -> dict:
         """PUT of the status subresource (optimistic concurrency on resourceVersion)."""
         meta = obj["metadata"]
-        return await self.request("PUT", resource.path(meta.get("namespace"), meta["name"], "status"),
-                                  body=obj)
+        with _span(f"status write {resource.kind}", resource, meta.get("namespace"), meta["name"]):
+            return await self.request("PUT", resource.path(meta.get("namespace"), meta["name"], "status"),
+                                      body=obj)
 
     async def merge_patch(self, resource: Resource, namespace: str | None, name: str,
                           patch: dict) -> dict:

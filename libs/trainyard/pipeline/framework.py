@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
+from opentelemetry import trace
+
 from . import names
 from .documents import dig, mapping
 from .errors import FieldError
@@ -17,6 +19,8 @@ from .observed import ObservedState
 from .resolution import ResolvedRuntime
 
 SshKeyFactory = Callable[[], tuple[bytes, bytes]]
+
+_tracer = trace.get_tracer("trainyard.pipeline")
 
 
 @dataclass
@@ -105,14 +109,22 @@ PLANNING_PHASES = ("enforce_ml_policy", "enforce_pod_group_policy", "identify_po
 def run_planning(plugins: Sequence[Plugin], ctx: PlanContext) -> list[dict[str, Any]]:
     """Enforce phases in order, then builders; the concatenated outputs in plugin order."""
     for phase in PLANNING_PHASES:
-        for plugin in plugins:
-            step = getattr(plugin, phase)
-            if step is not None:
-                step(ctx)
+        with _tracer.start_as_current_span(f"phase {phase}"):
+            for plugin in plugins:
+                step = getattr(plugin, phase)
+                if step is not None:
+                    with _tracer.start_as_current_span(f"{plugin.name} {phase}",
+                                                       attributes={"trainyard.plugin": plugin.name}):
+                        step(ctx)
     objects: list[dict[str, Any]] = []
-    for plugin in plugins:
-        if plugin.build is not None:
-            objects.extend(plugin.build(ctx))
+    with _tracer.start_as_current_span("phase build"):
+        for plugin in plugins:
+            if plugin.build is not None:
+                with _tracer.start_as_current_span(f"{plugin.name} build",
+                                                   attributes={"trainyard.plugin": plugin.name}) as span:
+                    built = plugin.build(ctx)
+                    span.set_attribute("trainyard.objects", len(built))
+                    objects.extend(built)
     return objects
 
 

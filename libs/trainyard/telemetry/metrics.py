@@ -37,8 +37,46 @@ RECONCILE_TIME = Histogram(
     "controller_runtime_reconcile_time_seconds", "Time per reconciliation",
     ["controller"], buckets=_LATENCY_BUCKETS,
 )
-WORKQUEUE_DEPTH = Gauge("workqueue_depth", "Messages fetched and not yet handled", ["name"])
+WORKQUEUE_DEPTH = Gauge(
+    "workqueue_depth",
+    "Messages of the durable consumer not yet acknowledged: JetStream's pending (not yet "
+    "delivered) plus ack-pending (delivered, being handled), from the consumer info",
+    ["name"],
+)
 WORKQUEUE_ADDS = Counter("workqueue_adds_total", "Messages added to the work queue", ["name"])
+WORKQUEUE_RETRIES = Counter(
+    "workqueue_retries_total", "Messages handed back for redelivery after a handler error", ["name"],
+)
+WORKQUEUE_WORK_DURATION = Histogram(
+    "workqueue_work_duration_seconds", "Time from the start to the end of handling one message",
+    ["name"], buckets=_LATENCY_BUCKETS,
+)
+WORKQUEUE_UNFINISHED_WORK = Gauge(
+    "workqueue_unfinished_work_seconds",
+    "Seconds of work in progress: the sum of the running handlers' elapsed times", ["name"],
+)
+WORKQUEUE_LONGEST_RUNNING = Gauge(
+    "workqueue_longest_running_processor_seconds", "Elapsed time of the longest running handler",
+    ["name"],
+)
+# The real backlog, from JetStream's consumer info (polled while the consumer runs).
+JETSTREAM_PENDING = Gauge(
+    "trainyard_jetstream_consumer_pending_messages",
+    "Messages in the stream matching the consumer's filter and not yet delivered to it",
+    ["stream", "consumer"],
+)
+JETSTREAM_ACK_PENDING = Gauge(
+    "trainyard_jetstream_consumer_ack_pending_messages",
+    "Messages delivered to the consumer and not yet acknowledged", ["stream", "consumer"],
+)
+JETSTREAM_REDELIVERED = Gauge(
+    "trainyard_jetstream_consumer_redelivered_messages",
+    "Messages delivered more than once and not yet acknowledged", ["stream", "consumer"],
+)
+JETSTREAM_DELIVERED = Gauge(
+    "trainyard_jetstream_consumer_delivered_sequence",
+    "Last stream sequence delivered to the consumer", ["stream", "consumer"],
+)
 WORKQUEUE_QUEUE_DURATION = Histogram(
     "workqueue_queue_duration_seconds",
     "Lag: time from publication to the start of handling",
@@ -56,3 +94,80 @@ STATUS_WRITES = Counter("trainyard_status_writes_total", "TrainJob status writes
 WEBHOOK_REQUESTS = Counter(
     "trainyard_webhook_requests_total", "Admission reviews served", ["resource", "allowed"],
 )
+# controller-runtime's webhook metrics: requests by HTTP code, latency, in flight.
+WEBHOOK_REQUESTS_BY_CODE = Counter(
+    "controller_runtime_webhook_requests_total", "Admission requests by webhook path and HTTP code",
+    ["webhook", "code"],
+)
+WEBHOOK_LATENCY = Histogram(
+    "controller_runtime_webhook_latency_seconds", "Time to answer one admission request",
+    ["webhook"], buckets=_LATENCY_BUCKETS,
+)
+WEBHOOK_IN_FLIGHT = Gauge(
+    "controller_runtime_webhook_requests_in_flight", "Admission requests being answered", ["webhook"],
+)
+
+# TrainJob lifecycle (status service): how many in each state, and how long they take.
+TRAINJOB_STATES = ("Pending", "Running", "Suspended", "Complete", "Failed")
+TRAINJOBS = Gauge(
+    "trainyard_trainjobs", "TrainJobs by state and runtime (from the snapshot bucket)",
+    ["state", "runtime"],
+)
+_LIFECYCLE_BUCKETS = (0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800, 3600, 4 * 3600, 12 * 3600)
+TRAINJOB_TIME_TO_RUNNING = Histogram(
+    "trainyard_trainjob_time_to_running_seconds",
+    "From the TrainJob's creation to the first time its JobSet had active pods", ["runtime"],
+    buckets=_LIFECYCLE_BUCKETS,
+)
+TRAINJOB_TIME_TO_COMPLETE = Histogram(
+    "trainyard_trainjob_time_to_complete_seconds",
+    "From the TrainJob's creation to its Complete or Failed condition", ["runtime", "result"],
+    buckets=_LIFECYCLE_BUCKETS,
+)
+
+
+RECONCILE_RESULTS = ("success", "error", "dead_letter")
+
+
+def init_consumer_metrics(service: str, consumer: str) -> None:
+    """Creates every labelled series of a consumer at zero, as controller-runtime does, so
+    error and dead-letter panels have series in a healthy run."""
+    for result in RECONCILE_RESULTS:
+        RECONCILE_TOTAL.labels(consumer, result)
+    RECONCILE_ERRORS.labels(consumer)
+    RECONCILE_TIME.labels(consumer)
+    DEAD_LETTERS.labels(service, consumer)
+    RECEIVED.labels(service, consumer)
+    PROCESSED_DURATION.labels(service, consumer)
+    for metric in (WORKQUEUE_ADDS, WORKQUEUE_RETRIES, WORKQUEUE_QUEUE_DURATION, WORKQUEUE_WORK_DURATION):
+        metric.labels(consumer)
+    for gauge in (WORKQUEUE_DEPTH, WORKQUEUE_UNFINISHED_WORK, WORKQUEUE_LONGEST_RUNNING):
+        gauge.labels(consumer).set(0)
+
+
+def init_runtime_series(runtime: str) -> None:
+    """Every state of a runtime at zero (the gauge is then set from the counts)."""
+    for state in TRAINJOB_STATES:
+        TRAINJOBS.labels(state, runtime)
+    TRAINJOB_TIME_TO_RUNNING.labels(runtime)
+    for result in ("Complete", "Failed"):
+        TRAINJOB_TIME_TO_COMPLETE.labels(runtime, result)
+
+
+# The label values each service's own counters take, created at zero when the service starts.
+_SERVICE_SERIES: dict[str, list[tuple[Counter, tuple[str, ...]]]] = {
+    "planner": [(PLANS, (r,)) for r in ("published", "unchanged", "failed", "child_unchanged",
+                                         "nothing_to_do", "being_deleted", "managed_by_another_controller")],
+    "applier": [(APPLIES, (o,)) for o in ("applied", "failed", "skipped-stale", "skipped-unchanged")],
+    "status": [(STATUS_WRITES, (r,)) for r in ("written", "unchanged", "conflict", "error")],
+    "watcher": [(WATCH_EVENTS, (k, t)) for k in ("TrainJob", "JobSet", "TrainingRuntime", "ClusterTrainingRuntime")
+                for t in ("ADDED", "MODIFIED", "DELETED")],
+}
+
+
+def init_service_metrics(service: str) -> None:
+    for counter, labels in _SERVICE_SERIES.get(service, []):
+        counter.labels(*labels)
+    for stream in ("events", "desired", "results", "dead"):
+        for result in ("stored", "duplicate"):
+            PUBLISHED.labels(service, stream, result)

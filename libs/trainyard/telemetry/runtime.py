@@ -12,6 +12,7 @@ import sys
 
 from trainyard.bus.session import BusSession
 from trainyard.kube.client import KubeClient
+from trainyard.telemetry import metrics
 from trainyard.telemetry.health import HealthServer
 from trainyard.telemetry.service import ServiceConfig
 
@@ -31,6 +32,7 @@ class ServiceRuntime:
         self._tasks: list[asyncio.Task] = []
         self.health.add_check("nats", lambda: self._nats_up)
         self.health.add_check("apiserver", lambda: self._api_up)
+        metrics.init_service_metrics(config.service)
 
     def add_check(self, name: str, check) -> None:
         self.health.add_check(name, check)

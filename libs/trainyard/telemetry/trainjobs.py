@@ -1,0 +1,100 @@
+"""TrainJob lifecycle metrics: how many TrainJobs are in each state, and how long they take.
+
+``trainyard_trainjobs{state,runtime}`` is recounted from the snapshot bucket every few seconds
+(level-triggered: right whatever the number of status replicas; dashboards take ``max`` over
+replicas). The two histograms are observed by the status write that makes the transition:
+``time_to_running`` when the JobSet first reports active pods, ``time_to_complete`` when the
+``Complete`` or ``Failed`` condition appears.
+"""
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+from typing import Any, Awaitable, Callable
+
+from trainyard.telemetry import metrics
+
+log = logging.getLogger(__name__)
+
+
+def _true(status: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    return next((c for c in status.get("conditions") or []
+                 if c.get("type") == kind and c.get("status") == "True"), None)
+
+
+def runtime_name(trainjob: dict[str, Any]) -> str:
+    return str(((trainjob.get("spec") or {}).get("runtimeRef") or {}).get("name") or "")
+
+
+def state_of(status: dict[str, Any] | None) -> str:
+    """Failed, Complete, Suspended, Running (a JobSet job has active or ready pods) or Pending."""
+    status = status or {}
+    for kind in ("Failed", "Complete", "Suspended"):
+        if _true(status, kind):
+            return kind
+    if any((job.get("active") or 0) > 0 or (job.get("ready") or 0) > 0 for job in status.get("jobsStatus") or []):
+        return "Running"
+    return "Pending"
+
+
+def _parse_time(text: str | None) -> float | None:
+    if not text:
+        return None
+    try:
+        return dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc).timestamp()
+    except ValueError:
+        return None
+
+
+def observe_transition(trainjob: dict[str, Any], before: dict[str, Any], after: dict[str, Any],
+                       now: float | None = None) -> None:
+    """Called after a status write: observes the histograms for the transition it made."""
+    created = _parse_time((trainjob.get("metadata") or {}).get("creationTimestamp"))
+    if created is None:
+        return
+    now = now if now is not None else dt.datetime.now(dt.timezone.utc).timestamp()
+    runtime = runtime_name(trainjob)
+    metrics.init_runtime_series(runtime)
+    old, new = state_of(before), state_of(after)
+    if new == old:
+        return
+    if new == "Running" and old in ("Pending", "Suspended"):
+        metrics.TRAINJOB_TIME_TO_RUNNING.labels(runtime).observe(max(now - created, 0.0))
+    if new in ("Complete", "Failed"):
+        condition = _true(after, new) or {}
+        finished = _parse_time(condition.get("lastTransitionTime")) or now
+        metrics.TRAINJOB_TIME_TO_COMPLETE.labels(runtime, new).observe(max(finished - created, 0.0))
+
+
+def count_states(trainjobs: list[dict[str, Any]]) -> dict[tuple[str, str], int]:
+    counts: dict[tuple[str, str], int] = {}
+    for job in trainjobs:
+        key = (state_of(job.get("status")), runtime_name(job))
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+async def keep_state_gauge(list_trainjobs: Callable[[], Awaitable[list[dict[str, Any]]]],
+                           stop: asyncio.Event, interval_s: float = 5.0) -> None:
+    """Recounts ``trainyard_trainjobs`` every ``interval_s`` until ``stop``."""
+    runtimes: set[str] = set()
+    while not stop.is_set():
+        try:
+            counts = count_states(await list_trainjobs())
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:  # NATS away: keep the last figures
+            log.debug("counting TrainJobs failed: %s", err)
+        else:
+            for _, runtime in counts:
+                if runtime not in runtimes:
+                    runtimes.add(runtime)
+                    metrics.init_runtime_series(runtime)
+            for runtime in runtimes:
+                for state in metrics.TRAINJOB_STATES:
+                    metrics.TRAINJOBS.labels(state, runtime).set(counts.get((state, runtime), 0))
+        try:
+            await asyncio.wait_for(stop.wait(), timeout=interval_s)
+        except asyncio.TimeoutError:
+            pass

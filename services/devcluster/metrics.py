@@ -1,0 +1,100 @@
+"""``/metrics`` of the devcluster API server, in kube-apiserver's vocabulary.
+
+Served like kube-apiserver's: behind authentication (the kubeconfig's bearer token), in the
+Prometheus text format. Request counts and latency are measured around the whole handler
+chain; storage figures are read from the store when scraped.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterator
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client import ProcessCollector, PlatformCollector
+
+if TYPE_CHECKING:
+    from .storage import Store
+
+_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 45, 60)
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+ProcessCollector(registry=REGISTRY)
+PlatformCollector(registry=REGISTRY)
+
+REQUESTS = Counter(
+    "apiserver_request_total", "API requests by verb, group, resource, subresource and HTTP code",
+    ["verb", "group", "resource", "subresource", "code"], registry=REGISTRY,
+)
+REQUEST_DURATION = Histogram(
+    "apiserver_request_duration_seconds",
+    "Response latency by verb, group, resource and subresource (WATCH excluded, as upstream)",
+    ["verb", "group", "resource", "subresource"], buckets=_BUCKETS, registry=REGISTRY,
+)
+INFLIGHT = Gauge(
+    "apiserver_current_inflight_requests", "Requests being served, read-only or mutating",
+    ["request_kind"], registry=REGISTRY,
+)
+LONGRUNNING = Gauge(
+    "apiserver_longrunning_requests", "Long-running requests (watches, log follows) being served",
+    ["verb", "group", "resource"], registry=REGISTRY,
+)
+WATCH_EVENTS = Counter(
+    "apiserver_watch_events_total", "Events sent to watch clients", ["group", "resource"], registry=REGISTRY,
+)
+for _kind in ("readOnly", "mutating"):
+    INFLIGHT.labels(_kind).set(0)
+
+_MUTATING = {"POST": "POST", "PUT": "PUT", "PATCH": "PATCH", "DELETE": "DELETE"}
+KNOWN_CODES = ("200", "201", "404", "409", "422", "500")
+
+
+def verb_of(method: str, has_name: bool, watch: bool, content_type: str) -> str:
+    """kube-apiserver's verbs: GET, LIST, WATCH, POST, PUT, PATCH, APPLY, DELETE, DELETECOLLECTION."""
+    if method == "GET":
+        return "WATCH" if watch else ("GET" if has_name else "LIST")
+    if method == "PATCH" and content_type.startswith("application/apply-patch"):
+        return "APPLY"
+    if method == "DELETE" and not has_name:
+        return "DELETECOLLECTION"
+    return _MUTATING.get(method, method)
+
+
+def request_kind(verb: str) -> str:
+    return "readOnly" if verb in ("GET", "LIST", "WATCH") else "mutating"
+
+
+class StorageCollector:
+    """``apiserver_storage_objects{resource}`` and the store's resource version, at scrape time."""
+
+    def __init__(self) -> None:
+        self.store: "Store | None" = None
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        if self.store is None:
+            return
+        self._store = self.store
+        objects = GaugeMetricFamily("apiserver_storage_objects", "Stored objects per resource", labels=["resource"])
+        for group, resource in sorted(self._store.keys()):
+            objects.add_metric([f"{resource}.{group}" if group else resource], self._store.count((group, resource)))
+        yield objects
+        rv = GaugeMetricFamily("trainyard_devcluster_storage_resource_version",
+                               "Current resource version of the store (grows by one per write)")
+        rv.add_metric([], float(getattr(self._store, "rv", 0) or 0))
+        yield rv
+
+    def describe(self) -> list:
+        return []
+
+
+_STORAGE = StorageCollector()
+REGISTRY.register(_STORAGE)
+
+
+def register_store(store: "Store") -> None:
+    """The store the storage figures are read from (the one API server of this process)."""
+    _STORAGE.store = store
+
+
+def response() -> web.Response:
+    return web.Response(body=generate_latest(REGISTRY), headers={"Content-Type": CONTENT_TYPE_LATEST})
