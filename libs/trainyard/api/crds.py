@@ -24,6 +24,7 @@ from trainyard.api.meta import (
     QuantityMarker,
     SchemaFormat,
 )
+from trainyard.api.multikueue import MultiKueueCluster
 from trainyard.api.scheduling import CoschedulingPodGroup, VolcanoPodGroup, VolcanoQueue
 from trainyard.api.trainer import ClusterTrainingRuntime, TrainingRuntime, TrainJob
 from trainyard.apimachinery.openapi_definitions import KUBERNETES_VERSION, definition, ref_name
@@ -357,6 +358,9 @@ CRDS: tuple[CrdInfo, ...] = (
         "trainjobs",
         printer_columns=[
             _column("State", ".status.conditions[-1:].type"),
+            # trainyard: never blank (Running/Suspended/Complete/Failed); upstream's State is
+            # the last condition's type, empty while a TrainJob runs.
+            _column("Status", ".status.state", description="Running, Suspended, Complete or Failed"),
             _column("Runtime", ".spec.runtimeRef.name", description="Referenced runtime"),
             _column("Suspended", ".spec.suspend", "boolean", priority=1),
             _AGE,
@@ -411,6 +415,23 @@ CRDS: tuple[CrdInfo, ...] = (
 )
 
 
+# Kueue's worker-cluster declaration, installed only on a manager cluster without Kueue (Kueue's
+# own CRD wins where it exists), so it is kept apart from CRDS: deploy/multicluster/crds.
+MULTICLUSTER_CRDS: tuple[CrdInfo, ...] = (
+    CrdInfo(
+        MultiKueueCluster,
+        "multikueueclusters",
+        printer_columns=[
+            _column("Active", '.status.conditions[?(@.type=="Active")].status',
+                    description="Whether the worker cluster is reachable"),
+            _column("Reason", '.status.conditions[?(@.type=="Active")].reason', priority=1),
+            _column("Message", '.status.conditions[?(@.type=="Active")].message', priority=1),
+            _AGE,
+        ],
+    ),
+)
+
+
 def generate_crd(info: CrdInfo) -> dict[str, Any]:
     """One CustomResourceDefinition document."""
     version: dict[str, Any] = {
@@ -459,14 +480,14 @@ def generate_crds() -> list[dict[str, Any]]:
     return [generate_crd(info) for info in CRDS]
 
 
-def crd_file_names() -> dict[str, dict[str, Any]]:
+def crd_file_names(infos: tuple[CrdInfo, ...] = CRDS) -> dict[str, dict[str, Any]]:
     """``{file name: CRD}`` as written by ``trainyard crds --out DIR``."""
-    return {info.file_name: generate_crd(info) for info in CRDS}
+    return {info.file_name: generate_crd(info) for info in infos}
 
 
 def schema_for_kind(api_version: str, kind: str) -> Schema | None:
     """The generated openAPIV3Schema of a kind trainyard defines, or None."""
-    for info in CRDS:
+    for info in CRDS + MULTICLUSTER_CRDS:
         if info.model.API_VERSION == api_version and info.kind == kind:
             return object_schema(info.model)
     return None

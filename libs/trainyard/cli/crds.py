@@ -21,6 +21,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         " other files in DIR are left alone",
     )
     parser.add_argument(
+        "--multicluster",
+        action="store_true",
+        help="generate the manager cluster's MultiKueueCluster CRD instead (for clusters without"
+        " Kueue), e.g. into deploy/multicluster/crds",
+    )
+    parser.add_argument(
         "--check",
         action="store_true",
         help="with --out: write nothing, exit 1 and name the files that differ from a fresh"
@@ -37,17 +43,19 @@ def render(crd: dict) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from trainyard.api.crds import crd_file_names, generate_crds
+    from trainyard.api.crds import CRDS, MULTICLUSTER_CRDS, crd_file_names, generate_crd
     from trainyard.cli.main import UserError
+
+    infos = MULTICLUSTER_CRDS if args.multicluster else CRDS
 
     if args.out is None:
         if args.check:
             raise UserError("--check needs --out DIR (the directory to compare with)")
-        sys.stdout.write("---\n".join(render(crd) for crd in generate_crds()))
+        sys.stdout.write("---\n".join(render(generate_crd(info)) for info in infos))
         return 0
     if args.out.exists() and not args.out.is_dir():
         raise UserError(f"--out: {args.out} is not a directory")
-    files = {name: render(crd) for name, crd in crd_file_names().items()}
+    files = {name: render(crd) for name, crd in crd_file_names(infos).items()}
     if args.check:
         stale = [name for name, text in files.items() if _read(args.out / name) != text]
         for name in stale:

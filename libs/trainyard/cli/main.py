@@ -17,6 +17,7 @@ COMMANDS: dict[str, str] = {
     "planner": "trainyard_services.planner.main",
     "applier": "trainyard_services.applier.main",
     "status": "trainyard_services.status.main",
+    "dispatcher": "trainyard_services.dispatcher.main",
     "devcluster": "trainyard_services.devcluster.cli",
     "up": "trainyard.cli.up",
     "down": "trainyard.cli.down",

@@ -41,6 +41,10 @@ SECRET = Resource("", "v1", "secrets", "Secret")
 CONFIGMAP = Resource("", "v1", "configmaps", "ConfigMap")
 PRIORITY_CLASS = Resource("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", False)
 EVENT = Resource("", "v1", "events", "Event")
+NAMESPACE = Resource("", "v1", "namespaces", "Namespace", False)
+NODE = Resource("", "v1", "nodes", "Node", False)
+POD = Resource("", "v1", "pods", "Pod")
+MULTIKUEUE_CLUSTER = Resource("kueue.x-k8s.io", "v1beta1", "multikueueclusters", "MultiKueueCluster", False)
 VALIDATING_WEBHOOK_CONFIGURATION = Resource(
     "admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations",
     "ValidatingWebhookConfiguration", False,
@@ -49,6 +53,7 @@ VALIDATING_WEBHOOK_CONFIGURATION = Resource(
 KNOWN = [
     TRAINJOB, TRAINING_RUNTIME, CLUSTER_TRAINING_RUNTIME, JOBSET, COSCHEDULING_PODGROUP,
     VOLCANO_PODGROUP, SECRET, CONFIGMAP, PRIORITY_CLASS, EVENT, VALIDATING_WEBHOOK_CONFIGURATION,
+    NAMESPACE, NODE, POD, MULTIKUEUE_CLUSTER,
 ]
 
 

@@ -1,0 +1,1 @@
+"""Multi-cluster delegation: worker registry, placement and the copy/mirror rules."""

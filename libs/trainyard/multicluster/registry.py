@@ -1,0 +1,216 @@
+"""The manager's worker clusters: MultiKueueCluster objects, their kubeconfigs, reachability.
+
+Each refresh lists the MultiKueueClusters, reads each kubeconfig from its Secret (in the
+secrets namespace) or file, keeps one client per worker (rebuilt when the kubeconfig changes),
+probes the worker's API, and writes the ``Active`` condition as Kueue does. A worker that has
+not answered for ``lost_timeout_s`` is *lost*: its TrainJobs may be re-dispatched. Kubeconfigs
+are read from the API server by this process only; they never go on the bus.
+
+Between refreshes the registry also keeps each Active worker's capacity picture (nodes and
+pods), so placement decisions of a burst read memory, not the worker's API.
+"""
+from __future__ import annotations
+
+import asyncio
+import base64
+import datetime as dt
+import hashlib
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import yaml
+
+from trainyard.api.multikueue import KUBECONFIG_SECRET_KEY
+from trainyard.kube import resources as r
+from trainyard.kube.client import KubeClient, KubeError
+
+log = logging.getLogger(__name__)
+
+CONDITION_ACTIVE = "Active"
+# Kueue's reasons for the Active condition.
+REASON_ACTIVE = "Active"
+REASON_BAD_CONFIG = "BadConfig"
+REASON_CONNECTION_FAILED = "ClientConnectionFailed"
+PROBE_TIMEOUT_S = 3.0
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class WorkerState:
+    name: str
+    client: KubeClient | None = None
+    kubeconfig_digest: str = ""
+    reachable: bool = False
+    unreachable_since: float | None = None  # monotonic; None while reachable
+    reason: str = REASON_CONNECTION_FAILED
+    message: str = "not probed yet"
+    nodes: list[dict[str, Any]] = field(default_factory=list)
+    pods: list[dict[str, Any]] = field(default_factory=list)
+
+
+class WorkerRegistry:
+    def __init__(self, manager: KubeClient, secrets_namespace: str, lost_timeout_s: float,
+                 on_reachable: Callable[[str], None] | None = None) -> None:
+        self.manager = manager
+        self.secrets_namespace = secrets_namespace
+        self.lost_timeout_s = lost_timeout_s
+        self.workers: dict[str, WorkerState] = {}
+        self.on_reachable = on_reachable  # called with a worker's name when it answers again
+        self.listed = False  # the MultiKueueCluster list was read at least once
+
+    # -- what the dispatcher asks --------------------------------------------------------------
+
+    def active(self) -> list[WorkerState]:
+        return [w for w in self.workers.values() if w.reachable and w.client is not None]
+
+    def client(self, name: str) -> KubeClient | None:
+        worker = self.workers.get(name)
+        return worker.client if worker is not None and worker.reachable else None
+
+    def is_lost(self, name: str) -> bool:
+        """A worker no longer declared, or unreachable for longer than the lost timeout."""
+        if not self.listed:
+            return False
+        worker = self.workers.get(name)
+        if worker is None:
+            return True
+        return (worker.unreachable_since is not None
+                and time.monotonic() - worker.unreachable_since >= self.lost_timeout_s)
+
+    # -- refresh -------------------------------------------------------------------------------
+
+    async def refresh(self) -> None:
+        try:
+            listed = await self.manager.request("GET", r.MULTIKUEUE_CLUSTER.path())
+        except KubeError as err:
+            log.warning("cannot list MultiKueueClusters: %s", err)
+            return
+        declared = {item["metadata"]["name"]: item for item in listed.get("items") or []}
+        for name in list(self.workers):
+            if name not in declared:
+                await self._forget(name)
+        await asyncio.gather(*(self._refresh_one(obj) for obj in declared.values()))
+        self.listed = True
+
+    async def close(self) -> None:
+        for name in list(self.workers):
+            await self._forget(name)
+
+    async def _forget(self, name: str) -> None:
+        worker = self.workers.pop(name, None)
+        if worker is not None and worker.client is not None:
+            await worker.client.close()
+
+    async def _refresh_one(self, obj: dict[str, Any]) -> None:
+        name = obj["metadata"]["name"]
+        worker = self.workers.setdefault(name, WorkerState(name, unreachable_since=time.monotonic()))
+        was_reachable = worker.reachable
+        try:
+            kubeconfig = await self._kubeconfig(obj)
+            await self._connect(worker, kubeconfig)
+        except _BadConfig as err:
+            self._mark_unreachable(worker, REASON_BAD_CONFIG, str(err))
+        else:
+            await self._probe(worker)
+        await self._write_condition(obj, worker)
+        if worker.reachable and not was_reachable:
+            log.info("worker cluster %s reachable", name)
+            if self.on_reachable is not None:
+                self.on_reachable(name)
+        elif was_reachable and not worker.reachable:
+            log.warning("worker cluster %s unreachable: %s", name, worker.message)
+
+    async def _kubeconfig(self, obj: dict[str, Any]) -> dict[str, Any]:
+        spec = (obj.get("spec") or {}).get("kubeConfig") or {}
+        location, location_type = spec.get("location"), spec.get("locationType") or "Secret"
+        if not location:
+            raise _BadConfig("spec.kubeConfig.location is empty")
+        if location_type == "Path":
+            try:
+                with open(location, encoding="utf-8") as handle:
+                    text = handle.read()
+            except OSError as err:
+                raise _BadConfig(f"cannot read kubeconfig file {location}: {err.strerror}") from None
+        else:
+            try:
+                secret = await self.manager.get(r.SECRET, self.secrets_namespace, location)
+            except KubeError as err:
+                raise _BadConfig(f"cannot read Secret {self.secrets_namespace}/{location}: {err}") from None
+            if secret is None:
+                raise _BadConfig(f"Secret {self.secrets_namespace}/{location} not found")
+            encoded = (secret.get("data") or {}).get(KUBECONFIG_SECRET_KEY)
+            if not encoded:
+                raise _BadConfig(f"Secret {self.secrets_namespace}/{location} has no key {KUBECONFIG_SECRET_KEY!r}")
+            try:
+                text = base64.b64decode(encoded).decode("utf-8")
+            except (ValueError, UnicodeDecodeError):
+                raise _BadConfig(f"Secret {self.secrets_namespace}/{location}: {KUBECONFIG_SECRET_KEY} "
+                                 "is not base64-encoded UTF-8") from None
+        try:
+            kubeconfig = yaml.safe_load(text)
+        except yaml.YAMLError as err:
+            raise _BadConfig(f"kubeconfig of {obj['metadata']['name']} is not valid YAML: {err}") from None
+        if not isinstance(kubeconfig, dict) or not kubeconfig.get("clusters"):
+            raise _BadConfig(f"kubeconfig of {obj['metadata']['name']} has no clusters")
+        return kubeconfig
+
+    async def _connect(self, worker: WorkerState, kubeconfig: dict[str, Any]) -> None:
+        digest = hashlib.sha256(yaml.safe_dump(kubeconfig, sort_keys=True).encode()).hexdigest()
+        if worker.client is not None and digest == worker.kubeconfig_digest:
+            return
+        try:
+            client = await KubeClient.from_kubeconfig_dict(kubeconfig)
+        except Exception as err:  # the config loader raises many types for a bad kubeconfig
+            raise _BadConfig(f"kubeconfig of {worker.name} cannot be used: {err}") from None
+        if worker.client is not None:
+            await worker.client.close()
+        worker.client, worker.kubeconfig_digest = client, digest
+
+    async def _probe(self, worker: WorkerState) -> None:
+        assert worker.client is not None
+        try:
+            await worker.client.request("GET", "/version", timeout_s=PROBE_TIMEOUT_S)
+            nodes = await worker.client.request("GET", r.NODE.path(), timeout_s=PROBE_TIMEOUT_S)
+            pods = await worker.client.request("GET", r.POD.path(), timeout_s=PROBE_TIMEOUT_S)
+        except KubeError as err:
+            self._mark_unreachable(worker, REASON_CONNECTION_FAILED, str(err.message or err))
+            return
+        worker.nodes, worker.pods = nodes.get("items") or [], pods.get("items") or []
+        worker.reachable, worker.unreachable_since = True, None
+        worker.reason, worker.message = REASON_ACTIVE, "Connected"
+
+    @staticmethod
+    def _mark_unreachable(worker: WorkerState, reason: str, message: str) -> None:
+        if worker.reachable or worker.unreachable_since is None:
+            worker.unreachable_since = time.monotonic()
+        worker.reachable, worker.reason, worker.message = False, reason, message
+
+    async def _write_condition(self, obj: dict[str, Any], worker: WorkerState) -> None:
+        conditions = list((obj.get("status") or {}).get("conditions") or [])
+        current = next((c for c in conditions if c.get("type") == CONDITION_ACTIVE), None)
+        status = "True" if worker.reachable else "False"
+        if current is not None and (current.get("status"), current.get("reason"), current.get("message")) == \
+                (status, worker.reason, worker.message):
+            return
+        changed = current is None or current.get("status") != status
+        condition = {"type": CONDITION_ACTIVE, "status": status, "reason": worker.reason,
+                     "message": worker.message,
+                     "lastTransitionTime": _now() if changed else current.get("lastTransitionTime", _now()),
+                     "observedGeneration": obj["metadata"].get("generation", 1)}
+        body = dict(obj)
+        body["status"] = {**(obj.get("status") or {}),
+                          "conditions": [c for c in conditions if c.get("type") != CONDITION_ACTIVE] + [condition]}
+        try:
+            await self.manager.replace_status(r.MULTIKUEUE_CLUSTER, body)
+        except KubeError as err:
+            if not err.conflict:  # a conflict: another dispatcher wrote it; the next refresh sees it
+                log.warning("cannot write status of MultiKueueCluster %s: %s", worker.name, err)
+
+
+class _BadConfig(Exception):
+    pass
