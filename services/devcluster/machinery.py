@@ -195,6 +195,17 @@ def check_builtin_fields(rt: ResourceType, obj: dict[str, Any], opts: Any) -> di
     return pruned
 
 
+def validate_builtin(rt: ResourceType, obj: dict[str, Any]) -> list[dict[str, str]]:
+    """Why ``obj`` is invalid for a stored-only built-in kind (types, required fields, enums from
+    its Kubernetes definition, plus the cross-field checks clients rely on); empty when valid."""
+    defs = _lib("openapi_definitions")
+    from .builtin_fields import semantic_causes, validate_definition
+    causes: list[dict[str, str]] = []
+    body = {k: v for k, v in obj.items() if k not in ("metadata", "status")}
+    validate_definition(body, defs.definition(rt.definition), defs.load_definitions(), "", causes)
+    return causes or semantic_causes(rt.kind, obj)
+
+
 # ---------------------------------------------------------------- protobuf
 
 def decode_protobuf(body: bytes) -> dict[str, Any]:

@@ -36,6 +36,7 @@ class ResourceType:
     return_deleted_object: bool = False
     verbs: tuple[str, ...] = VERBS_ALL
     virtual: bool = False  # create-only review resources answered from the request, never stored
+    validated: bool = False  # built-in kind checked against its definition (types, required fields)
 
     @property
     def api_version(self) -> str:
@@ -92,6 +93,37 @@ BUILTIN_TYPES: tuple[ResourceType, ...] = (
                  "MutatingWebhookConfiguration", "mutatingwebhookconfiguration", False, (), ("api-extensions",),
                  definition="io.k8s.api.admissionregistration.v1.MutatingWebhookConfiguration"),
 )
+
+def _stored(api_version: str, resource: str, kind: str, namespaced: bool, short: tuple[str, ...] = (),
+            subs: Iterable[str] = (), categories: tuple[str, ...] = ()) -> ResourceType:
+    """A built-in kind devcluster stores and validates but runs no controller for (a cluster
+    install's Deployments, RBAC, policies): its schema is the Kubernetes definition."""
+    group, version = api_version.split("/")
+    package = {"rbac.authorization.k8s.io": "rbac", "networking.k8s.io": "networking",
+               "scheduling.k8s.io": "scheduling"}.get(group, group)
+    return ResourceType(group, version, resource, kind, kind.lower(), namespaced, short, categories,
+                        frozenset(subs), definition=f"io.k8s.api.{package}.{version}.{kind}", validated=True)
+
+
+# What a cluster install of trainyard (deploy/) creates besides core kinds: stored and validated.
+BUILTIN_TYPES += (
+    _stored("apps/v1", "deployments", "Deployment", True, ("deploy",), ("status",), ("all",)),
+    _stored("apps/v1", "statefulsets", "StatefulSet", True, ("sts",), ("status",), ("all",)),
+    _stored("apps/v1", "replicasets", "ReplicaSet", True, ("rs",), ("status",), ("all",)),
+    _stored("apps/v1", "daemonsets", "DaemonSet", True, ("ds",), ("status",), ("all",)),
+    _stored("apps/v1", "controllerrevisions", "ControllerRevision", True),
+    _stored("policy/v1", "poddisruptionbudgets", "PodDisruptionBudget", True, ("pdb",), ("status",)),
+    _stored("networking.k8s.io/v1", "networkpolicies", "NetworkPolicy", True, ("netpol",)),
+    _stored("rbac.authorization.k8s.io/v1", "roles", "Role", True),
+    _stored("rbac.authorization.k8s.io/v1", "rolebindings", "RoleBinding", True),
+    _stored("rbac.authorization.k8s.io/v1", "clusterroles", "ClusterRole", False),
+    _stored("rbac.authorization.k8s.io/v1", "clusterrolebindings", "ClusterRoleBinding", False),
+    _stored("scheduling.k8s.io/v1", "priorityclasses", "PriorityClass", False, ("pc",)),
+    ResourceType("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", "persistentvolumeclaim", True,
+                 ("pvc",), (), frozenset({"status"}), definition="io.k8s.api.core.v1.PersistentVolumeClaim",
+                 validated=True),
+)
+
 
 def _review(group: str, resource: str, kind: str) -> ResourceType:
     return ResourceType(group, "v1", resource, kind, "", False, definition=f"io.k8s.api.{group.split('.')[0]}.v1.{kind}",

@@ -502,7 +502,12 @@ class Api:
             obj["data"] = data
         if key == ("apiextensions.k8s.io", "customresourcedefinitions"):
             self._validate_crd(obj)
-        return machinery.check_builtin_fields(rt, obj, opts)
+        obj = machinery.check_builtin_fields(rt, obj, opts)
+        if rt.validated:
+            causes = machinery.validate_builtin(rt, obj)
+            if causes:
+                raise self._invalid(rt, (obj.get("metadata") or {}).get("name", ""), causes)
+        return obj
 
     async def _after_put(self, rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
         if rt.storage_key == ("apiextensions.k8s.io", "customresourcedefinitions"):
