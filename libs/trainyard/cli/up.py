@@ -40,6 +40,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="export every service's traces over OTLP/HTTP to this receiver, e.g. "
                              "http://127.0.0.1:4318 (sets OTEL_EXPORTER_OTLP_ENDPOINT for the services; "
                              "the other OTEL_* variables are passed through as they are)")
+    parser.add_argument("--workers", type=int, default=0, metavar="N",
+                        help="also start N worker clusters (worker-1..worker-N: a devcluster and the four "
+                             "services each, on the same NATS) and the dispatcher on the manager, which runs "
+                             "TrainJobs with spec.managedBy kueue.x-k8s.io/multikueue on them (default 0)")
+    parser.add_argument("--worker-lost-timeout", type=float, default=900.0, metavar="SECONDS",
+                        help="with --workers: how long a worker may be unreachable before its TrainJobs are "
+                             "dispatched to another (default 900, as Kueue's MultiKueue)")
     parser.add_argument("--startup-timeout", type=float, default=120.0, metavar="SECONDS",
                         help="how long each component may take to become ready (default 120)")
 
@@ -76,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
         data_dir=(args.data_dir or default_data_dir()).expanduser().resolve(),
         nats_port=ports[0], api_port=ports[1], services_port=ports[2], webhook_port=ports[3],
         skip=frozenset(args.skip), startup_timeout_s=args.startup_timeout,
+        workers=args.workers, worker_lost_timeout_s=args.worker_lost_timeout,
     )
 
     def say(line: str) -> None:
@@ -91,6 +99,10 @@ def run(args: argparse.Namespace) -> int:
             say("Try this:")
             for line in _try_this(kubeconfig):
                 say(f"  {line}")
+        for worker in stack.workers:
+            say(f"Worker {worker.name}: kubeconfig {worker.kubeconfig}")
+        if stack.workers:
+            say("TrainJobs with spec.managedBy: kueue.x-k8s.io/multikueue on the manager run on the workers.")
         say(f"Logs in {stack.layout.logs_dir}. Stop with Ctrl-C or `trainyard down --data-dir {stack.layout.root}`.")
 
     if args.otlp_endpoint:

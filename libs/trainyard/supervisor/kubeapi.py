@@ -14,9 +14,9 @@ class InstallError(Exception):
 
 
 async def open_client(kubeconfig: Path) -> Any:
-    from kubernetes_asyncio import config
+    from trainyard.kube.kubeconfig import api_client, resolve
 
-    return await config.new_client_from_config(config_file=str(kubeconfig))
+    return await api_client(resolve(kubeconfig))
 
 
 async def _call(client: Any, method: str, path: str, body: Any = None, content_type: str = "application/json") -> Any:
@@ -57,6 +57,19 @@ async def create_or_update(client: Any, manifest: Manifest) -> str:
     except ApiException as err:
         raise InstallError(f"{manifest['kind']} {path.name}: HTTP {err.status} {err.reason}: {err.body}") from err
     return "updated"
+
+
+async def is_served(client: Any, group_version_path: str, plural: str) -> bool:
+    """Whether the API server serves ``plural`` under ``/apis/<group>/<version>``."""
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    try:
+        listing = await _call(client, "GET", group_version_path)
+    except ApiException as err:
+        if err.status == 404:
+            return False
+        raise InstallError(f"{group_version_path}: HTTP {err.status} {err.reason}") from err
+    return any(res.get("name") == plural for res in (listing or {}).get("resources") or [])
 
 
 async def wait_until_served(client: Any, collection_path: str, timeout_s: float) -> None:

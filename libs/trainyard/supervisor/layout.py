@@ -64,6 +64,10 @@ class StackLayout:
     def devcluster_dir(self) -> Path:
         return self.root / "devcluster"
 
+    def cluster_dir(self, name: str) -> Path:
+        """A worker cluster's directory (`up --workers`): its devcluster data and kubeconfig."""
+        return self.root / "clusters" / name
+
     def create(self) -> None:
         for directory in (self.root, self.logs_dir, self.nats_dir, self.devcluster_dir):
             directory.mkdir(parents=True, exist_ok=True)

@@ -61,6 +61,36 @@ def load_crds(deploy_dir: Path) -> list[Manifest]:
     return list(generate_crds())
 
 
+def load_multicluster_crds(deploy_dir: Path) -> list[Manifest]:
+    """deploy/multicluster/crds/: the MultiKueueCluster CRD for a manager without Kueue."""
+    crd_dir = deploy_dir / "multicluster" / "crds"
+    files = sorted(crd_dir.glob("*.yaml")) if crd_dir.is_dir() else []
+    crds = [doc for path in files for doc in load_yaml_file(path) if doc["kind"] == "CustomResourceDefinition"]
+    if not crds:
+        raise ManifestError(f"no MultiKueueCluster CRD in {crd_dir}")
+    return crds
+
+
+def worker_kubeconfig_secret_name(worker: str) -> str:
+    return f"{worker}-kubeconfig"
+
+
+def worker_registration(worker: str, kubeconfig: str, secrets_namespace: str) -> list[Manifest]:
+    """A worker as a manager declares it: the Secret holding its kubeconfig and the
+    MultiKueueCluster pointing at that Secret (Kueue's shape)."""
+    import base64
+
+    secret_name = worker_kubeconfig_secret_name(worker)
+    return [
+        {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+         "metadata": {"name": secret_name, "namespace": secrets_namespace},
+         "data": {"kubeconfig": base64.b64encode(kubeconfig.encode()).decode()}},
+        {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "MultiKueueCluster",
+         "metadata": {"name": worker},
+         "spec": {"kubeConfig": {"locationType": "Secret", "location": secret_name}}},
+    ]
+
+
 def load_runtimes(deploy_dir: Path) -> list[Manifest]:
     """The runtimes listed in deploy/runtimes/kustomization.yaml, in that order."""
     runtimes_dir = deploy_dir / "runtimes"
@@ -103,8 +133,10 @@ _PLURALS = {
     "ClusterTrainingRuntime": "clustertrainingruntimes",
     "TrainingRuntime": "trainingruntimes",
     "TrainJob": "trainjobs",
+    "Secret": "secrets",
+    "MultiKueueCluster": "multikueueclusters",
 }
-_CLUSTER_SCOPED = {"CustomResourceDefinition", "Namespace", "ClusterTrainingRuntime"}
+_CLUSTER_SCOPED = {"CustomResourceDefinition", "Namespace", "ClusterTrainingRuntime", "MultiKueueCluster"}
 
 
 def resource_path(manifest: Manifest) -> ResourcePath:

@@ -15,13 +15,18 @@ from trainyard.supervisor import kubeapi, lock, manifests
 from trainyard.supervisor.binaries import nats_server_binary
 from trainyard.supervisor.children import ChildSpec, ChildStartupError, ManagedChild
 from trainyard.supervisor.layout import StackLayout
-from trainyard.supervisor.ports import LOOPBACK, PortRequest
+from trainyard.supervisor.ports import LOOPBACK, PortRequest, free_port
 from trainyard.supervisor.proctable import ProcessId, become_child_subreaper, descendants, signal_process
 from trainyard.supervisor.shutdown import kill_leftover_children
 from trainyard.supervisor.state import StackState, write_pid_file, write_state
 
 SERVICES = ("watcher", "planner", "applier", "status")
 COMPONENTS = ("nats", "devcluster", *SERVICES)
+# Cluster names on the bus: a single cluster keeps the services' default; with workers, the
+# manager is "manager" (the origin label of its copies) and the workers worker-1..worker-N.
+SINGLE_CLUSTER = "default"
+MANAGER_CLUSTER = "manager"
+SECRETS_NAMESPACE = "kubeflow-system"
 
 Say = Callable[[str], None]
 
@@ -40,6 +45,24 @@ class StackConfig:
     skip: frozenset[str] = frozenset()
     startup_timeout_s: float = 120.0
     deploy_dir: Path = field(default_factory=manifests.repository_deploy_dir)
+    workers: int = 0
+    worker_lost_timeout_s: float = 900.0
+
+
+@dataclass(frozen=True)
+class ClusterPlan:
+    """One API server of the stack and the four services that run for it."""
+
+    name: str            # the cluster name on the bus (--cluster)
+    prefix: str          # of its children's names: "" for the manager, "worker-1-" for a worker
+    devcluster_dir: Path
+    kubeconfig: Path     # the copy users point kubectl at
+    api_port: int
+    webhook_port: int
+    service_ports: dict[str, int]
+
+    def child(self, component: str) -> str:
+        return f"{self.prefix}{component}"
 
 
 @dataclass(frozen=True)
@@ -103,10 +126,50 @@ class Stack:
         self.children: dict[str, ManagedChild] = {}
         self.state: StackState | None = None
         self.ports: ResolvedPorts | None = None
+        self.clusters: list[ClusterPlan] = []
+
+    def plan_clusters(self) -> None:
+        """The manager from the configured ports; workers on free ports, each in its own
+        directory under <data-dir>/clusters/."""
+        assert self.ports is not None
+        manager = ClusterPlan(
+            name=MANAGER_CLUSTER if self.config.workers else SINGLE_CLUSTER, prefix="",
+            devcluster_dir=self.layout.devcluster_dir, kubeconfig=self.layout.kubeconfig,
+            api_port=self.ports.api, webhook_port=self.ports.webhook, service_ports=self.ports.services,
+        )
+        self.clusters = [manager]
+        for index in range(1, self.config.workers + 1):
+            name = f"worker-{index}"
+            directory = self.layout.cluster_dir(name)
+            self.clusters.append(ClusterPlan(
+                name=name, prefix=f"{name}-", devcluster_dir=directory / "devcluster",
+                kubeconfig=directory / "kubeconfig", api_port=free_port(), webhook_port=free_port(),
+                service_ports={service: free_port() for service in SERVICES if service not in self.config.skip},
+            ))
+            if self.ports is not None:
+                self.ports.services.update({f"{name}-{k}": v for k, v in self.clusters[-1].service_ports.items()})
+        if self.config.workers:
+            self.ports.services["dispatcher"] = free_port()
+
+    @property
+    def manager(self) -> ClusterPlan:
+        return self.clusters[0]
+
+    @property
+    def workers(self) -> list[ClusterPlan]:
+        return self.clusters[1:]
 
     # -- checks before anything starts ---------------------------------------------------------
 
     def preflight(self) -> None:
+        if self.config.workers < 0:
+            raise StackError(f"--workers: must be 0 or more, got {self.config.workers}")
+        if self.config.worker_lost_timeout_s <= 0:
+            raise StackError("--worker-lost-timeout: must be greater than 0")
+        if self.config.workers and "devcluster" in self.config.skip:
+            raise StackError("--workers runs a devcluster per worker; it cannot be combined with --skip devcluster")
+        if self.config.workers and not service_available("dispatcher"):
+            raise StackError("--workers needs the dispatcher (no `trainyard dispatcher` command in this installation)")
         unknown = self.config.skip - set(COMPONENTS)
         if unknown:
             raise StackError(f"--skip: unknown component(s) {', '.join(sorted(unknown))}; choose from {', '.join(COMPONENTS)}")
@@ -145,9 +208,6 @@ class Stack:
         assert self.ports is not None
         return f"nats://{LOOPBACK}:{self.ports.nats}"
 
-    @property
-    def devcluster_kubeconfig(self) -> Path:
-        return self.layout.devcluster_dir / "kubeconfig"
 
     async def start_nats(self) -> None:
         assert self.ports is not None
@@ -171,40 +231,45 @@ class Stack:
         finally:
             writer.close()
 
-    async def start_devcluster(self) -> None:
-        assert self.ports is not None
+    async def start_devcluster(self, cluster: ClusterPlan) -> None:
+        cluster.devcluster_dir.mkdir(parents=True, exist_ok=True)
+        name = cluster.child("devcluster")
         child = self._child(ChildSpec(
-            name="devcluster",
-            argv=trainyard_argv("devcluster", "up", "--data-dir", str(self.layout.devcluster_dir),
-                                "--port", str(self.ports.api)),
-            log_file=self.layout.log_file("devcluster"),
+            name=name,
+            argv=trainyard_argv("devcluster", "up", "--data-dir", str(cluster.devcluster_dir),
+                                "--port", str(cluster.api_port)),
+            log_file=self.layout.log_file(name),
             stop_timeout_s=30.0,
         ))
         # devcluster writes <its data dir>/ready (and the kubeconfig) once it serves, and removes
         # it when it stops; one left by a crash must not count as ready for this start.
-        ready_file = self.layout.devcluster_dir / "ready"
+        ready_file = cluster.devcluster_dir / "ready"
         ready_file.unlink(missing_ok=True)
+        served_kubeconfig = cluster.devcluster_dir / "kubeconfig"
 
         async def answers() -> bool:
-            if not ready_file.is_file() or not self.devcluster_kubeconfig.is_file():
+            if not ready_file.is_file() or not served_kubeconfig.is_file():
                 return False
-            return await kubeapi.server_answers(self.devcluster_kubeconfig)
+            return await kubeapi.server_answers(served_kubeconfig)
 
         began = time.monotonic()
         await child.start()
         await child.wait_ready(answers, timeout_s=self.config.startup_timeout_s)
-        shutil.copyfile(self.devcluster_kubeconfig, self.layout.kubeconfig)
+        shutil.copyfile(served_kubeconfig, cluster.kubeconfig)
+        api_url = kubeconfig_server(cluster.kubeconfig)
         if self.state is not None:
-            self.state.api_url = kubeconfig_server(self.layout.kubeconfig)
+            if cluster is self.manager:
+                self.state.api_url = api_url
+            if self.config.workers:
+                self.state.clusters[cluster.name] = {"kubeconfig": str(cluster.kubeconfig), "api_url": api_url}
             write_state(self.layout, self.state)
-        self.say(f"  devcluster  ready   {self.state.api_url if self.state else self.ports.api}  "
-                 f"({_since(began)}; data in {self.layout.devcluster_dir})")
+        self.say(f"  {name:<11} ready   {api_url}  ({_since(began)}; data in {cluster.devcluster_dir})")
 
-    async def install_crds(self) -> None:
+    async def install_crds(self, cluster: ClusterPlan) -> None:
         """CRDs, the kubeflow-system namespace and the SDK's public ConfigMap: nothing a webhook checks."""
         began = time.monotonic()
         crds = manifests.load_crds(self.config.deploy_dir)
-        client = await kubeapi.open_client(self.layout.kubeconfig)
+        client = await kubeapi.open_client(cluster.kubeconfig)
         try:
             for crd in crds:
                 await kubeapi.create_or_update(client, crd)
@@ -215,28 +280,41 @@ class Stack:
                 await kubeapi.create_or_update(client, manifest)
         finally:
             await client.close()
-        self.say(f"  installed   {len(crds)} CRDs, {manifests.SYSTEM_NAMESPACE}/{manifests.PUBLIC_CONFIGMAP}  ({_since(began)})")
+        self.say(f"  installed   {len(crds)} CRDs, {manifests.SYSTEM_NAMESPACE}/{manifests.PUBLIC_CONFIGMAP}"
+                 f"{' on ' + cluster.name if self.config.workers else ''}  ({_since(began)})")
 
-    async def install_runtimes(self) -> None:
+    async def install_runtimes(self, cluster: ClusterPlan) -> None:
         """After the planner is ready: runtimes pass its validating webhook, and on a resumed data
         dir the webhook configuration from the last run is only current once the planner re-registered."""
         began = time.monotonic()
         runtimes = manifests.load_runtimes(self.config.deploy_dir)
-        client = await kubeapi.open_client(self.layout.kubeconfig)
+        client = await kubeapi.open_client(cluster.kubeconfig)
         try:
             for runtime in runtimes:
                 await kubeapi.create_or_update(client, runtime)
         finally:
             await client.close()
-        self.say(f"  installed   runtimes {', '.join(r['metadata']['name'] for r in runtimes)}  ({_since(began)})")
+        self.say(f"  installed   runtimes {', '.join(r['metadata']['name'] for r in runtimes)}"
+                 f"{' on ' + cluster.name if self.config.workers else ''}  ({_since(began)})")
 
-    async def start_service(self, name: str) -> None:
-        assert self.ports is not None
-        port = self.ports.services[name]
-        argv = trainyard_argv(name, "--kubeconfig", str(self.layout.kubeconfig), "--nats-url", self.nats_url,
-                              "--http-port", str(port))
-        if name == "planner":
-            argv += ["--webhook-port", str(self.ports.webhook)]
+    async def start_service(self, cluster: ClusterPlan, service: str) -> None:
+        port = cluster.service_ports[service]
+        argv = trainyard_argv(service, "--kubeconfig", str(cluster.kubeconfig), "--nats-url", self.nats_url,
+                              "--http-port", str(port), "--cluster", cluster.name)
+        if service == "planner":
+            argv += ["--webhook-port", str(cluster.webhook_port)]
+        await self._start_service_child(cluster.child(service), argv, port)
+
+    async def start_dispatcher(self) -> None:
+        port = self.ports.services["dispatcher"] if self.ports else 0
+        argv = trainyard_argv("dispatcher", "--kubeconfig", str(self.manager.kubeconfig), "--nats-url", self.nats_url,
+                              "--http-port", str(port), "--cluster", self.manager.name,
+                              "--secrets-namespace", SECRETS_NAMESPACE,
+                              "--worker-lost-timeout", f"{self.config.worker_lost_timeout_s:g}",
+                              "--probe-interval", "1", "--resync-interval", "2")
+        await self._start_service_child("dispatcher", argv, port)
+
+    async def _start_service_child(self, name: str, argv: list[str], port: int) -> None:
         child = self._child(ChildSpec(name=name, argv=argv, log_file=self.layout.log_file(name)))
 
         async def ready() -> bool:
@@ -252,15 +330,40 @@ class Stack:
         self.say(f"  {name:<11} ready   http://{LOOPBACK}:{port}/readyz  ({_since(began)})")
 
     async def start_all(self) -> None:
+        if not self.clusters:
+            self.plan_clusters()
         if "nats" not in self.config.skip:
             await self.start_nats()
         if "devcluster" not in self.config.skip:
-            await self.start_devcluster()
-            await self.install_crds()
+            await asyncio.gather(*(self.start_devcluster(cluster) for cluster in self.clusters))
+            await asyncio.gather(*(self.install_crds(cluster) for cluster in self.clusters))
         services = [name for name in SERVICES if name not in self.config.skip]
-        await asyncio.gather(*(self.start_service(name) for name in services))
+        await asyncio.gather(*(self.start_service(cluster, name) for cluster in self.clusters for name in services))
         if "devcluster" not in self.config.skip:
-            await self.install_runtimes()
+            await asyncio.gather(*(self.install_runtimes(cluster) for cluster in self.clusters))
+        if self.config.workers:
+            await self.register_workers()
+            await self.start_dispatcher()
+
+    async def register_workers(self) -> None:
+        """On the manager: the MultiKueueCluster CRD (unless Kueue serves its own), and for each
+        worker a Secret with its kubeconfig and a MultiKueueCluster naming that Secret."""
+        began = time.monotonic()
+        client = await kubeapi.open_client(self.manager.kubeconfig)
+        try:
+            if not await kubeapi.is_served(client, "/apis/kueue.x-k8s.io/v1beta1", "multikueueclusters"):
+                for crd in manifests.load_multicluster_crds(self.config.deploy_dir):
+                    await kubeapi.create_or_update(client, crd)
+                await kubeapi.wait_until_served(client, "/apis/kueue.x-k8s.io/v1beta1/multikueueclusters",
+                                                timeout_s=30)
+            for worker in self.workers:
+                for manifest in manifests.worker_registration(worker.name, worker.kubeconfig.read_text(),
+                                                              SECRETS_NAMESPACE):
+                    await kubeapi.create_or_update(client, manifest)
+        finally:
+            await client.close()
+        self.say(f"  registered  workers {', '.join(w.name for w in self.workers)} as MultiKueueClusters "
+                 f"({_since(began)})")
 
     # -- stopping ------------------------------------------------------------------------------
 
@@ -268,11 +371,13 @@ class Stack:
         """Services first (they talk to both), then devcluster (it stops its pods), then NATS;
         finally anything still below us, e.g. a pod orphaned by a crashed devcluster."""
         before = descendants(os.getpid())
-        services = [self.children[name] for name in SERVICES if name in self.children]
+        infrastructure = {cluster.child("devcluster") for cluster in self.clusters} | {"devcluster", "nats"}
+        services = [child for name, child in self.children.items() if name not in infrastructure]
         await asyncio.gather(*(child.stop() for child in services))
-        for name in ("devcluster", "nats"):
-            if name in self.children:
-                await self.children[name].stop()
+        devclusters = [self.children[name] for name in infrastructure - {"nats"} if name in self.children]
+        await asyncio.gather(*(child.stop() for child in devclusters))
+        if "nats" in self.children:
+            await self.children["nats"].stop()
         leftovers = [p for p in before + descendants(os.getpid()) if p.is_alive()]
         for process in leftovers:
             signal_process(process, signal.SIGKILL)
@@ -347,6 +452,7 @@ def run_stack(config: StackConfig, say: Say, on_ready: Callable[[Stack], None]) 
         if leftovers:
             say(f"trainyard: stopped processes left by an earlier run: {', '.join(leftovers)}")
         stack.ports = resolve_ports(config)
+        stack.plan_clusters()
         become_child_subreaper()
         me = ProcessId.of(os.getpid())
         stack.state = StackState(

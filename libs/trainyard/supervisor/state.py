@@ -21,6 +21,8 @@ class StackState:
     kubeconfig: str = ""
     nats_url: str = ""
     api_url: str = ""
+    # With workers: every cluster's kubeconfig and API URL by name (the manager included).
+    clusters: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -32,6 +34,7 @@ class StackState:
             "kubeconfig": self.kubeconfig,
             "nats_url": self.nats_url,
             "api_url": self.api_url,
+            **({"clusters": self.clusters} if self.clusters else {}),
         }
 
     @classmethod
@@ -45,6 +48,7 @@ class StackState:
             kubeconfig=str(data.get("kubeconfig") or ""),
             nats_url=str(data.get("nats_url") or ""),
             api_url=str(data.get("api_url") or ""),
+            clusters={str(k): dict(v) for k, v in (data.get("clusters") or {}).items()},
         )
 
 
