@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from datetime import datetime, timezone
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,6 +12,7 @@ from trainyard.bus.kv import Outcome
 from trainyard.bus.session import BusSession
 from trainyard.bus.subjects import ObjectKey, bus_kind, plan_subject, result_subject
 from trainyard.pipeline.errors import PlanningError
+from trainyard.pipeline.lifecycle import deadline_exceeded, is_finished
 from trainyard.pipeline.planning import plan
 from trainyard.telemetry import metrics
 
@@ -175,7 +177,15 @@ async def decide(bus: BusSession, cluster: str, trainjob: dict[str, Any]) -> Pla
         return PlanDecision(skipped="being deleted")
     if not managed_by_us(trainjob):
         return PlanDecision(skipped="managed by another controller")
+    if is_finished(trainjob):
+        # Never planned again: a deleted JobSet must not come back and re-run the training
+        # (kubeflow/trainer#3779), whatever changes on the TrainJob afterwards.
+        return PlanDecision(skipped="finished")
     observed = await observed_objects(bus, cluster, trainjob)
+    jobset = next((o for o in observed if o.get("kind") == "JobSet"), None)
+    if deadline_exceeded(trainjob, jobset, datetime.now(timezone.utc)):
+        # The status service fails it and deletes the JobSet; the snapshot may not show it yet.
+        return PlanDecision(skipped="deadline exceeded")
     try:
         result = plan(trainjob, None, observed)
         owned = owned_refs_for(trainjob, observed, list(result.objects))

@@ -25,10 +25,13 @@ from trainyard.bus.topology import EVENTS_STREAM, RESULTS_STREAM, ConsumerSpec, 
 from trainyard.kube import resources as r
 from trainyard.kube.client import KubeClient, KubeError
 from trainyard.kube.events import record_event
-from trainyard.api.constants import CONDITION_SUSPENDED, MESSAGE_RESUMED, REASON_RESUMED
+from trainyard.api.constants import (ANNOTATION_TTL_SECONDS_AFTER_FINISHED, CONDITION_SUSPENDED, MESSAGE_RESUMED,
+                                     REASON_RESUMED)
+from trainyard.pipeline.lifecycle import finished_condition, trainjob_state
 from trainyard.pipeline.status import compute_trainjob_status, set_condition
 from trainyard.telemetry import metrics, trainjobs as trainjob_metrics
 from trainyard.telemetry.tracing import link_to, trainjob_span
+from trainyard_services.status.lifecycle import Lifecycle
 
 log = logging.getLogger(__name__)
 _tracer = trace.get_tracer("trainyard.status")
@@ -49,16 +52,18 @@ def now_rfc3339() -> str:
 def desired_status(trainjob: dict[str, Any], jobset: dict[str, Any] | None,
                    outcome: Outcome | None, now: str) -> dict[str, Any]:
     """The pipeline's status fold, plus a ``Failed`` condition while planning or applying
-    fails (removed again by the fold's first step once the failure is gone)."""
+    fails (removed again by the fold's first step once the failure is gone), and ``state``
+    for the ``Status`` printer column."""
     status = compute_trainjob_status(trainjob, jobset, now)
     uid = trainjob["metadata"].get("uid")
-    if outcome is not None and outcome.uid == uid:
+    if outcome is not None and outcome.uid == uid and finished_condition(status) is None:
         conditions = list(status.get("conditions") or [])
         failed = next((c for c in conditions if c.get("type") == "Failed"), None)
         if failed is None or failed.get("reason") == outcome.reason:
             set_condition(conditions, {"type": "Failed", "status": "True", "reason": outcome.reason,
                                        "message": creation_failed_message(outcome.message)}, now)
             status["conditions"] = conditions
+    status["state"] = trainjob_state(trainjob, status)
     return status
 
 
@@ -104,6 +109,17 @@ class StatusService:
     kube: KubeClient
     cluster: str
     ack_wait_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        self.lifecycle = Lifecycle(self.kube, self.reconcile_trainjob)
+
+    async def resume_timers(self) -> None:
+        """Deadlines and TTLs of TrainJobs that see no event after a restart still come due."""
+        for job in await self.bus.snapshots.list(self.cluster, "TrainJob", None):
+            meta = job.get("metadata") or {}
+            if (job.get("spec") or {}).get("activeDeadlineSeconds") or \
+                    ANNOTATION_TTL_SECONDS_AFTER_FINISHED in (meta.get("annotations") or {}):
+                await self.reconcile_trainjob(meta.get("namespace") or "", meta["name"])
 
     def consumers(self) -> list[Consumer]:
         events = ConsumerSpec(EVENTS_STREAM, durable_name("status", self.cluster), [
@@ -183,6 +199,7 @@ class StatusService:
                 result = None
             if comparable(after) == comparable(before):
                 metrics.STATUS_WRITES.labels("unchanged").inc()
+                await self.lifecycle.after_fold(trainjob, jobset)
                 return
             body = dict(trainjob)
             body["status"] = after
@@ -206,6 +223,7 @@ class StatusService:
             for condition in transitions(before, after):
                 await record_event(self.kube, trainjob, _event_type(condition), condition.get("reason") or
                                    condition.get("type"), condition.get("message") or "", COMPONENT)
+            await self.lifecycle.after_fold(body, jobset)
             return
         raise RuntimeError(f"status of {namespace}/{name}: conflicts kept coming")
 
@@ -276,8 +294,16 @@ def _namespace_name_lane(subject: str) -> str:
 
 
 async def run_status(service: StatusService, stop: asyncio.Event) -> None:
+    try:
+        await service.resume_timers()
+    except Exception:  # noqa: BLE001 - events catch up; timers are only hints
+        log.exception("resuming TrainJob timers failed")
+
     async def trainjobs() -> list[dict[str, Any]]:
         return await service.bus.snapshots.list(service.cluster, "TrainJob")
 
-    await asyncio.gather(*(consumer.run(stop) for consumer in service.consumers()),
-                         trainjob_metrics.keep_state_gauge(trainjobs, stop))
+    try:
+        await asyncio.gather(*(consumer.run(stop) for consumer in service.consumers()),
+                             trainjob_metrics.keep_state_gauge(trainjobs, stop))
+    finally:
+        service.lifecycle.close()

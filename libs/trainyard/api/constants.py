@@ -192,6 +192,16 @@ REASON_RESUMED = "Resumed"
 REASON_TRAINING_RUNTIME_NOT_SUPPORTED = "TrainingRuntimeNotSupported"
 MESSAGE_SUSPENDED = "TrainJob is suspended"
 MESSAGE_RESUMED = "TrainJob is resumed"
+# v2.3.0: spec.activeDeadlineSeconds exceeded.
+REASON_DEADLINE_EXCEEDED = "DeadlineExceeded"
+MESSAGE_DEADLINE_EXCEEDED = "TrainJob exceeded its active deadline"
+# trainyard additions (no upstream name exists; docs/compatibility.md).
+# Opt-in: a finished TrainJob is deleted (children by garbage collection) this many seconds
+# after it finished (kubeflow/trainer#4052).
+ANNOTATION_TTL_SECONDS_AFTER_FINISHED = "trainyard.kubeflow.org/ttl-seconds-after-finished"
+# status.state: Running, Suspended, Complete or Failed, for the extra `Status` printer column.
+STATE_RUNNING = "Running"
+STATE_SUSPENDED = "Suspended"
 # JobSet condition types, reasons and messages the status plugin copies.
 JOBSET_CONDITION_COMPLETED = "Completed"
 JOBSET_CONDITION_FAILED = "Failed"
@@ -233,6 +243,21 @@ MESSAGE_ONE_POLICY = "Only one of the policy can be configured"
 MESSAGE_NUM_PROC_PER_NODE = "NumProcPerNode must be equal to auto, cpu, gpu, or int value"
 MESSAGE_STARTUP_DEPENDS_ON = "StartupPolicy and DependsOn APIs are mutually exclusive"
 MESSAGE_VALUE_IMMUTABLE = "Value is immutable"
+# v2.3.0 rules.
+MESSAGE_FIELD_IMMUTABLE = "field is immutable"
+MESSAGE_STORAGE_URI = "storageUri may be empty, or it must be a valid URI (scheme://...)"
+RULE_STORAGE_URI = "self == '' || self.matches('^[A-Za-z][A-Za-z0-9+.-]*://.+$')"
+MESSAGE_TRAINER_STATUS_LAST_UPDATED = "lastUpdatedTime is required when trainerStatus is present"
+RULE_ONE_POLICY_V23 = "[has(self.torch), has(self.mpi), has(self.jax), has(self.xgboost),has(self.flux)].filter(x, x).size() <= 1"
+MESSAGE_FLUX_NUM_PROC_PER_NODE = "NumProcPerNode in fluxPolicy must be >= 1"
+MESSAGE_ENV_INJECTION_NODE = ("containerNames must not include the main node container because PET_* envs "
+                              "are always injected into it")
+# v2.3.0's `spec.trainer` is immutable as a whole; trainyard's rule (same path and message)
+# leaves numNodes out, which the webhook guards instead (elastic runtimes may change it).
+TRAINER_IMMUTABLE_FIELDS = ("image", "command", "args", "env", "resourcesPerNode", "numProcPerNode")
+RULE_TRAINER_IMMUTABLE_BUT_NUM_NODES = " && ".join(
+    f"(has(self.{f}) ? (has(oldSelf.{f}) && self.{f} == oldSelf.{f}) : !has(oldSelf.{f}))"
+    for f in TRAINER_IMMUTABLE_FIELDS)
 
 # --- 7.8 Error and warning texts (webhooks, planning) -------------------------------------
 ERR_TRAINING_RUNTIME_MUST_EXIST = (

@@ -123,6 +123,18 @@ class VolumeMount(KubeModel):
     read_only: bool | None = None
 
 
+class SecurityContext(KubeModel):
+    """A container's security context (kept untyped; schema inlined from Kubernetes)."""
+
+    k8s_definition: ClassVar[str | None] = _CORE + "SecurityContext"
+
+
+class PodSecurityContext(KubeModel):
+    """A pod's security context (kept untyped; schema inlined from Kubernetes)."""
+
+    k8s_definition: ClassVar[str | None] = _CORE + "PodSecurityContext"
+
+
 class Container(KubeModel):
     """A container of a pod (or init container)."""
 

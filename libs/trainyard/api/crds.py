@@ -253,6 +253,8 @@ def field_schema(info: Any) -> Schema:
     for key, value in extra.items():
         if key == SERVER_DEFAULT:
             schema["default"] = value
+        elif key == "items_schema":  # facts about each list item (e.g. its maxLength)
+            schema["items"] = {**schema.get("items", {}), **value}
         else:
             schema[key] = value
     return schema
@@ -363,6 +365,9 @@ CRDS: tuple[CrdInfo, ...] = (
             _column("Status", ".status.state", description="Running, Suspended, Complete or Failed"),
             _column("Runtime", ".spec.runtimeRef.name", description="Referenced runtime"),
             _column("Suspended", ".spec.suspend", "boolean", priority=1),
+            # trainyard: the worker cluster a delegated TrainJob runs on (the dispatcher's annotation).
+            _column("Cluster", ".metadata.annotations.trainyard\\.kubeflow\\.org/worker-cluster",
+                    description="Worker cluster running a delegated TrainJob", priority=1),
             _AGE,
         ],
         categories=["trainyard"],

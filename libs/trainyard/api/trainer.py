@@ -1,9 +1,9 @@
-"""trainer.kubeflow.org/v1alpha1: TrainJob, TrainingRuntime, ClusterTrainingRuntime (v2.1.0).
+"""trainer.kubeflow.org/v1alpha1: TrainJob, TrainingRuntime, ClusterTrainingRuntime.
 
-Every field of upstream v2.1.0 is typed here. Fields of later upstream releases (v2.3.0's
-``runtimePatches``, ``activeDeadlineSeconds``...) are kept verbatim as extra data until they
-are modelled, so newer manifests round-trip; they can be added as optional fields without
-changing how v2.1 manifests parse. ``numProcPerNode`` is int-or-string and kept as written.
+Every field of upstream v2.1.0 and v2.3.0 is typed here (a superset: fields v2.3.0 dropped,
+such as TrainJob ``podTemplateOverrides`` or torch ``elasticPolicy``, are kept). Fields of later
+releases are kept verbatim as extra data until they are modelled. ``numProcPerNode`` is
+int-or-string and kept as written. Differences: docs/compatibility.md.
 """
 from __future__ import annotations
 
@@ -14,7 +14,9 @@ from trainyard.api.core import (
     Affinity,
     EnvVar,
     PodSchedulingGate,
+    PodSecurityContext,
     ResourceRequirements,
+    SecurityContext,
     Toleration,
     Volume,
     VolumeMount,
@@ -22,7 +24,9 @@ from trainyard.api.core import (
 from trainyard.api.jobset import JobCounts, JobSetSpec
 from trainyard.api.meta import (
     Condition,
+    DateTime,
     Int32,
+    Int64,
     IntOrString,
     KubeModel,
     KubeObject,
@@ -32,6 +36,7 @@ from trainyard.api.meta import (
 )
 
 _MAP_BY_NAME = {"list_type": "map", "map_keys": ["name"]}
+_IMMUTABLE = [("self == oldSelf", c.MESSAGE_FIELD_IMMUTABLE)]
 
 
 class RuntimeRef(KubeModel):
@@ -41,13 +46,15 @@ class RuntimeRef(KubeModel):
         "Name of the TrainingRuntime (same namespace) or ClusterTrainingRuntime.",
         required=True,
         minLength=1,
+        maxLength=253,
     )
     api_group: str | None = crd_field(
-        "API group of the runtime.", server_default=c.TRAINER_API_GROUP
+        "API group of the runtime.", server_default=c.TRAINER_API_GROUP, maxLength=253
     )
     kind: str | None = crd_field(
         "Kind of the runtime: TrainingRuntime or ClusterTrainingRuntime.",
         server_default=c.CLUSTER_TRAINING_RUNTIME_KIND,
+        maxLength=253,
     )
 
 
@@ -55,10 +62,12 @@ class InitializerSource(KubeModel):
     """Shared shape of the dataset and model initializers."""
 
     storage_uri: str | None = crd_field(
-        "URI to fetch from; passed to the initializer container as STORAGE_URI."
+        "URI to fetch from; passed to the initializer container as STORAGE_URI.",
+        rules=[(c.RULE_STORAGE_URI, c.MESSAGE_STORAGE_URI)],
+        maxLength=2048,
     )
     env: list[EnvVar] | None = crd_field(
-        "Extra environment variables of the initializer container.", **_MAP_BY_NAME
+        "Extra environment variables of the initializer container.", maxItems=128, **_MAP_BY_NAME
     )
     secret_ref: LocalObjectReference | None = crd_field(
         "Secret (same namespace) whose keys become environment variables of the initializer.",
@@ -84,13 +93,15 @@ class Initializer(KubeModel):
 class Trainer(KubeModel):
     """Settings of the trainer nodes that override the runtime's trainer container."""
 
-    image: str | None = crd_field("Image of the trainer container (named node).")
+    image: str | None = crd_field("Image of the trainer container (named node).", maxLength=500)
     command: list[str] | None = crd_field(
-        "Command of the trainer container; [tune, run] selects TorchTune.", list_type="atomic"
+        "Command of the trainer container; [tune, run] selects TorchTune.", list_type="atomic",
+        maxItems=128, items_schema={"maxLength": 1048576},
     )
-    args: list[str] | None = crd_field("Arguments of the trainer container.", list_type="atomic")
+    args: list[str] | None = crd_field("Arguments of the trainer container.", list_type="atomic",
+                                       maxItems=128, items_schema={"maxLength": 1048576})
     env: list[EnvVar] | None = crd_field(
-        "Environment variables upserted into the trainer container.", **_MAP_BY_NAME
+        "Environment variables upserted into the trainer container.", maxItems=128, **_MAP_BY_NAME
     )
     num_nodes: Int32 | None = crd_field("Number of training nodes; overrides mlPolicy.numNodes.")
     resources_per_node: ResourceRequirements | None = crd_field(
@@ -151,6 +162,99 @@ class PodTemplateOverride(KubeModel):
     spec: PodTemplateSpecOverride | None = crd_field("Pod spec overrides.")
 
 
+class ContainerPatch(KubeModel):
+    """Changes a runtime patch makes to one (init)container of a replicated job (v2.3.0)."""
+
+    name: str = crd_field("Name of a container of the runtime job.", required=True, minLength=1,
+                          maxLength=253)
+    env: list[EnvVar] | None = crd_field("Environment variables merged by name.", maxItems=128,
+                                         **_MAP_BY_NAME)
+    volume_mounts: list[VolumeMount] | None = crd_field("Volume mounts merged by name.", maxItems=128,
+                                                        **_MAP_BY_NAME)
+    security_context: SecurityContext | None = crd_field("Security context of the container.")
+
+
+class PodSpecPatch(KubeModel):
+    """The Pod spec fields a runtime patch may set (v2.3.0)."""
+
+    service_account_name: str | None = crd_field("Service account of the pods.", maxLength=253,
+                                                 rules=_IMMUTABLE)
+    volumes: list[Volume] | None = crd_field("Volumes merged by name.", maxItems=128, rules=_IMMUTABLE,
+                                             **_MAP_BY_NAME)
+    init_containers: list[ContainerPatch] | None = crd_field(
+        "Init container changes, by name.", maxItems=64, rules=_IMMUTABLE, **_MAP_BY_NAME)
+    containers: list[ContainerPatch] | None = crd_field(
+        "Container changes, by name.", maxItems=64, rules=_IMMUTABLE, **_MAP_BY_NAME)
+    image_pull_secrets: list[LocalObjectReference] | None = crd_field(
+        "Image pull secrets merged by name.", maxItems=64, rules=_IMMUTABLE, **_MAP_BY_NAME)
+    security_context: PodSecurityContext | None = crd_field("Security context of the pods.",
+                                                            rules=_IMMUTABLE)
+    node_selector: dict[str, str] | None = crd_field("Node selector merged key by key.")
+    affinity: Affinity | None = crd_field("Affinity merged into the pods' affinity.")
+    tolerations: list[Toleration] | None = crd_field("Tolerations of the pods.", list_type="atomic",
+                                                     maxItems=128)
+    scheduling_gates: list[PodSchedulingGate] | None = crd_field(
+        "Scheduling gates merged by name.", maxItems=16, **_MAP_BY_NAME)
+    termination_grace_period_seconds: Int64 | None = crd_field(
+        "Termination grace period of the pods.", minimum=0, rules=_IMMUTABLE)
+
+
+class PodTemplatePatch(KubeModel):
+    """Patch of a Job's Pod template: labels, annotations, restricted spec."""
+
+    metadata: ObjectMeta | None = crd_field("Labels and annotations merged into the pods.")
+    spec: PodSpecPatch | None = crd_field("Pod spec patch.")
+
+
+class JobSpecPatch(KubeModel):
+    """Patch of a Job spec: only its Pod template."""
+
+    template: PodTemplatePatch | None = crd_field("Pod template patch.")
+
+
+class JobTemplatePatch(KubeModel):
+    """Patch of a replicated job's Job template."""
+
+    metadata: ObjectMeta | None = crd_field("Labels and annotations merged into the Job template.")
+    spec: JobSpecPatch | None = crd_field("Job spec patch.")
+
+
+class ReplicatedJobPatch(KubeModel):
+    """Patch of one replicated job, by name."""
+
+    name: str = crd_field("Name of the replicated job.", required=True, minLength=1, maxLength=253)
+    template: JobTemplatePatch | None = crd_field("Job template patch.")
+
+
+class JobSetSpecPatch(KubeModel):
+    """Patch of the JobSet spec: per replicated job."""
+
+    replicated_jobs: list[ReplicatedJobPatch] | None = crd_field(
+        "Per replicated job patches.", maxItems=100, **_MAP_BY_NAME)
+
+
+class JobSetTemplatePatch(KubeModel):
+    """Patch of the runtime's JobSet template."""
+
+    metadata: ObjectMeta | None = crd_field("Labels and annotations added to the JobSet.")
+    spec: JobSetSpecPatch | None = crd_field("JobSet spec patch.")
+
+
+class TrainingRuntimeSpecPatch(KubeModel):
+    """What a runtime patch may change in the runtime."""
+
+    template: JobSetTemplatePatch | None = crd_field("JobSet template patch.")
+
+
+class RuntimePatch(KubeModel):
+    """One owner's patch of the runtime (v2.3.0), e.g. Kueue's."""
+
+    manager: str = crd_field("Who owns this patch (a domain-prefixed path).", required=True,
+                             minLength=1, maxLength=253, rules=_IMMUTABLE)
+    time: DateTime | None = crd_field("When the patch was last written (informational).")
+    training_runtime_spec: TrainingRuntimeSpecPatch | None = crd_field("The patch.")
+
+
 class TrainJobSpec(KubeModel):
     """Desired state of a TrainJob."""
 
@@ -159,8 +263,19 @@ class TrainJobSpec(KubeModel):
         required=True,
         rules=[("self == oldSelf", c.MESSAGE_RUNTIME_REF_IMMUTABLE)],
     )
-    initializer: Initializer | None = crd_field("Dataset and model initializers.")
-    trainer: Trainer | None = crd_field("Trainer node settings.")
+    initializer: Initializer | None = crd_field("Dataset and model initializers.", rules=_IMMUTABLE)
+    trainer: Trainer | None = crd_field(
+        "Trainer node settings.",
+        rules=[(c.RULE_TRAINER_IMMUTABLE_BUT_NUM_NODES, c.MESSAGE_FIELD_IMMUTABLE)],
+    )
+    runtime_patches: list[RuntimePatch] | None = crd_field(
+        "Patches of the runtime, one per manager, applied in list order after podTemplateOverrides.",
+        list_type="map", map_keys=["manager"], maxItems=16,
+    )
+    active_deadline_seconds: Int64 | None = crd_field(
+        "Seconds the TrainJob may be active (counted from creation or the last resume) before it "
+        "is failed with reason DeadlineExceeded.", minimum=1, rules=_IMMUTABLE,
+    )
     labels: dict[str, str] | None = crd_field("Labels added to the JobSet.")
     annotations: dict[str, str] | None = crd_field("Annotations added to the JobSet.")
     pod_template_overrides: list[PodTemplateOverride] | None = crd_field(
@@ -172,6 +287,7 @@ class TrainJobSpec(KubeModel):
     managed_by: str | None = crd_field(
         "Controller that reconciles this TrainJob.",
         server_default=c.MANAGED_BY_TRAINER,
+        maxLength=253,
         rules=[
             (
                 f"self in ['{c.MANAGED_BY_TRAINER}', '{c.MANAGED_BY_MULTIKUEUE}']",
@@ -185,6 +301,28 @@ class TrainJobSpec(KubeModel):
 class JobStatus(JobCounts):
     """Job counters of one replicated job, copied from the JobSet."""
 
+    name: str = crd_field("Name of the replicated job.", required=True, minLength=1, maxLength=253)
+
+
+class Metric(KubeModel):
+    """One training metric reported by the trainer."""
+
+    name: str = crd_field("Metric name.", required=True, minLength=1, maxLength=64)
+    value: str = crd_field("Metric value.", required=True, minLength=1, maxLength=64)
+
+
+class TrainerStatus(KubeModel):
+    """Progress of the trainer step (v2.3.0, TrainJobStatus feature gate)."""
+
+    crd_rules: ClassVar[list[tuple[str, str]]] = [
+        ("has(self.lastUpdatedTime)", c.MESSAGE_TRAINER_STATUS_LAST_UPDATED),
+    ]
+
+    progress_percentage: Int32 | None = crd_field("Progress in percent.", minimum=0, maximum=100)
+    estimated_remaining_seconds: Int32 | None = crd_field("Estimated seconds left.", minimum=0)
+    metrics: list[Metric] | None = crd_field("Latest metrics.", list_type="atomic", maxItems=256)
+    last_updated_time: DateTime | None = crd_field("When this status was reported.")
+
 
 class TrainJobStatus(KubeModel):
     """Observed state of a TrainJob."""
@@ -192,10 +330,14 @@ class TrainJobStatus(KubeModel):
     crd_schema: ClassVar[dict] = {"minProperties": 1}
 
     conditions: list[Condition] | None = crd_field(
-        "Conditions: Suspended, Complete, Failed.", list_type="map", map_keys=["type"]
+        "Conditions: Suspended, Complete, Failed.", list_type="map", map_keys=["type"], maxItems=8
     )
     jobs_status: list[JobStatus] | None = crd_field(
-        "Job counters per replicated job.", list_type="map", map_keys=["name"]
+        "Job counters per replicated job.", list_type="map", map_keys=["name"], maxItems=100
+    )
+    trainer_status: TrainerStatus | None = crd_field("Progress reported by the trainer.")
+    state: Literal["Running", "Suspended", "Complete", "Failed"] | None = crd_field(
+        "trainyard: what the TrainJob is doing now (never blank; the Status printer column)."
     )
 
 
@@ -232,6 +374,24 @@ class TorchElasticPolicy(KubeModel):
     )
 
 
+class EnvInjectionTarget(KubeModel):
+    """A replicated job and the extra containers that get the PET_* variables."""
+
+    job_name: str = crd_field("Name of the replicated job.", required=True, minLength=1, maxLength=253)
+    container_names: list[str] = crd_field(
+        "Containers of that job that also get PET_* variables (never node: it always does).",
+        required=True, list_type="set", minItems=1, maxItems=8, items_schema={"maxLength": 63},
+        rules=[("!self.exists(c, c == 'node')", c.MESSAGE_ENV_INJECTION_NODE)],
+    )
+
+
+class EnvInjection(KubeModel):
+    """Which containers besides node receive the framework's environment (v2.3.0)."""
+
+    targets: list[EnvInjectionTarget] | None = crd_field(
+        "Target jobs and containers.", list_type="map", map_keys=["jobName"], maxItems=16)
+
+
 class TorchMLPolicySource(KubeModel):
     """PyTorch (torchrun) settings."""
 
@@ -241,6 +401,7 @@ class TorchMLPolicySource(KubeModel):
         rules=[("self > 0 || self in ['auto', 'cpu', 'gpu']", c.MESSAGE_NUM_PROC_PER_NODE)],
     )
     elastic_policy: TorchElasticPolicy | None = crd_field("Elastic training settings.")
+    env_injection: EnvInjection | None = crd_field("Extra containers that get the PET_* variables.")
 
 
 class MPIMLPolicySource(KubeModel):
@@ -255,26 +416,49 @@ class MPIMLPolicySource(KubeModel):
     ssh_auth_mount_path: str | None = crd_field(
         "Where the SSH keys are mounted in the node container.",
         server_default=c.DEFAULT_SSH_AUTH_MOUNT_PATH,
+        maxLength=4096,
     )
     run_launcher_as_node: bool | None = crd_field(
         "Whether the launcher also runs as a training node.", server_default=False
     )
 
 
-class MLPolicy(KubeModel):
-    """The ML framework policy: torch, mpi, or neither (plain)."""
+class JAXMLPolicySource(KubeModel):
+    """JAX (jax.distributed) settings; none yet (v2.3.0)."""
 
+
+class XGBoostMLPolicySource(KubeModel):
+    """XGBoost (collective/Rabit) settings; none yet: workers per node follow the GPUs (v2.3.0)."""
+
+
+class FluxMLPolicySource(KubeModel):
+    """Flux Framework HPC settings (v2.3.0)."""
+
+    num_proc_per_node: Int32 | None = crd_field(
+        "Processes per node.", server_default=1,
+        rules=[("self >= 1", c.MESSAGE_FLUX_NUM_PROC_PER_NODE)],
+    )
+
+
+class MLPolicy(KubeModel):
+    """The ML framework policy: torch, mpi, jax, xgboost, flux, or none (plain)."""
+
+    # v2.1.0's one-policy rule (torch and mpi) is replaced by v2.3.0's, which covers all five
+    # sources with the same message (docs/compatibility.md).
     crd_rules: ClassVar[list[tuple[str, str]]] = [
         (
             "!(has(self.numNodes) && (has(self.torch) && has(self.torch.elasticPolicy)))",
             c.MESSAGE_NUM_NODES_WITH_ELASTIC,
         ),
-        ("!(has(self.torch) && has(self.mpi))", c.MESSAGE_ONE_POLICY),
+        (c.RULE_ONE_POLICY_V23, c.MESSAGE_ONE_POLICY),
     ]
 
     num_nodes: Int32 | None = crd_field("Number of training nodes (1 when unset).")
     torch: TorchMLPolicySource | None = crd_field("PyTorch policy.")
     mpi: MPIMLPolicySource | None = crd_field("MPI policy.")
+    flux: FluxMLPolicySource | None = crd_field("Flux Framework policy.")
+    jax: JAXMLPolicySource | None = crd_field("JAX policy.")
+    xgboost: XGBoostMLPolicySource | None = crd_field("XGBoost policy.")
 
 
 class CoschedulingPodGroupPolicySource(KubeModel):

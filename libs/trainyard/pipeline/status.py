@@ -7,6 +7,7 @@ from typing import Any
 from . import names
 from .defaults import trainjob_with_defaults
 from .documents import as_document, clone, dig, items, mapping
+from .lifecycle import deadline_exceeded, finished_condition, parse_time
 from .resolution import unsupported_runtime_message
 
 _JOB_STATUS_FIELDS = ("ready", "succeeded", "failed", "active", "suspended")
@@ -59,6 +60,15 @@ def compute_trainjob_status(trainjob: Any, jobset: Any | None, now: datetime | s
     job = trainjob_with_defaults(as_document(trainjob))
     moment = format_time(now)
     status = clone(mapping(job.get("status")))
+    if finished_condition(status) is not None:
+        # A finished TrainJob keeps its conditions whatever happens to its JobSet or spec
+        # (kubeflow/trainer#3779: deleting the JobSet must not turn it back into a running
+        # job); only jobsStatus still follows a JobSet that is there.
+        if jobset is not None:
+            jobs_status = _jobs_status(as_document(jobset))
+            if jobs_status:
+                status["jobsStatus"] = jobs_status
+        return status
     conditions = [c for c in items(status.get("conditions")) if mapping(c).get("type") != names.CONDITION_FAILED]
     unsupported = unsupported_runtime_message(job)
     if unsupported is not None:
@@ -81,16 +91,27 @@ def compute_trainjob_status(trainjob: Any, jobset: Any | None, now: datetime | s
             found = _condition(jobset_conditions, source)
             if found is not None and found.get("status") == "True":
                 set_condition(conditions, {**found, "type": target}, moment)
-        jobs_status = [
-            {"name": entry.get("name"), **{key: entry.get(key, 0) for key in _JOB_STATUS_FIELDS}}
-            for entry in items(dig(jobset_doc, "status", "replicatedJobsStatus")) if isinstance(entry, dict)
-        ]
+        jobs_status = _jobs_status(jobset_doc)
         if jobs_status:
             status["jobsStatus"] = jobs_status
         else:
             status.pop("jobsStatus", None)
+    current = parse_time(now) if isinstance(now, str) else now
+    if unsupported is None and current is not None \
+            and deadline_exceeded({**job, "status": {"conditions": conditions}}, jobset, current):
+        # v2.3.0 activeDeadlineSeconds; the status service also deletes the JobSet.
+        set_condition(conditions, {"type": names.CONDITION_FAILED, "status": "True",
+                                   "reason": names.REASON_DEADLINE_EXCEEDED,
+                                   "message": names.MESSAGE_DEADLINE_EXCEEDED}, moment)
     if conditions:
         status["conditions"] = conditions
     else:
         status.pop("conditions", None)
     return status
+
+
+def _jobs_status(jobset_doc: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        {"name": entry.get("name"), **{key: entry.get(key, 0) for key in _JOB_STATUS_FIELDS}}
+        for entry in items(dig(jobset_doc, "status", "replicatedJobsStatus")) if isinstance(entry, dict)
+    ]

@@ -27,6 +27,10 @@ from .resolution import (SUPPORTED_KEYS, ResolvedRuntime, RuntimeLookupError, cr
                          unsupported_runtime_message)
 
 _RFC1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_STORAGE_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://.+$")
+# v2.3.0: pod spec fields of a runtime patch that never change once written.
+_PATCH_IMMUTABLE_POD_FIELDS = ("serviceAccountName", "volumes", "initContainers", "containers",
+                               "imagePullSecrets", "securityContext", "terminationGracePeriodSeconds")
 _ANCESTOR_CONTAINERS = {
     names.ANCESTOR_TRAINER: names.NODE,
     names.ANCESTOR_DATASET: names.DATASET_INITIALIZER,
@@ -154,12 +158,53 @@ def trainjob_schema_errors(new: dict[str, Any], old: dict[str, Any] | None) -> l
             for c_index, container in enumerate(items(dig(override, "spec", key))):
                 if not mapping(container).get("name"):
                     errors.append(FieldError(ErrorType.REQUIRED, f"{base}.spec.{key}[{c_index}].name"))
+    for section in ("dataset", "model"):
+        uri = dig(spec, "initializer", section, "storageUri")
+        if isinstance(uri, str) and uri != "" and not _STORAGE_URI.match(uri):
+            errors.append(cel_error(f"spec.initializer.{section}.storageUri", uri, c.MESSAGE_STORAGE_URI))
+    deadline = spec.get("activeDeadlineSeconds")
+    if isinstance(deadline, int) and not isinstance(deadline, bool) and deadline < 1:
+        errors.append(invalid("spec.activeDeadlineSeconds", deadline,
+                              "spec.activeDeadlineSeconds in body should be greater than or equal to 1"))
     if old is not None:
         old_spec = mapping(old.get("spec"))
         if "runtimeRef" in old_spec and isinstance(ref, dict) and old_spec.get("runtimeRef") != ref:
             errors.append(cel_error("spec.runtimeRef", ref, names.MESSAGE_RUNTIME_REF_IMMUTABLE))
         if "managedBy" in old_spec and managed_by is not None and old_spec.get("managedBy") != managed_by:
             errors.append(cel_error("spec.managedBy", managed_by, names.MESSAGE_MANAGED_BY_IMMUTABLE))
+        errors.extend(_v23_immutability_errors(spec, old_spec))
+    return errors
+
+
+def _v23_immutability_errors(spec: dict[str, Any], old_spec: dict[str, Any]) -> list[FieldError]:
+    """v2.3.0's ``self == oldSelf`` rules (transition rules: only where both sides exist)."""
+    errors: list[FieldError] = []
+    for key in ("initializer", "activeDeadlineSeconds"):
+        if key in old_spec and key in spec and old_spec[key] != spec[key]:
+            errors.append(cel_error(f"spec.{key}", spec[key], c.MESSAGE_FIELD_IMMUTABLE))
+    trainer, old_trainer = spec.get("trainer"), old_spec.get("trainer")
+    if isinstance(trainer, dict) and isinstance(old_trainer, dict) and any(
+            trainer.get(key) != old_trainer.get(key) for key in c.TRAINER_IMMUTABLE_FIELDS):
+        # trainyard: numNodes is left to the webhook (elastic runtimes may change it).
+        errors.append(cel_error("spec.trainer", trainer, c.MESSAGE_FIELD_IMMUTABLE))
+    old_patches = {mapping(p).get("manager"): mapping(p) for p in items(old_spec.get("runtimePatches"))}
+    for index, patch in enumerate(items(spec.get("runtimePatches"))):
+        before = old_patches.get(mapping(patch).get("manager"))
+        if before is None:
+            continue
+        old_jobs = {mapping(j).get("name"): mapping(j) for j in
+                    items(dig(before, "trainingRuntimeSpec", "template", "spec", "replicatedJobs"))}
+        jobs = items(dig(patch, "trainingRuntimeSpec", "template", "spec", "replicatedJobs"))
+        for j_index, job in enumerate(jobs):
+            old_job = old_jobs.get(mapping(job).get("name"))
+            if old_job is None:
+                continue
+            pod, old_pod = (mapping(dig(x, "template", "spec", "template", "spec")) for x in (job, old_job))
+            for key in _PATCH_IMMUTABLE_POD_FIELDS:
+                if key in pod and key in old_pod and pod[key] != old_pod[key]:
+                    errors.append(cel_error(
+                        f"spec.runtimePatches[{index}].trainingRuntimeSpec.template.spec.replicatedJobs[{j_index}]"
+                        f".template.spec.template.spec.{key}", pod[key], c.MESSAGE_FIELD_IMMUTABLE))
     return errors
 
 
@@ -198,12 +243,28 @@ def validate_trainjob(new: Any, old: Any | None = None, runtime: Any | None = No
     except (PlanningError, QuantityError) as err:
         result.code, result.errors = 403, [internal("spec.podTemplateOverrides", str(err))]
         return result
+    result.errors.extend(num_nodes_change_errors(new_doc, old_doc, resolved.spec))
     verdict = run_validation(plugins, ValidationContext(new_doc, old_doc, resolved, info, state))
     result.warnings.extend(verdict.warnings)
     result.errors.extend(verdict.errors)
     if result.errors:
         result.code = 403
     return result
+
+
+def num_nodes_change_errors(new: dict[str, Any], old: dict[str, Any] | None,
+                           runtime_spec: dict[str, Any]) -> list[FieldError]:
+    """The other half of trainyard's ``spec.trainer`` rule: ``numNodes`` may change only when
+    the runtime is elastic (torch ``elasticPolicy``), with v2.3.0's path and message."""
+    if old is None:
+        return []
+    trainer, old_trainer = dig(new, "spec", "trainer"), dig(old, "spec", "trainer")
+    if not isinstance(trainer, dict) or not isinstance(old_trainer, dict) \
+            or trainer.get("numNodes") == old_trainer.get("numNodes"):
+        return []
+    if isinstance(dig(runtime_spec, "mlPolicy", "torch", "elasticPolicy"), dict):
+        return []
+    return [invalid("spec.trainer", trainer, c.MESSAGE_FIELD_IMMUTABLE)]
 
 
 # --- Runtimes -----------------------------------------------------------------------------
@@ -227,8 +288,17 @@ def runtime_schema_errors(new: dict[str, Any], old: dict[str, Any] | None) -> li
         if "numNodes" in ml_policy and isinstance(torch, dict) and "elasticPolicy" in torch:
             errors.append(cel_error("spec.mlPolicy", ml_policy,
                                     names.MESSAGE_NUM_NODES_WITH_ELASTIC))
-        if torch is not None and mpi is not None:
+        # v2.3.0's rule: at most one of the five sources.
+        if sum(1 for key in ("torch", "mpi", "jax", "xgboost", "flux") if key in ml_policy) > 1:
             errors.append(cel_error("spec.mlPolicy", ml_policy, names.MESSAGE_ONE_POLICY))
+        flux_nproc = dig(ml_policy, "flux", "numProcPerNode")
+        if isinstance(flux_nproc, int) and flux_nproc < 1:
+            errors.append(cel_error("spec.mlPolicy.flux.numProcPerNode", flux_nproc, c.MESSAGE_FLUX_NUM_PROC_PER_NODE))
+        for t_index, target in enumerate(items(dig(torch, "envInjection", "targets"))):
+            container_names = mapping(target).get("containerNames")
+            if isinstance(container_names, list) and names.NODE in container_names:
+                errors.append(cel_error(f"spec.mlPolicy.torch.envInjection.targets[{t_index}].containerNames",
+                                        container_names, c.MESSAGE_ENV_INJECTION_NODE))
         if isinstance(torch, dict) and "numProcPerNode" in torch:
             nproc = torch["numProcPerNode"]
             valid = (isinstance(nproc, int) and not isinstance(nproc, bool) and nproc > 0) or nproc in ("auto", "cpu", "gpu")

@@ -144,7 +144,10 @@ class Stack:
 
 
 def install_crds(cluster) -> None:
-    cluster.kubectl("apply", "--server-side", "-f", str(CRDS))
+    # Every CRD file (deploy/crds also holds a kustomization, which is not an object).
+    files = [arg for path in sorted(CRDS.glob("*.yaml")) if path.name != "kustomization.yaml"
+             for arg in ("-f", str(path))]
+    cluster.kubectl("apply", "--server-side", *files)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         result = cluster.kubectl("get", "trainjobs,jobsets", "-A", check=False)

@@ -28,6 +28,25 @@ UPSTREAM = {
     "scheduling.volcano.sh_podgroups.yaml": REFERENCE / "podgroups/scheduling.volcano.sh_podgroups.yaml",
     "scheduling.volcano.sh_queues.yaml": REFERENCE / "podgroups/scheduling.volcano.sh_queues.yaml",
 }
+# trainyard is a superset of v2.1.0 and v2.3.0: the trainer CRDs are compared with both.
+_V23 = REFERENCE / "trainer-v2.3.0/crds"
+UPSTREAM_V23 = {name: _V23 / name for name in (
+    "trainer.kubeflow.org_trainjobs.yaml", "trainer.kubeflow.org_trainingruntimes.yaml",
+    "trainer.kubeflow.org_clustertrainingruntimes.yaml")}
+REFERENCES = [("v2.1.0", name, path) for name, path in sorted(UPSTREAM.items())] + \
+    [("v2.3.0", name, path) for name, path in sorted(UPSTREAM_V23.items())]
+_IDS = [f"{release}:{name}" for release, name, _ in REFERENCES]
+# Rules that differ from one release on purpose (docs/compatibility.md, v2.3 rows). There, each
+# upstream rule must still be in ours by its rule text or by its message.
+RULE_CHOICES = {
+    ("v2.1.0", ".spec.mlPolicy"): "v2.3.0's one-policy rule (all five sources) replaces v2.1.0's",
+    ("v2.3.0", ".spec.mlPolicy"): "v2.1.0's numNodes/elasticPolicy rule is kept beside it",
+    ("v2.3.0", ".spec.runtimeRef"): "v2.1.0's message 'runtimeRef is immutable' is kept",
+    ("v2.3.0", ".spec.managedBy"): "v2.1.0's message 'ManagedBy value is immutable' is kept",
+    ("v2.3.0", ".spec.trainer"): "immutable except numNodes (the webhook guards numNodes)",
+}
+# int-or-string, a superset of v2.3.0's int32 (v2.1.0 manifests use "auto").
+TYPE_CHOICES = {("v2.3.0", ".spec.trainer.numProcPerNode")}
 MIN_COVERAGE = 99.0
 EXAMPLES = REPO / "tests/unit/api/examples"
 
@@ -38,8 +57,9 @@ def generated() -> dict[str, dict[str, Any]]:
 
 
 @functools.cache
-def upstream(file_name: str) -> dict[str, Any]:
-    return yaml.load(UPSTREAM[file_name].read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+def upstream(file_name: str, release: str = "v2.1.0") -> dict[str, Any]:
+    path = UPSTREAM_V23[file_name] if release == "v2.3.0" else UPSTREAM[file_name]
+    return yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 
 def schema_of(crd: dict[str, Any]) -> dict[str, Any]:
@@ -57,23 +77,23 @@ def schema_nodes(node: dict[str, Any], path: str = "") -> Iterator[tuple[str, di
         yield from schema_nodes(node["additionalProperties"], f"{path}{{}}")
 
 
-@pytest.mark.parametrize("file_name", sorted(UPSTREAM))
-def test_every_upstream_property_path_exists_in_the_generated_crd(file_name: str) -> None:
-    if not UPSTREAM[file_name].exists():
-        pytest.skip(f"{UPSTREAM[file_name]} is not present")
-    theirs = {path for path, _ in schema_nodes(schema_of(upstream(file_name)))}
+@pytest.mark.parametrize(("release", "file_name", "reference"), REFERENCES, ids=_IDS)
+def test_every_upstream_property_path_exists_in_the_generated_crd(release: str, file_name: str, reference: Path) -> None:
+    if not reference.exists():
+        pytest.skip(f"{reference} is not present")
+    theirs = {path for path, _ in schema_nodes(schema_of(upstream(file_name, release)))}
     ours = {path for path, _ in schema_nodes(schema_of(generated()[file_name]))}
     missing = sorted(theirs - ours)
     coverage = 100.0 * (len(theirs) - len(missing)) / len(theirs)
-    print(f"\n{file_name}: schema-path coverage {coverage:.2f}% ({len(theirs) - len(missing)}/{len(theirs)} upstream paths)")
+    print(f"\n{release} {file_name}: schema-path coverage {coverage:.2f}% ({len(theirs) - len(missing)}/{len(theirs)} upstream paths)")
     assert coverage >= MIN_COVERAGE, f"coverage {coverage:.2f}% < {MIN_COVERAGE}%; missing e.g. {missing[:10]}"
 
 
-@pytest.mark.parametrize("file_name", sorted(UPSTREAM))
-def test_names_scope_and_status_subresource_match_upstream(file_name: str) -> None:
-    if not UPSTREAM[file_name].exists():
-        pytest.skip(f"{UPSTREAM[file_name]} is not present")
-    theirs, ours = upstream(file_name), generated()[file_name]
+@pytest.mark.parametrize(("release", "file_name", "reference"), REFERENCES, ids=_IDS)
+def test_names_scope_and_status_subresource_match_upstream(release: str, file_name: str, reference: Path) -> None:
+    if not reference.exists():
+        pytest.skip(f"{reference} is not present")
+    theirs, ours = upstream(file_name, release), generated()[file_name]
     assert ours["metadata"]["name"] == theirs["metadata"]["name"]
     assert ours["spec"]["group"] == theirs["spec"]["group"]
     assert ours["spec"]["scope"] == theirs["spec"]["scope"]
@@ -90,17 +110,31 @@ def test_names_scope_and_status_subresource_match_upstream(file_name: str) -> No
         assert (column["name"], column["jsonPath"], column["type"]) in our_columns
 
 
-@pytest.mark.parametrize("file_name", sorted(UPSTREAM))
-def test_upstream_defaults_enums_rules_and_list_types_are_kept(file_name: str) -> None:
-    """Where upstream has a default, CEL rule, list type or map keys, ours has the same."""
-    if not UPSTREAM[file_name].exists():
-        pytest.skip(f"{UPSTREAM[file_name]} is not present")
+@pytest.mark.parametrize(("release", "file_name", "reference"), REFERENCES, ids=_IDS)
+def test_upstream_defaults_enums_rules_and_list_types_are_kept(release: str, file_name: str, reference: Path) -> None:
+    """Where upstream has a default, CEL rule, list type or map keys, ours has the same
+    (v2.3.0's length and item limits too), but for the documented choices."""
+    if not reference.exists():
+        pytest.skip(f"{reference} is not present")
     ours = dict(schema_nodes(schema_of(generated()[file_name])))
     differences = []
-    for path, node in schema_nodes(schema_of(upstream(file_name))):
+    keys = ("default", "x-kubernetes-validations", "x-kubernetes-list-type", "x-kubernetes-list-map-keys",
+            "x-kubernetes-int-or-string", "type")
+    if release == "v2.3.0":
+        keys += ("maxLength", "minLength", "maxItems", "minItems", "minimum", "maximum")
+    for path, node in schema_nodes(schema_of(upstream(file_name, release))):
         if path not in ours:
             continue
-        for key in ("default", "x-kubernetes-validations", "x-kubernetes-list-type", "x-kubernetes-list-map-keys", "x-kubernetes-int-or-string", "type"):
+        if (release, path) in RULE_CHOICES:
+            mine = ours[path].get("x-kubernetes-validations", [])
+            for rule in node.get("x-kubernetes-validations", []):
+                if not any(rule["rule"] == r["rule"] or rule["message"] == r["message"] for r in mine):
+                    differences.append(f"{path}: upstream rule {rule!r} has no counterpart in {mine!r}")
+        for key in keys:
+            if key == "x-kubernetes-validations" and (release, path) in RULE_CHOICES:
+                continue
+            if key == "type" and (release, path) in TYPE_CHOICES:
+                continue
             if key in node and node[key] != ours[path].get(key):
                 differences.append(f"{path} {key}: upstream {node[key]!r}, ours {ours[path].get(key)!r}")
         # Enums may only grow (trainer embeds an older JobSet API than the one we model).
@@ -111,9 +145,10 @@ def test_upstream_defaults_enums_rules_and_list_types_are_kept(file_name: str) -
 
 def test_trainer_printer_columns_include_state_and_runtime() -> None:
     columns = generated()["trainer.kubeflow.org_trainjobs.yaml"]["spec"]["versions"][0]["additionalPrinterColumns"]
-    assert [c["name"] for c in columns] == ["State", "Runtime", "Suspended", "Age"]
+    assert [c["name"] for c in columns] == ["State", "Status", "Runtime", "Suspended", "Cluster", "Age"]
     assert columns[0]["jsonPath"] == ".status.conditions[-1:].type"
-    assert columns[1]["jsonPath"] == ".spec.runtimeRef.name"
+    assert columns[1]["jsonPath"] == ".status.state"
+    assert columns[2]["jsonPath"] == ".spec.runtimeRef.name"
 
 
 def test_cel_rules_carry_upstream_messages() -> None:
@@ -125,6 +160,10 @@ def test_cel_rules_carry_upstream_messages() -> None:
         "runtimeRef is immutable",
         "ManagedBy must be trainer.kubeflow.org/trainjob-controller or kueue.x-k8s.io/multikueue if set",
         "ManagedBy value is immutable",
+        # v2.3.0
+        "field is immutable",
+        "storageUri may be empty, or it must be a valid URI (scheme://...)",
+        "lastUpdatedTime is required when trainerStatus is present",
     }
     runtime = dict(schema_nodes(schema_of(generated()["trainer.kubeflow.org_clustertrainingruntimes.yaml"])))
     assert [r["message"] for r in runtime[".spec.mlPolicy"]["x-kubernetes-validations"]] == [
@@ -293,13 +332,19 @@ def _rules_at(file_name: str, path: str) -> list[str]:
     return [r["rule"] for r in dict(schema_nodes(schema_of(generated()[file_name])))[path]["x-kubernetes-validations"]]
 
 
-def _cel_accepts(rule: str, value: Any) -> bool:
-    """True when the rule holds; a CEL evaluation error counts as a rejection (as in Kubernetes)."""
+def _cel_accepts(rule: str, value: Any, old: Any = None) -> bool:
+    """True when the rule holds; a CEL evaluation error counts as a rejection (as in Kubernetes).
+    Transition rules (``oldSelf``) hold trivially without an old value, as on create."""
     import celpy
 
     env = celpy.Environment()
+    activation = {"self": celpy.json_to_cel(value)}
+    if "oldSelf" in rule:
+        if old is None:
+            return True
+        activation["oldSelf"] = celpy.json_to_cel(old)
     try:
-        return bool(env.program(env.compile(rule)).evaluate({"self": celpy.json_to_cel(value)}))
+        return bool(env.program(env.compile(rule)).evaluate(activation))
     except Exception:  # noqa: BLE001 - CEL type errors reject the object
         return False
 
@@ -332,6 +377,14 @@ def test_every_cel_rule_compiles() -> None:
         (".spec.mlPolicy.torch.numProcPerNode", "tpu", False),
         (".spec.template.spec", {"startupPolicy": {"startupPolicyOrder": "InOrder"}, "replicatedJobs": [{"name": "a", "dependsOn": []}]}, False),
         (".spec.template.spec", {"startupPolicy": {"startupPolicyOrder": "AnyOrder"}, "replicatedJobs": [{"name": "a", "dependsOn": []}]}, True),
+        # v2.3.0
+        (".spec.mlPolicy", {"jax": {}, "xgboost": {}}, False),
+        (".spec.mlPolicy", {"flux": {}, "torch": {}}, False),
+        (".spec.mlPolicy", {"xgboost": {}}, True),
+        (".spec.mlPolicy.flux.numProcPerNode", 0, False),
+        (".spec.mlPolicy.flux.numProcPerNode", 2, True),
+        (".spec.mlPolicy.torch.envInjection.targets[].containerNames", ["sidecar", "node"], False),
+        (".spec.mlPolicy.torch.envInjection.targets[].containerNames", ["sidecar"], True),
     ],
 )
 def test_runtime_cel_rules_accept_and_reject_like_upstream(path: str, value: Any, accepted: bool) -> None:
@@ -345,3 +398,28 @@ def test_runtime_cel_rules_accept_and_reject_like_upstream(path: str, value: Any
 def test_trainjob_name_rules(name: str, accepted: bool) -> None:
     rules = _rules_at("trainer.kubeflow.org_trainjobs.yaml", "")
     assert all(_cel_accepts(rule, {"metadata": {"name": name}}) for rule in rules) is accepted
+
+
+@pytest.mark.parametrize(
+    ("path", "old", "new", "accepted"),
+    [
+        # trainyard's spec.trainer rule: v2.3.0's immutability, numNodes left to the webhook.
+        (".spec.trainer", {"numNodes": 2, "image": "a"}, {"numNodes": 4, "image": "a"}, True),
+        (".spec.trainer", {"numNodes": 2}, {"numNodes": 2, "image": "b"}, False),
+        (".spec.trainer", {"image": "a"}, {"image": "b"}, False),
+        (".spec.trainer", {"args": ["x"]}, {}, False),
+        (".spec.trainer", {"env": [{"name": "A", "value": "1"}]}, {"env": [{"name": "A", "value": "2"}]}, False),
+        (".spec.trainer", {"numProcPerNode": 1}, {"numProcPerNode": 2}, False),
+        (".spec.trainer", {"resourcesPerNode": {"limits": {"cpu": 1}}}, {"resourcesPerNode": {"limits": {"cpu": 1}}}, True),
+        (".spec.initializer", {"model": {"storageUri": "hf://a"}}, {"model": {"storageUri": "hf://b"}}, False),
+        (".spec.activeDeadlineSeconds", 60, 61, False),
+        (".spec.initializer.model.storageUri", None, "hf://org/model", True),
+        (".spec.initializer.model.storageUri", None, "", True),
+        (".spec.initializer.model.storageUri", None, "org/model", False),
+        (".status.trainerStatus", None, {"progressPercentage": 3}, False),
+        (".status.trainerStatus", None, {"lastUpdatedTime": "2026-01-01T00:00:00Z"}, True),
+    ],
+)
+def test_v23_trainjob_rules(path: str, old: Any, new: Any, accepted: bool) -> None:
+    rules = _rules_at("trainer.kubeflow.org_trainjobs.yaml", path)
+    assert all(_cel_accepts(rule, new, old) for rule in rules) is accepted

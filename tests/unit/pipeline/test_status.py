@@ -64,9 +64,21 @@ def test_failed_jobset_copies_reason_and_message() -> None:
                                      "suspended": 0}]
 
 
-def test_failed_condition_removed_when_jobset_no_longer_failed() -> None:
+def test_a_finished_trainjob_keeps_its_terminal_condition_whatever_its_jobset() -> None:
+    # Deliberate difference (docs/compatibility.md): upstream re-derives Failed from the JobSet
+    # on every reconcile, so a deleted or re-created JobSet erases it (kubeflow/trainer#3779).
+    for terminal in (cond("Failed", "True", "FailedJobs"), cond("Complete", "True", "AllJobsCompleted")):
+        job = trainjob()
+        job["status"] = {"conditions": [terminal], "jobsStatus": [{"name": "x"}]}
+        assert compute_trainjob_status(job, jobset(), NOW) == job["status"]
+        assert compute_trainjob_status(job, None, NOW) == job["status"]
+        job["spec"]["suspend"] = True
+        assert compute_trainjob_status(job, None, NOW) == job["status"]
+
+
+def test_a_failure_that_is_not_final_is_removed_when_its_cause_is_gone() -> None:
     job = trainjob()
-    job["status"] = {"conditions": [cond("Failed", "True", "FailedJobs")], "jobsStatus": [{"name": "x"}]}
+    job["status"] = {"conditions": [cond("Failed", "True", "TrainJobResourcesCreationFailed")]}
     assert compute_trainjob_status(job, jobset(), NOW) == {}
 
 

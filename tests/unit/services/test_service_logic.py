@@ -81,6 +81,8 @@ def test_status_folds_jobset_completion_and_suspension():
     suspended = desired_status(trainjob(suspend=True), None, None, "2026-02-02T00:00:00Z")
     assert [(c["type"], c["status"], c["reason"]) for c in suspended["conditions"]] == \
         [("Suspended", "True", "Suspended")]
+    # The State printer column is upstream's (last condition); Status is never blank.
+    assert (status["state"], suspended["state"]) == ("Complete", "Suspended")
 
 
 def test_a_failure_outcome_is_a_failed_condition_until_it_clears():
@@ -93,9 +95,10 @@ def test_a_failure_outcome_is_a_failed_condition_until_it_clears():
     assert failed["message"] == "TrainJob resources reconciliation failed: " \
         "not found ClusterTrainingRuntime specified in TrainJob: x"
     # An outcome of an earlier TrainJob with the same name does not count.
-    assert desired_status(trainjob(), None, outcome.model_copy(update={"uid": "old"}), "t") == {}
+    assert status["state"] == "Failed"
+    assert desired_status(trainjob(), None, outcome.model_copy(update={"uid": "old"}), "t") == {"state": "Running"}
     # Gone again on the next fold without the outcome (Failed is re-derived each time).
-    assert desired_status(trainjob() | {"status": status}, None, None, "t") == {}
+    assert desired_status(trainjob() | {"status": status}, None, None, "t") == {"state": "Running"}
 
 
 def test_transitions_name_new_and_changed_conditions_once():
