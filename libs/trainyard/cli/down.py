@@ -29,6 +29,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"trainyard: stopped the stack in {layout.root} (supervisor pid {report.supervisor_pid})")
     if report.killed:
         print(f"trainyard: killed leftover processes: {', '.join(report.killed)}")
+    from trainyard.supervisor.userkube import remove_from_user_kubeconfig
+
+    merged = remove_from_user_kubeconfig(layout.root)
+    if merged is not None:
+        print(f"trainyard: removed context {merged.name} from {merged.path}")
     if not report.found_anything:
         print(f"trainyard: nothing running in {layout.root}")
     return 0

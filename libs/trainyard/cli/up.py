@@ -47,6 +47,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--worker-lost-timeout", type=float, default=900.0, metavar="SECONDS",
                         help="with --workers: how long a worker may be unreachable before its TrainJobs are "
                              "dispatched to another (default 900, as Kueue's MultiKueue)")
+    parser.add_argument("--merge-kubeconfig", action="store_true",
+                        help="add this stack as a context (trainyard-<data dir>-<hash>, made current) to "
+                             "$KUBECONFIG's first file or ~/.kube/config, as kind does; `down` removes it")
     parser.add_argument("--startup-timeout", type=float, default=120.0, metavar="SECONDS",
                         help="how long each component may take to become ready (default 120)")
 
@@ -103,6 +106,11 @@ def run(args: argparse.Namespace) -> int:
             say(f"Worker {worker.name}: kubeconfig {worker.kubeconfig}")
         if stack.workers:
             say("TrainJobs with spec.managedBy: kueue.x-k8s.io/multikueue on the manager run on the workers.")
+        if args.merge_kubeconfig and "devcluster" not in config.skip:
+            from trainyard.supervisor.userkube import merge_into_user_kubeconfig
+
+            merged = merge_into_user_kubeconfig(kubeconfig, stack.layout.root)
+            say(f"Context {merged.name} added to {merged.path} and made current (removed again by `trainyard down`).")
         say(f"Logs in {stack.layout.logs_dir}. Stop with Ctrl-C or `trainyard down --data-dir {stack.layout.root}`.")
 
     if args.otlp_endpoint:
@@ -115,4 +123,8 @@ def run(args: argparse.Namespace) -> int:
     except (StackError, PortInUseError, MissingBinaryError, ManifestError, ValueError) as err:
         raise UserError(str(err), exit_code=1) from None
     finally:
+        from trainyard.supervisor.userkube import remove_from_user_kubeconfig
+
+        if remove_from_user_kubeconfig(config.data_dir) is not None:
+            say("Context removed from the user's kubeconfig.")
         sys.stdout.flush()

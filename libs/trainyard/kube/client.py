@@ -61,15 +61,13 @@ class KubeClient:
         self._host = api.configuration.host.rstrip("/")
 
     @classmethod
-    async def from_kubeconfig(cls, path: str | None) -> "KubeClient":
-        """From a kubeconfig file; in-cluster service-account config when ``path`` is None."""
-        if path:
-            api = await k8s_config.new_client_from_config(config_file=path)
-        else:
-            configuration = k8s_client.Configuration()
-            k8s_config.load_incluster_config(client_configuration=configuration)
-            api = k8s_client.ApiClient(configuration)
-        return cls(api)
+    async def from_kubeconfig(cls, path: str | None, context: str | None = None) -> "KubeClient":
+        """The cluster kubectl would pick (trainyard.kube.kubeconfig): ``path``, else
+        $TRAINYARD_KUBECONFIG, $KUBECONFIG (merged), ~/.kube/config, in-cluster; ``context``
+        overrides the current context."""
+        from trainyard.kube.kubeconfig import api_client, resolve
+
+        return cls(await api_client(resolve(path, context)))
 
     @classmethod
     async def from_kubeconfig_dict(cls, kubeconfig: dict, *, context: str | None = None) -> "KubeClient":

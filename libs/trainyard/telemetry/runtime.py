@@ -43,7 +43,7 @@ class ServiceRuntime:
         print(f"trainyard {self.config.service}: listening on http://{self.config.http_host}:{port}",
               flush=True)
         sys.stdout.flush()
-        self.kube = await KubeClient.from_kubeconfig(self.config.kubeconfig)
+        self.kube = await KubeClient.from_kubeconfig(self.config.kubeconfig, self.config.context)
         self._tasks.append(asyncio.create_task(self._probe_api(stop)))
         self.bus = await BusSession.open(
             self.config.nats_url, f"trainyard-{self.config.service}",

@@ -5,7 +5,9 @@ Every service command takes the same core flags, each with an environment variab
 =================  ========================  =======================================
 flag               env                       meaning
 =================  ========================  =======================================
---kubeconfig       TRAINYARD_KUBECONFIG      kubeconfig path (KUBECONFIG is honoured)
+--kubeconfig       TRAINYARD_KUBECONFIG      kubeconfig file; unset: KUBECONFIG (merged),
+                                             ~/.kube/config, in-cluster (as kubectl)
+--context          TRAINYARD_CONTEXT         kubeconfig context instead of the current one
 --nats-url         TRAINYARD_NATS_URL        NATS server URL
 --http-port        TRAINYARD_HTTP_PORT       health/metrics port (0 = pick a free one)
 --http-host        TRAINYARD_HTTP_HOST       health/metrics bind address
@@ -41,6 +43,7 @@ class ServiceConfig:
     log_level: str
     shutdown_grace_s: float
     ack_wait_s: float = 30.0
+    context: str | None = None
 
 
 def _env(name: str, default: str | None = None) -> str | None:
@@ -49,9 +52,11 @@ def _env(name: str, default: str | None = None) -> str | None:
 
 
 def add_common_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--kubeconfig", default=_env("TRAINYARD_KUBECONFIG", _env("KUBECONFIG")),
-                        help="kubeconfig path (env TRAINYARD_KUBECONFIG, then KUBECONFIG; "
-                             "in-cluster config when unset)")
+    parser.add_argument("--kubeconfig", default=_env("TRAINYARD_KUBECONFIG"),
+                        help="kubeconfig file (env TRAINYARD_KUBECONFIG); unset: as kubectl, "
+                             "KUBECONFIG (several files merged), ~/.kube/config, then in-cluster")
+    parser.add_argument("--context", default=_env("TRAINYARD_CONTEXT"),
+                        help="kubeconfig context to use instead of the current one (env TRAINYARD_CONTEXT)")
     parser.add_argument("--nats-url", default=_env("TRAINYARD_NATS_URL", "nats://127.0.0.1:4222"),
                         help="NATS URL (env TRAINYARD_NATS_URL)")
     parser.add_argument("--http-port", default=_env("TRAINYARD_HTTP_PORT", "8080"),
@@ -100,6 +105,7 @@ def config_from_args(service: str, args: argparse.Namespace) -> ServiceConfig:
         log_level=args.log_level,
         shutdown_grace_s=grace,
         ack_wait_s=ack_wait,
+        context=getattr(args, "context", None) or None,
     )
 
 
