@@ -302,8 +302,12 @@ async def run_status(service: StatusService, stop: asyncio.Event) -> None:
     async def trainjobs() -> list[dict[str, Any]]:
         return await service.bus.snapshots.list(service.cluster, "TrainJob")
 
+    async def runtimes() -> list[dict[str, Any]]:
+        return [*await service.bus.snapshots.list(service.cluster, "ClusterTrainingRuntime"),
+                *await service.bus.snapshots.list(service.cluster, "TrainingRuntime")]
+
     try:
         await asyncio.gather(*(consumer.run(stop) for consumer in service.consumers()),
-                             trainjob_metrics.keep_state_gauge(trainjobs, stop))
+                             trainjob_metrics.keep_state_gauge(trainjobs, stop, list_runtimes=runtimes))
     finally:
         service.lifecycle.close()

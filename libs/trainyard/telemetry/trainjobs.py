@@ -75,19 +75,26 @@ def count_states(trainjobs: list[dict[str, Any]]) -> dict[tuple[str, str], int]:
     return counts
 
 
-async def keep_state_gauge(list_trainjobs: Callable[[], Awaitable[list[dict[str, Any]]]],
-                           stop: asyncio.Event, interval_s: float = 5.0) -> None:
-    """Recounts ``trainyard_trainjobs`` every ``interval_s`` until ``stop``."""
+Lister = Callable[[], Awaitable[list[dict[str, Any]]]]
+
+
+async def keep_state_gauge(list_trainjobs: Lister, stop: asyncio.Event, interval_s: float = 5.0,
+                           list_runtimes: Lister | None = None) -> None:
+    """Recounts ``trainyard_trainjobs`` every ``interval_s`` until ``stop``. Every runtime
+    (``list_runtimes``) has its series from the start, at zero, so rates and increases count
+    its first TrainJobs."""
     runtimes: set[str] = set()
     while not stop.is_set():
         try:
             counts = count_states(await list_trainjobs())
+            known = [str((r.get("metadata") or {}).get("name") or "") for r in
+                     (await list_runtimes() if list_runtimes is not None else [])]
         except asyncio.CancelledError:
             raise
         except Exception as err:  # NATS away: keep the last figures
             log.debug("counting TrainJobs failed: %s", err)
         else:
-            for _, runtime in counts:
+            for runtime in [runtime for _, runtime in counts] + known:
                 if runtime not in runtimes:
                     runtimes.add(runtime)
                     metrics.init_runtime_series(runtime)
