@@ -101,6 +101,16 @@ JOB_COMPLETION_INDEX_FIELD_PATH = f"metadata.annotations['{ANNOTATION_JOB_COMPLE
 
 # --- 7.4 Numbers --------------------------------------------------------------------------
 CONTAINER_TRAINER_PORT = 29500  # trainer container port, master port, rendezvous port
+# v2.3.0 JAX (jax.distributed.initialize) and XGBoost (collective / Rabit tracker) variables.
+ENV_JAX_NUM_PROCESSES = "JAX_NUM_PROCESSES"
+ENV_JAX_PROCESS_ID = "JAX_PROCESS_ID"
+ENV_JAX_COORDINATOR_ADDRESS = "JAX_COORDINATOR_ADDRESS"
+ENV_XGBOOST_TRACKER_URI = "DMLC_TRACKER_URI"
+ENV_XGBOOST_TRACKER_PORT = "DMLC_TRACKER_PORT"
+ENV_XGBOOST_TASK_ID = "DMLC_TASK_ID"
+ENV_XGBOOST_NUM_WORKER = "DMLC_NUM_WORKER"
+XGBOOST_RESERVED_ENVS = frozenset({ENV_XGBOOST_TRACKER_URI, ENV_XGBOOST_TRACKER_PORT, ENV_XGBOOST_TASK_ID,
+                                   ENV_XGBOOST_NUM_WORKER})
 ANCESTOR_JOB_REPLICAS = 1
 DEFAULT_SCHEDULE_TIMEOUT_SECONDS = 60
 MPI_NUM_PROC_PER_NODE_DEFAULT = 1
@@ -316,6 +326,12 @@ ERR_MISSING_CONTAINER = "must not have container that doesn't exist in the runti
 ERR_OVERRIDES_JOB_ACTIVE = (
     "PodTemplateOverrides cannot be modified when the JobSet's ReplicatedJob {job} is still active"
 )
+# v2.3.0 runtimePatches (JobSet plugin).
+ERR_PATCHES_NOT_SUSPENDED = ("RuntimePatches can only be modified when the TrainJob is suspended before or "
+                             "after the update")
+ERR_PATCHES_JOB_ACTIVE = "RuntimePatches cannot be modified when the JobSet's ReplicatedJob {job} is still active"
+ERR_PATCH_JOB_NOT_FOUND = "must not have replicated job that doesn't exist in the runtime job template"
+ERR_DOMAIN_PREFIXED_PATH = 'must be a domain-prefixed path (such as "acme.io/foo")'
 ERR_TORCHTUNE_SINGLE_NODE = "must be 1 for {model} model"
 ERR_TORCHTUNE_QLORA_UNSUPPORTED = "QLoRA is not supported for {model} model"
 ERR_TORCHTUNE_QLORA_NUM_PROC = "must be auto or 1 for {model} model when using QLoRA"

@@ -17,6 +17,7 @@ from .resources import Requests, single_pod_requests
 from .upsert import upsert_volume
 
 POD_TEMPLATE_TYPE = "io.k8s.api.core.v1.PodTemplateSpec"
+JOB_TEMPLATE_TYPE = "io.k8s.api.batch.v1.JobTemplateSpec"
 
 
 @dataclass
@@ -121,6 +122,47 @@ def merge_pod_template_overrides(jobset_spec: dict[str, Any], overrides: list[An
                     raise PlanningError(f"failed to merge podTemplateOverrides into job {job.get('name')}: {err}")
 
 
+def runtime_patch_metadata(patches: list[Any]) -> tuple[dict[str, str], dict[str, str]]:
+    """Labels and annotations the runtime patches add to the JobSet, later patches winning."""
+    labels: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+    for patch in patches:
+        meta = mapping(dig(patch, "trainingRuntimeSpec", "template", "metadata"))
+        labels.update(mapping(meta.get("labels")))
+        annotations.update(mapping(meta.get("annotations")))
+    return labels, annotations
+
+
+def merge_runtime_patches(jobset_spec: dict[str, Any], patches: list[Any]) -> None:
+    """v2.3.0 ``runtimePatches``: each patch in list order, strategic-merged into the Job
+    template of the replicated job it names (replicated jobs keep the runtime's order).
+
+    A patch naming a job the runtime does not have is refused at admission; planning skips it
+    rather than adding a half-defined job."""
+    from trainyard.apimachinery.strategic_merge import strategic_merge_patch
+
+    jobs = {job.get("name"): job for job in items(jobset_spec.get("replicatedJobs")) if isinstance(job, dict)}
+    for patch in patches:
+        for job_patch in items(dig(patch, "trainingRuntimeSpec", "template", "spec", "replicatedJobs")):
+            job = jobs.get(mapping(job_patch).get("name"))
+            template = _without_nulls(mapping(job_patch).get("template"))
+            if job is None or not isinstance(template, dict) or not template:
+                continue
+            try:
+                job["template"] = strategic_merge_patch(mapping(job.get("template")), template, JOB_TEMPLATE_TYPE)
+            except Exception as err:  # a malformed patch: upstream fails building the info
+                raise PlanningError(f"failed to merge runtimePatches into job {job.get('name')}: {err}")
+
+
+def _without_nulls(value: Any) -> Any:
+    # Upstream marshals typed structs, so an explicit null is an absent field, never a delete.
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value
+
+
 def _with_retained_volume_keys(spec: dict[str, Any]) -> dict[str, Any]:
     # Pod volumes merge with retain-keys semantics: a volume named in an override keeps only
     # the fields the override gives (a PVC volume turned into emptyDir loses the PVC part).
@@ -136,10 +178,17 @@ def build_info(trainjob: dict[str, Any], runtime_spec: dict[str, Any]) -> Runtim
     template = mapping(runtime_spec.get("template"))
     template_meta = mapping(template.get("metadata"))
     spec = mapping(trainjob.get("spec"))
-    labels = {**mapping(template_meta.get("labels")), **mapping(spec.get("labels"))}
-    annotations = {**mapping(template_meta.get("annotations")), **mapping(spec.get("annotations"))}
+    # Both releases' ways of changing the runtime from a TrainJob: v2.1.0's labels, annotations
+    # and podTemplateOverrides first, then v2.3.0's runtimePatches in list order (upstream
+    # never has both; docs/pipeline.md).
+    patches = items(spec.get("runtimePatches"))
+    patch_labels, patch_annotations = runtime_patch_metadata(patches)
+    labels = {**mapping(template_meta.get("labels")), **mapping(spec.get("labels")), **patch_labels}
+    annotations = {**mapping(template_meta.get("annotations")), **mapping(spec.get("annotations")),
+                   **patch_annotations}
     jobset_spec = clone(mapping(template.get("spec")))
     merge_pod_template_overrides(jobset_spec, items(spec.get("podTemplateOverrides")))
+    merge_runtime_patches(jobset_spec, patches)
     ml_policy = clone(runtime_spec["mlPolicy"]) if isinstance(runtime_spec.get("mlPolicy"), dict) else None
     pod_sets = [_pod_set(job, ml_policy) for job in items(jobset_spec.get("replicatedJobs"))
                 if isinstance(job, dict)]

@@ -17,6 +17,7 @@ INFRA_ONLY = ("--skip", "watcher", "--skip", "planner", "--skip", "applier", "--
 DEFAULT_RUNTIMES = {
     "torch-distributed", "torch-distributed-cpu", "torch-distributed-with-cache", "deepspeed-distributed",
     "mlx-distributed", "torchtune-llama3.2-1b", "torchtune-llama3.2-3b", "torchtune-qwen2.5-1.5b",
+    "jax-distributed", "xgboost-distributed",
 }
 TRAINJOB = """
 apiVersion: trainer.kubeflow.org/v1alpha1

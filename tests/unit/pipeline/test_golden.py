@@ -4,6 +4,8 @@ Each ``golden/<runtime file stem>.trainjob.yaml`` is planned against the runtime
 name in ``shared/reference/trainer-v2.1.0/runtimes/`` and compared with
 ``golden/<stem>.plan.yaml`` (reviewed by hand against the spec). Set
 ``TRAINYARD_UPDATE_GOLDEN=1`` to rewrite the expected files after a deliberate change.
+``golden/v2.3.0/`` does the same for ``trainer-v2.3.0/runtimes/`` (JAX, XGBoost, and the torch
+case with runtimePatches after podTemplateOverrides).
 """
 from __future__ import annotations
 
@@ -19,19 +21,29 @@ from trainyard.pipeline import plan, render_yaml
 GOLDEN = Path(__file__).parent / "golden"
 RUNTIMES = Path(__file__).resolve().parents[4] / "shared" / "reference" / "trainer-v2.1.0" / "runtimes"
 CASES = sorted(p.name.removesuffix(".trainjob.yaml") for p in GOLDEN.glob("*.trainjob.yaml"))
+GOLDEN_V23 = GOLDEN / "v2.3.0"
+RUNTIMES_V23 = RUNTIMES.parents[1] / "trainer-v2.3.0" / "runtimes"
+CASES_V23 = sorted(p.name.removesuffix(".trainjob.yaml") for p in GOLDEN_V23.glob("*.trainjob.yaml"))
 
 
 def test_every_reference_runtime_has_a_golden_case() -> None:
     assert sorted(p.stem for p in RUNTIMES.glob("*.yaml")) == CASES
 
 
-@pytest.mark.parametrize("stem", CASES)
-def test_golden_plan(stem: str) -> None:
-    runtime = yaml.safe_load((RUNTIMES / f"{stem}.yaml").read_text())
-    trainjob = yaml.safe_load((GOLDEN / f"{stem}.trainjob.yaml").read_text())
+def test_every_v2_3_0_reference_runtime_has_a_golden_case() -> None:
+    if not RUNTIMES_V23.is_dir():
+        pytest.skip(f"{RUNTIMES_V23} is not present")
+    assert sorted(p.stem for p in RUNTIMES_V23.glob("*.yaml")) == CASES_V23
+
+
+@pytest.mark.parametrize(("release", "stem"), [("v2.1.0", s) for s in CASES] + [("v2.3.0", s) for s in CASES_V23])
+def test_golden_plan(release: str, stem: str) -> None:
+    runtimes, golden = (RUNTIMES, GOLDEN) if release == "v2.1.0" else (RUNTIMES_V23, GOLDEN_V23)
+    runtime = yaml.safe_load((runtimes / f"{stem}.yaml").read_text())
+    trainjob = yaml.safe_load((golden / f"{stem}.trainjob.yaml").read_text())
     planned = plan(trainjob, runtime, new_ssh_key=fixed_ssh_key)
     rendered = render_yaml(planned.objects)
-    expected_file = GOLDEN / f"{stem}.plan.yaml"
+    expected_file = golden / f"{stem}.plan.yaml"
     if os.environ.get("TRAINYARD_UPDATE_GOLDEN") == "1":
         expected_file.write_text(rendered)
     assert list(yaml.safe_load_all(rendered)) == list(yaml.safe_load_all(expected_file.read_text()))

@@ -128,7 +128,11 @@ def test_env_value_from_keeps_only_upstream_fields() -> None:
     pytest.param({"numProcPerNode": "npu"},
                  ['spec.trainer.numProcPerNode: Invalid value: "npu": must have an int value or [auto cpu gpu]'],
                  id="invalid-string"),
-    pytest.param({"env": [{"name": "PET_NODE_RANK", "value": "1"}]}, [], id="reserved-env-without-nproc-passes"),
+    # v2.1.0 let this pass (checks only ran with numProcPerNode set); v2.3.0 checks every trainer.
+    pytest.param({"env": [{"name": "PET_NODE_RANK", "value": "1"}]},
+                 ['spec.trainer.env: Invalid value: [{"name":"PET_NODE_RANK","value":"1"}]: '
+                  "must not have reserved envs, invalid envs configured: [PET_NODE_RANK]"],
+                 id="reserved-env-without-nproc-rejected-as-v2.3"),
     pytest.param({"numProcPerNode": "auto", "env": [{"name": "PET_NPROC_PER_NODE", "value": "1"}]},
                  ["spec.trainer.env: Invalid value: [{\"name\":\"PET_NPROC_PER_NODE\",\"value\":\"1\"}]: "
                   "must not have reserved envs, invalid envs configured: [PET_NPROC_PER_NODE]"],

@@ -1,4 +1,5 @@
-"""The default runtimes in deploy/runtimes/ are upstream's v2.1.0 set plus a CPU torch runtime,
+"""The default runtimes in deploy/runtimes/ are upstream's v2.1.0 set, v2.3.0's new JAX and
+XGBoost runtimes, plus a CPU torch runtime,
 and every one of them is usable by kubectl users, trainyard's own models and the Kubeflow SDK."""
 from __future__ import annotations
 
@@ -12,6 +13,10 @@ import yaml
 REPO = Path(__file__).resolve().parents[3]
 RUNTIMES_DIR = REPO / "deploy" / "runtimes"
 UPSTREAM_RUNTIMES = REPO.parent / "shared" / "reference" / "trainer-v2.1.0" / "runtimes"
+UPSTREAM_V23_RUNTIMES = REPO.parent / "shared" / "reference" / "trainer-v2.3.0" / "runtimes"
+# Runtimes v2.3.0 added; the ones it changed (torch image, deepspeed/mlx launcher order) stay as
+# in v2.1.0 (docs/compatibility.md).
+V23_NEW = ("jax_distributed.yaml", "xgboost_distributed.yaml")
 
 UPSTREAM_NAMES = {
     "torch-distributed",
@@ -21,6 +26,8 @@ UPSTREAM_NAMES = {
     "torchtune-llama3.2-1b",
     "torchtune-llama3.2-3b",
     "torchtune-qwen2.5-1.5b",
+    "jax-distributed",
+    "xgboost-distributed",
 }
 FRAMEWORK_LABEL = "trainer.kubeflow.org/framework"
 ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
@@ -62,6 +69,13 @@ def test_matches_upstream_v2_1_0_field_for_field(upstream_file: str) -> None:
     upstream = yaml.safe_load((UPSTREAM_RUNTIMES / upstream_file).read_text())
     ours = load_runtimes()[upstream["metadata"]["name"]]
     assert ours == upstream
+
+
+@pytest.mark.skipif(not UPSTREAM_V23_RUNTIMES.is_dir(), reason=f"upstream reference not found at {UPSTREAM_V23_RUNTIMES}")
+@pytest.mark.parametrize("upstream_file", V23_NEW)
+def test_new_v2_3_0_runtimes_match_upstream_field_for_field(upstream_file: str) -> None:
+    upstream = yaml.safe_load((UPSTREAM_V23_RUNTIMES / upstream_file).read_text())
+    assert load_runtimes()[upstream["metadata"]["name"]] == upstream
 
 
 def test_cpu_runtime_runs_one_torch_process_per_requested_cpu() -> None:

@@ -8,13 +8,16 @@ JobSet's Pods reference exists first when the objects are applied in plan order.
 from __future__ import annotations
 
 from ..framework import Plugin
-from . import coscheduling, jobset, mpi, plainml, torch, volcano
+from . import coscheduling, jax, jobset, mpi, plainml, torch, volcano, xgboost
 
 REGISTRY: tuple[Plugin, ...] = (
     coscheduling.PLUGIN,
     volcano.PLUGIN,
     torch.PLUGIN,
     mpi.PLUGIN,
+    jax.PLUGIN,
+    # PlainML before XGBoost: the trainer's env first, then the framework's (as Torch does).
     plainml.PLUGIN,
+    xgboost.PLUGIN,
     jobset.PLUGIN,
 )

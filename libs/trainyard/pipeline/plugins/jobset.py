@@ -3,11 +3,12 @@ from __future__ import annotations
 
 from trainyard.api import constants as c
 
+import re
 from typing import Any
 
 from .. import names
 from ..documents import clone, dig, ensure_list, ensure_mapping, items, mapping
-from ..errors import FieldError, PlanningError, forbidden, internal, invalid
+from ..errors import FieldError, PlanningError, forbidden, internal, invalid, required
 from ..framework import PlanContext, Plugin, ValidationContext, Verdict
 from ..observed import ReadError
 from ..upsert import api_env_var, upsert_env
@@ -158,7 +159,80 @@ def validate(ctx: ValidationContext) -> Verdict:
             verdict.errors.append(invalid("spec.runtimeRef", runtime_ref, missing_container))
     verdict.errors.extend(_override_mutation_errors(ctx))
     verdict.errors.extend(_override_errors(ctx, containers_by_job))
+    verdict.errors.extend(_patch_mutation_errors(ctx))
+    verdict.errors.extend(_patch_errors(ctx, containers_by_job))
     return verdict
+
+
+_PATCHES = "spec.runtimePatches"
+_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_SUBDOMAIN_MSG = ("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "
+                  "and must start and end with an alphanumeric character (e.g. 'example.com', regex used for "
+                  "validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')")
+_HTTP_PATH_FMT = "[A-Za-z0-9/\\-._~%!$&'()*+,;=:]+"
+_HTTP_PATH = re.compile("^" + _HTTP_PATH_FMT + "$")
+
+
+def domain_prefixed_path_errors(field: str, value: str) -> list[FieldError]:
+    """Kubernetes' ``IsDomainPrefixedPath`` (a patch's manager, e.g. ``kueue.x-k8s.io/manager``)."""
+    if not value:
+        return [required(field)]
+    host, slash, path = value.partition("/")
+    if not slash or not host or not path:
+        return [invalid(field, value, c.ERR_DOMAIN_PREFIXED_PATH)]
+    errors = []
+    if len(host) > 253:
+        errors.append(invalid(field, host, "must be no more than 253 characters"))
+    if not _SUBDOMAIN.match(host):
+        errors.append(invalid(field, host, _SUBDOMAIN_MSG))
+    if not _HTTP_PATH.match(path):
+        errors.append(invalid(field, path, f"Invalid path (regex used for validation is '{_HTTP_PATH_FMT}')"))
+    return errors
+
+
+def _patch_mutation_errors(ctx: ValidationContext) -> list[FieldError]:
+    """v2.3.0: runtime patches change only while the TrainJob is suspended before or after the
+    update (Kueue updates them and suspend in one request), and never under active Jobs."""
+    if ctx.old is None:
+        return []
+    if (mapping(ctx.old.get("spec")).get("runtimePatches") or None) == (ctx.spec.get("runtimePatches") or None):
+        return []
+    if mapping(ctx.old.get("spec")).get("suspend") is not True and ctx.spec.get("suspend") is not True:
+        return [forbidden(_PATCHES, c.ERR_PATCHES_NOT_SUSPENDED)]
+    name = str(dig(ctx.trainjob, "metadata", "name") or "")
+    namespace = str(dig(ctx.trainjob, "metadata", "namespace") or "")
+    try:
+        jobset = ctx.observed.get(names.JOBSET_API_VERSION, names.JOBSET_KIND, namespace, name)
+    except ReadError as err:
+        return [internal(_PATCHES, str(err))]
+    return [forbidden(_PATCHES, c.ERR_PATCHES_JOB_ACTIVE.format(job=status.get("name")))
+            for status in items(dig(jobset, "status", "replicatedJobsStatus"))
+            if isinstance(status, dict) and is_int(status.get("active")) and status["active"] > 0]
+
+
+def _patch_errors(ctx: ValidationContext, containers_by_job: dict[str, set[str]]) -> list[FieldError]:
+    errors: list[FieldError] = []
+    patches = ctx.spec.get("runtimePatches")
+    for patch in items(patches):
+        patch = mapping(patch)
+        errors.extend(domain_prefixed_path_errors(f"{_PATCHES}.manager", str(patch.get("manager") or "")))
+        for job_patch in items(dig(patch, "trainingRuntimeSpec", "template", "spec", "replicatedJobs")):
+            job = str(mapping(job_patch).get("name"))
+            if job not in containers_by_job:
+                errors.append(invalid(_PATCHES, patches, c.ERR_PATCH_JOB_NOT_FOUND))
+                continue
+            known = containers_by_job[job]
+            pod_patch = mapping(dig(job_patch, "template", "spec", "template", "spec"))
+            for init in items(pod_patch.get("initContainers")):
+                if mapping(init).get("name") not in known:
+                    errors.append(invalid(_PATCHES, patches, c.ERR_MISSING_INIT_CONTAINER.format(job=job)))
+            for container in items(pod_patch.get("containers")):
+                container = mapping(container)
+                if container.get("name") not in known:
+                    errors.append(invalid(_PATCHES, patches, c.ERR_MISSING_CONTAINER.format(job=job)))
+                elif container.get("name") in _RESERVED_OVERRIDE_CONTAINERS and container.get("env"):
+                    errors.append(invalid(_PATCHES, patches, c.ERR_OVERRIDE_ENVS))
+    return errors
 
 
 def _override_mutation_errors(ctx: ValidationContext) -> list[FieldError]:

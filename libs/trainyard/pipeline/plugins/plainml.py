@@ -1,4 +1,4 @@
-"""PlainML: node count and trainer env for runtimes without torch/mpi policy (spec §4.5)."""
+"""PlainML: node count and trainer env for runtimes without torch/mpi/jax policy (spec §4.5)."""
 from __future__ import annotations
 
 from .. import names
@@ -9,7 +9,10 @@ from .shared import is_int
 
 
 def enforce_ml_policy(ctx: PlanContext) -> None:
-    if ctx.info.torch_policy is not None or ctx.info.mpi_policy is not None:
+    # As upstream v2.3.0: PlainML stands aside for torch, mpi and jax, but still runs next to
+    # xgboost and flux (node count and trainer env).
+    if ctx.info.torch_policy is not None or ctx.info.mpi_policy is not None \
+            or (ctx.info.ml_policy or {}).get("jax") is not None:
         return
     trainer = ctx.trainer
     if trainer is None:

@@ -6,8 +6,8 @@ from trainyard.api import constants as c
 from typing import Any
 
 from .. import names
-from ..documents import ensure_list, items, mapping
-from ..errors import FieldError, invalid
+from ..documents import dig, ensure_list, items, mapping
+from ..errors import FieldError, PlanningError, invalid
 from ..framework import PlanContext, Plugin, ValidationContext, Verdict
 from trainyard.apimachinery.quantity import QuantityError
 from ..resources import cpu_count, gpu_count
@@ -41,35 +41,79 @@ def enforce_ml_policy(ctx: PlanContext) -> None:
         raw = torch_policy.get("numProcPerNode", "auto")
     resources = effective_resources_per_node(ctx.trainjob, ctx.info)
     nproc = resolve_num_proc_per_node(raw, resources)
-    if trainer is None or trainer_set is None:
-        return
-    container = trainer_set.container(names.NODE)
-    if container is None:
-        return
-    env = ensure_list(container, "env")
-    for entry in items(trainer.get("env")):
-        if isinstance(entry, dict):
-            upsert_env(env, api_env_var(entry))
-    upsert_env(env, {"name": names.ENV_NNODES, "value": str(trainer_set.count)})
-    upsert_env(env, {"name": names.ENV_NPROC_PER_NODE, "value": str(nproc)})
-    upsert_env(env, {"name": names.ENV_NODE_RANK,
-                     "valueFrom": {"fieldRef": {"fieldPath": names.JOB_COMPLETION_INDEX_FIELD_PATH}}})
-    if torchtune.is_torchtune(trainer):
-        ctx.info.torchtune_command = torchtune.mutated_command(ctx, trainer_set.count, nproc, resources)
-    else:
-        upsert_env(env, {"name": names.ENV_MASTER_ADDR, "value": master_address(ctx.name)})
-        upsert_env(env, {"name": names.ENV_MASTER_PORT, "value": str(names.CONTAINER_TRAINER_PORT)})
-    upsert_port(ensure_list(container, "ports"), {"containerPort": names.CONTAINER_TRAINER_PORT})
+    count = trainer_set.count if trainer_set is not None else 1
+    pet_envs = [
+        {"name": names.ENV_NNODES, "value": str(count)},
+        {"name": names.ENV_NPROC_PER_NODE, "value": str(nproc)},
+        {"name": names.ENV_NODE_RANK, "valueFrom": {"fieldRef": {"fieldPath": names.JOB_COMPLETION_INDEX_FIELD_PATH}}},
+    ]
+    master_envs = [
+        {"name": names.ENV_MASTER_ADDR, "value": master_address(ctx.name)},
+        {"name": names.ENV_MASTER_PORT, "value": str(names.CONTAINER_TRAINER_PORT)},
+    ]
+    container = trainer_set.container(names.NODE) if trainer is not None and trainer_set is not None else None
+    if container is not None:
+        env = ensure_list(container, "env")
+        for entry in items(trainer.get("env")):
+            if isinstance(entry, dict):
+                upsert_env(env, api_env_var(entry))
+        for entry in pet_envs:
+            upsert_env(env, entry)
+        if torchtune.is_torchtune(trainer):
+            ctx.info.torchtune_command = torchtune.mutated_command(ctx, count, nproc, resources)
+        else:
+            for entry in master_envs:
+                upsert_env(env, entry)
+        upsert_port(ensure_list(container, "ports"), {"containerPort": names.CONTAINER_TRAINER_PORT})
+    # v2.3.0 envInjection: the same PET_* variables, master address included (sidecars and init
+    # containers use it for preflight checks even under TorchTune), whether or not the TrainJob
+    # has a trainer section.
+    for job_name, container_name in env_injection_targets(torch_policy):
+        target = _container_in_job(ctx.info, job_name, container_name)
+        if target is None:
+            raise PlanningError(envinjection_missing_message(job_name, container_name))
+        target_env = ensure_list(target, "env")
+        for entry in pet_envs + master_envs:
+            upsert_env(target_env, dict(entry))
+
+
+def env_injection_targets(torch_policy: dict[str, Any]) -> list[tuple[str, str]]:
+    return [(str(mapping(t).get("jobName")), str(name))
+            for t in items(dig(torch_policy, "envInjection", "targets"))
+            for name in items(mapping(t).get("containerNames"))]
+
+
+def envinjection_missing_message(job_name: str, container_name: str) -> str:
+    return f'envInjection target podSet "{job_name}" container "{container_name}" not found in runtime template'
+
+
+def _container_in_job(info: Any, job_name: str, container_name: str) -> dict[str, Any] | None:
+    """A container of the named job, else an init container of it (upstream's lookup order)."""
+    pod_set = info.pod_set_by_name(job_name)
+    if pod_set is None:
+        return None
+    found = pod_set.container(container_name)
+    if found is not None:
+        return found
+    return next((c for c in items(pod_set.pod_spec.get("initContainers"))
+                 if isinstance(c, dict) and c.get("name") == container_name), None)
 
 
 def validate(ctx: ValidationContext) -> Verdict:
     verdict = Verdict()
-    if ctx.info is None or ctx.info.torch_policy is None or ctx.trainer is None:
+    if ctx.info is None or ctx.info.torch_policy is None:
+        return verdict
+    for target in items(dig(ctx.info.torch_policy, "envInjection", "targets")):
+        for name in items(mapping(target).get("containerNames")):
+            job_name = str(mapping(target).get("jobName"))
+            if _container_in_job(ctx.info, job_name, str(name)) is None:
+                verdict.errors.append(invalid("spec.runtimeRef", target,
+                                              envinjection_missing_message(job_name, str(name))))
+    if ctx.trainer is None:
         return verdict
     trainer = ctx.trainer
     raw = trainer.get("numProcPerNode")
-    if raw is None:
-        return verdict
+    # v2.1.0 checked the rest only with numProcPerNode set; v2.3.0 checks it for every trainer.
     if isinstance(raw, str) and raw not in names.TORCH_NPROC_KEYWORDS:
         verdict.errors.append(invalid("spec.trainer.numProcPerNode", raw,
                                       c.ERR_TORCH_NUM_PROC_PER_NODE))
