@@ -24,6 +24,7 @@ from .registry import Registry, ResourceType
 from .resources import Api, WriteOptions
 from .storage import Store, dumps
 from .tls import Credentials
+from .writelocks import ObjectWriteLocks
 from . import metrics as devcluster_metrics
 
 log = logging.getLogger("trainyard.devcluster.server")
@@ -100,6 +101,7 @@ class ApiServer:
         self.store = Store(data_dir, history_size=history_size)
         self.registry = Registry()
         self.api = Api(self.store, self.registry)
+        self.write_locks = ObjectWriteLocks()
         self.openapi = OpenApiCache(self.registry)
         self.credentials = credentials
         self.require_auth = require_auth and credentials is not None
@@ -357,7 +359,9 @@ class ApiServer:
                 body = await self._decode_object(request)
                 if rt.namespaced and ns is None:
                     raise errors.method_not_allowed("POST", rt.qualified_resource, rt.group, rt.resource)
-                obj = await self.api.create(rt, ns, body, opts)
+                named = ((body or {}).get("metadata") or {}).get("name") if isinstance(body, dict) else None
+                async with self.write_locks.hold((rt.storage_key, ns or "", named or id(body))):
+                    obj = await self.api.create(rt, ns, body, opts)
                 return self._json(self._written_body(rt, obj, opts), 201, warnings=opts.warnings)
             if method == "DELETE":
                 options = await self._delete_options(request, query)
@@ -380,7 +384,8 @@ class ApiServer:
                 sub = None
             opts = self._options(request, query, sub)
             body = await self._decode_object(request)
-            obj = await self.api.update(rt, ns, name, body, opts)
+            async with self.write_locks.hold((rt.storage_key, ns or "", name)):
+                obj = await self.api.update(rt, ns, name, body, opts)
             return self._json(self._written_body(rt, obj, opts), warnings=opts.warnings)
         if method == "PATCH":
             opts = self._options(request, query, sub)
@@ -389,13 +394,15 @@ class ApiServer:
             if patch_type is None or (patch_type == "strategic" and not rt.builtin):
                 raise errors.unsupported_media_type(machinery.BUILTIN_PATCH_TYPES if rt.builtin else machinery.CR_PATCH_TYPES)
             body = await self._body(request)
-            code, obj = await self.api.patch(rt, ns, name, patch_type, body, opts)
+            async with self.write_locks.hold((rt.storage_key, ns or "", name)):
+                code, obj = await self.api.patch(rt, ns, name, patch_type, body, opts)
             return self._json(self._written_body(rt, obj, opts), code, warnings=opts.warnings)
         if method == "DELETE":
             if sub:
                 raise errors.method_not_allowed(method, rt.qualified_resource, rt.group, rt.resource)
             options = await self._delete_options(request, query)
-            body, _ = await self.api.delete(rt, ns, name, options, self._options(request, query, None))
+            async with self.write_locks.hold((rt.storage_key, ns or "", name)):
+                body, _ = await self.api.delete(rt, ns, name, options, self._options(request, query, None))
             return self._json(body)
         raise errors.method_not_allowed(method, rt.qualified_resource, rt.group, rt.resource)
 

@@ -45,7 +45,9 @@ def humanise_age(timestamp: Any) -> str | None:
 
 # ---------------------------------------------------------------- a small JSONPath
 
-_TOKEN = re.compile(r"\.([A-Za-z0-9_\-]+)|\[(-?\d*):(-?\d*)\]|\[(-?\d+)\]|\[\?\(@\.([A-Za-z0-9_.\-]+)\s*==\s*[\"']([^\"']*)[\"']\)\]|\[\*\]|\.\*")
+# A field name may escape dots (``.metadata.labels.trainer\.kubeflow\.org/framework``): label and
+# annotation keys are written that way in printer columns.
+_TOKEN = re.compile(r"\.((?:\\\.|[A-Za-z0-9_\-/])+)|\[(-?\d*):(-?\d*)\]|\[(-?\d+)\]|\[\?\(@\.([A-Za-z0-9_.\-]+)\s*==\s*[\"']([^\"']*)[\"']\)\]|\[\*\]|\.\*")
 
 
 def jsonpath(obj: Any, path: str) -> list[Any]:
@@ -65,6 +67,8 @@ def jsonpath(obj: Any, path: str) -> list[Any]:
             return []
         pos = m.end()
         field, start, stop, index, fkey, fval = m.groups()
+        if field is not None:
+            field = field.replace("\\.", ".")
         nxt: list[Any] = []
         for value in current:
             if field is not None:

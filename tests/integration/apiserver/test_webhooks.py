@@ -1,6 +1,7 @@
 """Admission webhooks: the devcluster calls real HTTPS webhook servers (AdmissionReview v1)."""
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import ssl
@@ -38,9 +39,16 @@ async def webhook_server(tmp_path):
             response["status"] = {"code": 403, "reason": "Forbidden", "message": "deny label is set"}
         return web.json_response({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response})
 
+    async def slow(request: web.Request) -> web.Response:
+        review = await request.json()
+        await asyncio.sleep(0.3)  # every concurrent write is inside admission at once
+        return web.json_response({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                                  "response": {"uid": review["request"]["uid"], "allowed": True}})
+
     app = web.Application()
     app.router.add_post("/mutate", mutate)
     app.router.add_post("/validate", validate)
+    app.router.add_post("/slow", slow)
     runner = web.AppRunner(app)
     await runner.setup()
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -102,3 +110,38 @@ async def test_mutating_and_validating_webhooks_are_called(devcluster, webhook_s
         failed = await c.post(CM, json={"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "blocked"}})
         assert failed.status_code == 500
         assert 'failed calling webhook "broken.example.com"' in failed.json()["message"]
+
+
+async def test_writes_with_one_resource_version_store_exactly_one_while_a_webhook_is_slow(devcluster, webhook_server):
+    """Optimistic concurrency holds across admission: of eight patches carrying the same
+    resourceVersion, exactly one is stored and seven answer 409, although all eight wait in
+    a slow webhook together; patches without a precondition all land, none lost."""
+    url, ca, _ = webhook_server
+    ctx = ssl.create_default_context(cafile=str(devcluster.ca_cert))
+    async with httpx.AsyncClient(base_url=devcluster.url, verify=ctx, timeout=30,
+                                 headers={"Authorization": f"Bearer {devcluster.token}"}) as c:
+        vwc = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+               "metadata": {"name": "slow"}, "webhooks": [
+                   _hook("slow.example.com", url + "/slow", ca, selector={"matchLabels": {"race": "yes"}})]}
+        assert (await c.post("/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
+                             json=vwc)).status_code == 201
+        created = await c.post(CM, json={"apiVersion": "v1", "kind": "ConfigMap",
+                                          "metadata": {"name": "race", "labels": {"race": "yes"}}})
+        assert created.status_code == 201, created.text
+        rv = created.json()["metadata"]["resourceVersion"]
+        merge = {"Content-Type": "application/merge-patch+json"}
+
+        async def claim(who: str):
+            body = {"metadata": {"resourceVersion": rv, "annotations": {"owner": who}}}
+            return await c.patch(f"{CM}/race", content=json.dumps(body), headers=merge)
+
+        answers = await asyncio.gather(*(claim(f"writer-{i}") for i in range(8)))
+        assert sorted(a.status_code for a in answers) == [200] + [409] * 7
+        winner = next(a.json() for a in answers if a.status_code == 200)["metadata"]["annotations"]["owner"]
+        assert (await c.get(f"{CM}/race")).json()["metadata"]["annotations"]["owner"] == winner
+
+        async def add(index: int):
+            return await c.patch(f"{CM}/race", content=json.dumps({"data": {f"k{index}": "v"}}), headers=merge)
+
+        assert {a.status_code for a in await asyncio.gather(*(add(i) for i in range(6)))} == {200}
+        assert {f"k{i}" for i in range(6)} <= set((await c.get(f"{CM}/race")).json()["data"])

@@ -76,3 +76,13 @@ def test_a_second_server_on_the_same_data_dir_is_refused(tmp_path):
         Store(tmp_path)
     asyncio.run(first.close())
     Store(tmp_path)  # free again once the first one closed
+
+
+def test_printer_column_paths_with_escaped_dots_read_label_and_annotation_keys():
+    from trainyard_services.devcluster.tables import jsonpath
+
+    obj = {"metadata": {"labels": {"trainer.kubeflow.org/framework": "torch"},
+                        "annotations": {"trainyard.kubeflow.org/worker-cluster": "worker-2"}}}
+    assert jsonpath(obj, r".metadata.labels.trainer\.kubeflow\.org/framework") == ["torch"]
+    assert jsonpath(obj, r".metadata.annotations.trainyard\.kubeflow\.org/worker-cluster") == ["worker-2"]
+    assert jsonpath(obj, r".metadata.annotations.trainyard\.kubeflow\.org/other") == []
