@@ -8,7 +8,7 @@ JobSet's Pods reference exists first when the objects are applied in plan order.
 from __future__ import annotations
 
 from ..framework import Plugin
-from . import coscheduling, jax, jobset, mpi, plainml, torch, volcano, xgboost
+from . import coscheduling, flux, jax, jobset, mpi, plainml, torch, volcano, xgboost
 
 REGISTRY: tuple[Plugin, ...] = (
     coscheduling.PLUGIN,
@@ -19,5 +19,6 @@ REGISTRY: tuple[Plugin, ...] = (
     # PlainML before XGBoost: the trainer's env first, then the framework's (as Torch does).
     plainml.PLUGIN,
     xgboost.PLUGIN,
+    flux.PLUGIN,
     jobset.PLUGIN,
 )
