@@ -35,9 +35,29 @@ OUTCOMES_BUCKET = "ty_outcomes"
 
 DEDUP_WINDOW_S = 120.0
 
+# How many copies JetStream keeps of each stream and bucket: 1 on a laptop, 3 on a NATS cluster
+# (deploy/ sets 3) so that losing a NATS node loses nothing. Read when the topology is ensured.
+REPLICAS_ENV = "TRAINYARD_BUS_REPLICAS"
 
-def stream_configs(storage: StorageType = StorageType.FILE) -> list[StreamConfig]:
-    """The four streams of the bus contract (docs/bus.md)."""
+
+def replicas_setting(env: dict[str, str] | None = None) -> int:
+    """``$TRAINYARD_BUS_REPLICAS`` (1 to 5, JetStream's limit); 1 when unset."""
+    import os
+
+    raw = (os.environ if env is None else env).get(REPLICAS_ENV, "").strip() or "1"
+    try:
+        replicas = int(raw)
+    except ValueError:
+        raise ValueError(f"${REPLICAS_ENV}: expected a number of replicas (1 to 5), got {raw!r}") from None
+    if not 1 <= replicas <= 5:
+        raise ValueError(f"${REPLICAS_ENV}: must be between 1 and 5, got {replicas}")
+    return replicas
+
+
+def stream_configs(storage: StorageType = StorageType.FILE, replicas: int | None = None) -> list[StreamConfig]:
+    """The four streams of the bus contract (docs/bus.md), each with ``replicas`` copies
+    (default: :func:`replicas_setting`)."""
+    replicas = replicas or replicas_setting()
     return [
         # Events: a replayable log of observed changes; dedup drops the second watcher's copy.
         StreamConfig(
@@ -45,6 +65,7 @@ def stream_configs(storage: StorageType = StorageType.FILE) -> list[StreamConfig
             subjects=[f"{subjects.EVENTS_PREFIX}.>"],
             retention=RetentionPolicy.LIMITS,
             storage=storage,
+            num_replicas=replicas,
             duplicate_window=DEDUP_WINDOW_S,
             max_age=24 * 3600.0,
             max_msgs_per_subject=64,
@@ -55,6 +76,7 @@ def stream_configs(storage: StorageType = StorageType.FILE) -> list[StreamConfig
             subjects=[f"{subjects.PLANS_PREFIX}.>"],
             retention=RetentionPolicy.WORK_QUEUE,
             storage=storage,
+            num_replicas=replicas,
             duplicate_window=DEDUP_WINDOW_S,
         ),
         StreamConfig(
@@ -62,6 +84,7 @@ def stream_configs(storage: StorageType = StorageType.FILE) -> list[StreamConfig
             subjects=[f"{subjects.RESULTS_PREFIX}.>"],
             retention=RetentionPolicy.LIMITS,
             storage=storage,
+            num_replicas=replicas,
             duplicate_window=DEDUP_WINDOW_S,
             max_age=24 * 3600.0,
         ),
@@ -70,18 +93,20 @@ def stream_configs(storage: StorageType = StorageType.FILE) -> list[StreamConfig
             subjects=[f"{subjects.DEAD_LETTER_PREFIX}.>"],
             retention=RetentionPolicy.LIMITS,
             storage=storage,
+            num_replicas=replicas,
             max_age=7 * 24 * 3600.0,
         ),
     ]
 
 
-def bucket_configs(storage: StorageType = StorageType.FILE) -> list[KeyValueConfig]:
+def bucket_configs(storage: StorageType = StorageType.FILE, replicas: int | None = None) -> list[KeyValueConfig]:
+    replicas = replicas or replicas_setting()
     return [
-        KeyValueConfig(bucket=SNAPSHOTS_BUCKET, history=1, storage=storage,
+        KeyValueConfig(bucket=SNAPSHOTS_BUCKET, history=1, storage=storage, replicas=replicas,
                        description="latest snapshot of every watched object"),
-        KeyValueConfig(bucket=APPLIED_BUCKET, history=1, storage=storage,
+        KeyValueConfig(bucket=APPLIED_BUCKET, history=1, storage=storage, replicas=replicas,
                        description="last applied plan per TrainJob (compare-and-set)"),
-        KeyValueConfig(bucket=OUTCOMES_BUCKET, history=1, storage=storage,
+        KeyValueConfig(bucket=OUTCOMES_BUCKET, history=1, storage=storage, replicas=replicas,
                        description="last planning/apply error per TrainJob"),
     ]
 
