@@ -166,7 +166,9 @@ def test_validate_a_directory_and_runtimes_dir_is_context_only() -> None:
     assert accepted == sorted(["trainjob.trainer.kubeflow.org/mnist", "trainjob.trainer.kubeflow.org/job1",
                                "trainingruntime.trainer.kubeflow.org/alpha", "trainjob.trainer.kubeflow.org/ds",
                                "trainjob.trainer.kubeflow.org/tune-llama", "trainjob.trainer.kubeflow.org/resnet",
-                               "trainingruntime.trainer.kubeflow.org/torch-volcano"])
+                               "trainingruntime.trainer.kubeflow.org/torch-volcano",
+                               "trainjob.trainer.kubeflow.org/jax-mnist", "trainjob.trainer.kubeflow.org/xgb-higgs",
+                               "trainjob.trainer.kubeflow.org/patched"])
 
 
 def test_validate_rejects_reserved_env(tmp_path: Path) -> None:
@@ -217,6 +219,34 @@ def test_validate_runtime_ref_immutable(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert ('Error from server (Invalid): error when updating "' in result.stderr
             and 'spec.runtimeRef: Invalid value: "object": runtimeRef is immutable' in result.stderr)
+
+
+def test_validate_v23_trainer_rule_and_num_nodes_webhook(tmp_path: Path) -> None:
+    old = write(tmp_path, "old.yaml", TORCH_RUNTIME, trainjob_yaml("v23", "{numNodes: 1, image: a}"))
+    image = trainyard("validate", "-f", write(tmp_path, "image.yaml", trainjob_yaml("v23", "{numNodes: 1, image: b}")),
+                      "--old", old)
+    assert image.returncode == 1
+    assert 'spec.trainer: Invalid value: "object": field is immutable' in image.stderr
+    nodes = trainyard("validate", "-f", write(tmp_path, "nodes.yaml", trainjob_yaml("v23", "{numNodes: 2, image: a}")),
+                      "--old", old)
+    assert nodes.returncode == 1
+    assert ('admission webhook "validator.trainjob.trainer.kubeflow.org" denied the request: spec.trainer: '
+            'Invalid value: {"numNodes":2,"image":"a"}: field is immutable') in nodes.stderr
+
+
+def test_plan_v23_examples_carry_the_framework_variables(example_plans) -> None:
+    jax = list(yaml.safe_load_all(example_plans["jax"].stdout))[-1]
+    env = {e["name"]: e.get("value") for e in
+           jax["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["JAX_COORDINATOR_ADDRESS"] == "jax-mnist-node-0-0.jax-mnist:29500"
+    xgb = list(yaml.safe_load_all(example_plans["xgboost"].stdout))[-1]
+    env = {e["name"]: e.get("value") for e in
+           xgb["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["DMLC_NUM_WORKER"] == "8"
+    patched = list(yaml.safe_load_all(example_plans["torch-runtime-patches"].stdout))[-1]
+    assert patched["metadata"]["labels"] == {"kueue.x-k8s.io/queue-name": "team-a"}
+    pod = patched["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert pod["schedulingGates"] == [{"name": "kueue.x-k8s.io/admission"}]
 
 
 def test_validate_runtime_replicated_job_rules(tmp_path: Path) -> None:
