@@ -1,0 +1,330 @@
+"""Multi-cluster delegation end to end: `trainyard up --workers 2` (a manager and two worker
+devclusters, each with its own services, one NATS, the dispatcher), driven with kubectl.
+
+TrainJobs with `spec.managedBy: kueue.x-k8s.io/multikueue` are applied on the manager; they
+must run on exactly one worker, with the worker's status mirrored back.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fixtures.stack import KUBECTL, RunningStack, skip_unless_stack_available, start_stack
+
+pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]
+
+LOST_TIMEOUT_S = 6
+MANAGED_BY = "kueue.x-k8s.io/multikueue"
+ORIGIN = "kueue.x-k8s.io/multikueue-origin"
+WORKER_ANNOTATION = "trainyard.kubeflow.org/worker-cluster"
+WORKERS = ("worker-1", "worker-2")
+
+
+def runtime(name: str, command: str, cpu: str | None = None) -> dict:
+    """A plain ClusterTrainingRuntime whose single node runs ``command`` locally."""
+    container = {"name": "node", "image": "busybox", "command": ["/bin/sh", "-c", command]}
+    if cpu:
+        container["resources"] = {"requests": {"cpu": cpu}}
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
+        "metadata": {"name": name},
+        "spec": {"mlPolicy": {"numNodes": 1}, "template": {"spec": {"replicatedJobs": [{
+            "name": "node",
+            "template": {"metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
+                         "spec": {"template": {"spec": {"containers": [container]}}}},
+        }]}}},
+    }
+
+
+def delegated(name: str, runtime_name: str, **spec) -> dict:
+    return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"managedBy": MANAGED_BY, "runtimeRef": {"name": runtime_name}, **spec}}
+
+
+class Clusters:
+    """kubectl against the manager or a worker of the running stack."""
+
+    def __init__(self, stack: RunningStack) -> None:
+        self.stack = stack
+        self.kubeconfigs = {name: Path(info["kubeconfig"]) for name, info in stack.state["clusters"].items()}
+
+    def kubectl(self, cluster: str, *args: str, check: bool = True, stdin: str | None = None):
+        cache = self.stack.data_dir.parent / f"kubectl-cache-{cluster}"
+        result = subprocess.run([str(KUBECTL), "--kubeconfig", str(self.kubeconfigs[cluster]),
+                                 f"--cache-dir={cache}", *args],
+                                capture_output=True, text=True, timeout=60, input=stdin)
+        if check and result.returncode != 0:
+            raise AssertionError(f"kubectl ({cluster}) {' '.join(args)}: {result.stderr}")
+        return result
+
+    def apply(self, cluster: str, *docs: dict) -> None:
+        self.kubectl(cluster, "apply", "-f", "-", stdin="\n---\n".join(json.dumps(d) for d in docs))
+
+    def get(self, cluster: str, kind: str, name: str | None = None, *selector: str):
+        args = ["get", kind, *([name] if name else []), "-n", "default", "-o", "json", *selector]
+        result = self.kubectl(cluster, *args, check=False)
+        if result.returncode != 0:
+            if "NotFound" in result.stderr:
+                return None
+            raise AssertionError(result.stderr)
+        return json.loads(result.stdout)
+
+    def trainjobs(self, cluster: str) -> dict[str, dict]:
+        return {tj["metadata"]["name"]: tj for tj in self.get(cluster, "trainjobs")["items"]}
+
+
+def wait_for(predicate, timeout: float = 120.0, interval: float = 0.5, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out waiting for {what}; last value: {last!r}")
+
+
+def condition(obj: dict | None, kind: str) -> dict | None:
+    return next((c for c in ((obj or {}).get("status") or {}).get("conditions") or [] if c["type"] == kind), None)
+
+
+def is_true(obj: dict | None, kind: str) -> bool:
+    found = condition(obj, kind)
+    return found is not None and found["status"] == "True"
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory) -> RunningStack:
+    skip_unless_stack_available(("watcher", "planner", "applier", "status", "dispatcher"))
+    running = start_stack(tmp_path_factory.mktemp("multicluster") / "data", "--workers", "2",
+                          "--worker-lost-timeout", str(LOST_TIMEOUT_S), timeout=300)
+    try:
+        yield running
+    finally:
+        running.stop()
+        running.kill()
+
+
+@pytest.fixture(scope="module")
+def clusters(stack) -> Clusters:
+    found = Clusters(stack)
+    assert set(found.kubeconfigs) == {"manager", *WORKERS}
+    for cluster in found.kubeconfigs:
+        found.apply(cluster, runtime("mc-echo", "echo trained on $(hostname); sleep 1"),
+                    runtime("mc-sleep", "sleep 600"))
+    return found
+
+
+def test_workers_are_registered_and_active(stack, clusters):
+    table = clusters.kubectl("manager", "get", "multikueueclusters").stdout
+    assert table.split("\n")[0].split()[:2] == ["NAME", "ACTIVE"]
+    rows = {line.split()[0]: line.split()[1] for line in table.strip().split("\n")[1:]}
+    assert rows == {"worker-1": "True", "worker-2": "True"}
+    secret = clusters.kubectl("manager", "get", "secret", "worker-1-kubeconfig", "-n", "kubeflow-system",
+                              "-o", "jsonpath={.data.kubeconfig}").stdout
+    assert secret  # the kubeconfig lives in a Secret on the manager, as Kueue expects
+
+
+def test_twenty_trainjobs_each_run_on_exactly_one_worker(stack, clusters):
+    names = [f"mc-{index}" for index in range(20)]
+    clusters.apply("manager", *(delegated(name, "mc-echo") for name in names))
+
+    def all_complete():
+        jobs = clusters.trainjobs("manager")
+        done = [n for n in names if is_true(jobs.get(n), "Complete")]
+        return jobs if len(done) == len(names) else None
+
+    manager = wait_for(all_complete, timeout=240, what="20 delegated TrainJobs Complete on the manager")
+    copies = {worker: clusters.trainjobs(worker) for worker in WORKERS}
+    used = set()
+    for name in names:
+        worker = manager[name]["metadata"]["annotations"][WORKER_ANNOTATION]
+        used.add(worker)
+        other = next(w for w in WORKERS if w != worker)
+        assert name in copies[worker] and name not in copies[other]
+        copy = copies[worker][name]
+        assert copy["metadata"]["labels"][ORIGIN] == "manager"
+        # Written without managedBy: the worker's CRD default hands it to its own trainyard.
+        assert copy["spec"]["managedBy"] == "trainer.kubeflow.org/trainjob-controller"
+        # The manager shows the worker's condition, reason and message.
+        mirrored, original = condition(manager[name], "Complete"), condition(copy, "Complete")
+        assert (mirrored["reason"], mirrored["message"]) == (original["reason"], original["message"])
+        assert manager[name]["status"].get("jobsStatus") == copy["status"].get("jobsStatus")
+    assert used == set(WORKERS), "least-loaded placement spreads a burst over both workers"
+
+    # Pods and JobSets exist on the workers only.
+    assert clusters.get("manager", "pods")["items"] == []
+    assert clusters.get("manager", "jobsets")["items"] == []
+    pods = {w: [p for p in clusters.get(w, "pods")["items"]
+                if p["metadata"]["labels"].get("jobset.sigs.k8s.io/jobset-name") in names] for w in WORKERS}
+    assert sum(len(p) for p in pods.values()) == len(names)
+
+    # `-o wide` shows the worker; an Event says where it went.
+    wide = clusters.kubectl("manager", "get", "trainjob", "mc-0", "-o", "wide").stdout
+    assert "CLUSTER" in wide.split("\n")[0]
+    assert manager["mc-0"]["metadata"]["annotations"][WORKER_ANNOTATION] in wide.split("\n")[1]
+    events = clusters.kubectl("manager", "get", "events", "-n", "default",
+                              "--field-selector", "involvedObject.name=mc-0", "-o", "json").stdout
+    reasons = [e["reason"] for e in json.loads(events)["items"]]
+    assert reasons.count("Dispatched") == 1
+
+
+def test_suspend_resume_and_delete_propagate(stack, clusters):
+    clusters.apply("manager", delegated("mc-life", "mc-sleep"))
+    manager = wait_for(lambda: (lambda tj: tj if tj and WORKER_ANNOTATION in tj["metadata"].get("annotations", {})
+                                else None)(clusters.get("manager", "trainjob", "mc-life")), what="placement")
+    worker = manager["metadata"]["annotations"][WORKER_ANNOTATION]
+    wait_for(lambda: [p for p in clusters.get(worker, "pods")["items"]
+                      if p["metadata"]["labels"].get("jobset.sigs.k8s.io/jobset-name") == "mc-life"
+                      and p["status"].get("phase") == "Running"], what="the copy's pod running")
+
+    clusters.kubectl("manager", "patch", "trainjob", "mc-life", "-n", "default", "--type=merge",
+                     "-p", '{"spec":{"suspend":true}}')
+    wait_for(lambda: (clusters.get(worker, "trainjob", "mc-life") or {}).get("spec", {}).get("suspend") is True,
+             what="suspend on the copy")
+    wait_for(lambda: is_true(clusters.get("manager", "trainjob", "mc-life"), "Suspended"),
+             what="Suspended mirrored to the manager")
+    clusters.kubectl("manager", "patch", "trainjob", "mc-life", "-n", "default", "--type=merge",
+                     "-p", '{"spec":{"suspend":false}}')
+    wait_for(lambda: (clusters.get(worker, "trainjob", "mc-life") or {}).get("spec", {}).get("suspend") is False,
+             what="resume on the copy")
+
+    clusters.kubectl("manager", "delete", "trainjob", "mc-life", "-n", "default", "--wait=true", "--timeout=60s")
+    wait_for(lambda: clusters.get(worker, "trainjob", "mc-life") is None, what="the copy deleted")
+    assert clusters.get("manager", "trainjob", "mc-life") is None
+
+
+def test_a_worker_without_the_runtime_is_not_chosen(stack, clusters):
+    only_two = runtime("mc-only-on-2", "echo ok")
+    clusters.apply("manager", only_two)
+    clusters.apply("worker-2", only_two)
+    names = [f"mc-rt-{index}" for index in range(4)]
+    clusters.apply("manager", *(delegated(name, "mc-only-on-2") for name in names))
+    jobs = wait_for(lambda: (lambda all_: all_ if all(is_true(all_.get(n), "Complete") for n in names) else None)(
+        clusters.trainjobs("manager")), timeout=120, what="TrainJobs on worker-2 Complete")
+    assert {jobs[n]["metadata"]["annotations"][WORKER_ANNOTATION] for n in names} == {"worker-2"}
+
+
+def test_no_worker_fits_says_why_then_starts_when_capacity_frees(stack, clusters):
+    node = json.loads(clusters.kubectl("worker-1", "get", "nodes", "-o", "json").stdout)["items"][0]
+    cpus = int(node["status"]["allocatable"]["cpu"])
+    big = f"{int(cpus * 1000 * 0.75)}m"  # one per worker fits, two on one worker do not
+    for cluster in clusters.kubeconfigs:
+        clusters.apply(cluster, runtime("mc-big", "sleep 600", cpu=big))
+    clusters.apply("manager", delegated("mc-big-a", "mc-big"), delegated("mc-big-b", "mc-big"))
+    placed = wait_for(lambda: (lambda all_: all_ if all(WORKER_ANNOTATION in all_.get(n, {}).get("metadata", {})
+                                                        .get("annotations", {}) for n in ("mc-big-a", "mc-big-b"))
+                               else None)(clusters.trainjobs("manager")), what="two big TrainJobs placed")
+    assert {placed[n]["metadata"]["annotations"][WORKER_ANNOTATION] for n in ("mc-big-a", "mc-big-b")} == set(WORKERS)
+
+    clusters.apply("manager", delegated("mc-big-c", "mc-big"))
+    waiting = wait_for(lambda: (lambda c: c if c and c["status"] == "False" else None)(
+        condition(clusters.get("manager", "trainjob", "mc-big-c"), "Dispatched")), what="a Dispatched=False condition")
+    assert waiting["reason"] == "InsufficientCapacity"
+    assert "no worker cluster has free capacity for cpu=" in waiting["message"]
+    assert "waiting for capacity" in waiting["message"]
+    assert WORKER_ANNOTATION not in (clusters.get("manager", "trainjob", "mc-big-c")["metadata"].get("annotations") or {})
+    events = json.loads(clusters.kubectl("manager", "get", "events", "-n", "default", "--field-selector",
+                                         "involvedObject.name=mc-big-c", "-o", "json").stdout)["items"]
+    assert any(e["reason"] == "InsufficientCapacity" and e["type"] == "Warning" for e in events)
+
+    freed = placed["mc-big-a"]["metadata"]["annotations"][WORKER_ANNOTATION]
+    clusters.kubectl("manager", "delete", "trainjob", "mc-big-a", "-n", "default", "--wait=true", "--timeout=60s")
+    started = wait_for(lambda: (lambda tj: tj if WORKER_ANNOTATION in tj["metadata"].get("annotations", {}) else None)(
+        clusters.get("manager", "trainjob", "mc-big-c")), timeout=60, what="mc-big-c placed once capacity freed")
+    assert started["metadata"]["annotations"][WORKER_ANNOTATION] == freed
+    assert condition(started, "Dispatched")["status"] == "True"
+    for name in ("mc-big-b", "mc-big-c"):
+        clusters.kubectl("manager", "delete", "trainjob", name, "-n", "default", "--wait=true", "--timeout=60s")
+
+
+def test_two_dispatchers_never_copy_a_trainjob_twice(stack, clusters, tmp_path):
+    second = subprocess.Popen(
+        [sys.executable, "-m", "trainyard.cli.main", "dispatcher", "--kubeconfig", str(clusters.kubeconfigs["manager"]),
+         "--nats-url", stack.nats_url, "--http-port", "0", "--cluster", "manager",
+         "--worker-lost-timeout", str(LOST_TIMEOUT_S), "--probe-interval", "1", "--resync-interval", "2"],
+        stdout=subprocess.DEVNULL, stderr=open(tmp_path / "dispatcher-2.log", "wb"))
+    try:
+        time.sleep(3)  # both replicas consuming
+        names = [f"mc-pair-{index}" for index in range(10)]
+        clusters.apply("manager", *(delegated(name, "mc-echo") for name in names))
+        jobs = wait_for(lambda: (lambda all_: all_ if all(is_true(all_.get(n), "Complete") for n in names) else None)(
+            clusters.trainjobs("manager")), timeout=180, what="TrainJobs Complete with two dispatchers")
+        copies = {worker: clusters.trainjobs(worker) for worker in WORKERS}
+        events = json.loads(clusters.kubectl("manager", "get", "events", "-n", "default", "-o", "json").stdout)["items"]
+        for name in names:
+            holders = [w for w in WORKERS if name in copies[w]]
+            assert holders == [jobs[name]["metadata"]["annotations"][WORKER_ANNOTATION]]
+            dispatched = [e for e in events if e["involvedObject"]["name"] == name and e["reason"] == "Dispatched"]
+            assert len(dispatched) == 1, dispatched
+    finally:
+        second.send_signal(signal.SIGTERM)
+        try:
+            second.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            second.kill()
+            second.wait()
+    assert second.returncode == 0, (tmp_path / "dispatcher-2.log").read_text()[-2000:]
+
+
+def test_a_lost_worker_is_replaced_and_its_stale_copies_removed(stack, clusters):
+    """Runs last: it kills worker-1's devcluster (process group, pods included) and keeps it
+    down for longer than the lost timeout."""
+    for cluster in clusters.kubeconfigs:
+        clusters.apply(cluster, runtime("mc-long", "sleep 12"))
+    names = [f"mc-lost-{index}" for index in range(4)]
+    clusters.apply("manager", *(delegated(name, "mc-long") for name in names))
+    placed = wait_for(lambda: (lambda all_: all_ if all(WORKER_ANNOTATION in all_.get(n, {}).get("metadata", {})
+                                                        .get("annotations", {}) for n in names) else None)(
+        clusters.trainjobs("manager")), what="placement")
+    on_one = [n for n in names if placed[n]["metadata"]["annotations"][WORKER_ANNOTATION] == "worker-1"]
+    assert on_one, "a burst is spread over both workers, so worker-1 runs some"
+    wait_for(lambda: all(n in clusters.trainjobs("worker-1") for n in on_one), what="copies on worker-1")
+
+    state = json.loads((stack.data_dir / "stack.json").read_text())
+    victim = state["children"]["worker-1-devcluster"]["pid"]
+    # The supervisor would restart the devcluster within a second: pause it while the worker
+    # stays down for longer than the lost timeout (the other processes run on).
+    os.kill(stack.pid, signal.SIGSTOP)
+    killed_at = time.monotonic()
+    os.killpg(victim, signal.SIGKILL)
+    try:
+        table = wait_for(lambda: (lambda out: out if "False" in out.split("worker-1", 1)[1].split("\n")[0] else None)(
+            clusters.kubectl("manager", "get", "multikueueclusters", "-o", "wide").stdout),
+            timeout=30, what="worker-1 Active=False")
+        assert "ClientConnectionFailed" in table
+
+        def moved():
+            jobs = clusters.trainjobs("manager")
+            return jobs if all(jobs[n]["metadata"].get("annotations", {}).get(WORKER_ANNOTATION) == "worker-2"
+                               for n in on_one) else None
+
+        wait_for(moved, timeout=60, what="re-dispatch to worker-2")
+        redispatched_after = time.monotonic() - killed_at
+        assert redispatched_after >= LOST_TIMEOUT_S
+        events = json.loads(clusters.kubectl("manager", "get", "events", "-n", "default", "-o", "json").stdout)["items"]
+        assert any(e["reason"] == "WorkerLost" and e["involvedObject"]["name"] == on_one[0] for e in events)
+    finally:
+        os.kill(stack.pid, signal.SIGCONT)
+
+    # Everything completes on worker-2 and the manager shows nothing of worker-1's copies.
+    jobs = wait_for(lambda: (lambda all_: all_ if all(is_true(all_.get(n), "Complete") for n in names) else None)(
+        clusters.trainjobs("manager")), timeout=120, what="every TrainJob Complete")
+    for name in on_one:
+        assert jobs[name]["metadata"]["annotations"][WORKER_ANNOTATION] == "worker-2"
+        assert name in clusters.trainjobs("worker-2")
+    # worker-1 comes back (the supervisor restarts it): its stale copies are deleted.
+    wait_for(lambda: "True" in clusters.kubectl("manager", "get", "multikueueclusters").stdout.split("worker-1", 1)[1]
+             .split("\n")[0], timeout=90, what="worker-1 Active again")
+    wait_for(lambda: not any(n in clusters.trainjobs("worker-1") for n in on_one), timeout=60,
+             what="stale copies removed from worker-1")
+    print(f"lost worker: re-dispatched {redispatched_after:.1f}s after the kill (lost timeout {LOST_TIMEOUT_S}s)")
+
