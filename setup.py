@@ -40,6 +40,7 @@ setup(
     packages=library_packages + service_packages,
     package_dir={"trainyard": "libs/trainyard", "trainyard_services": "services"},
     include_package_data=True,
-    package_data={"trainyard": ["**/*.yaml", "**/*.json"]},
+    package_data={"trainyard": ["**/*.yaml", "**/*.json"],
+                  "trainyard_services": ["dashboard/static/*"]},
     cmdclass={"build_py": BuildWithData},
 )

@@ -474,3 +474,60 @@ def test_every_dashboard_panel_returns_series_in_prometheus(observed: Observed) 
     out.write_text("\n".join(report) + "\n")
     print("\n".join(report))
     assert not failures, "\n".join(failures)
+
+
+# ------------------------------------------------------------------------------ web dashboard
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def test_the_web_dashboard_shows_a_new_trainjob_turn_complete_without_reload(observed: Observed) -> None:
+    if not Path(CHROMIUM).is_file():
+        pytest.skip(f"Chromium not installed at {CHROMIUM} (`make system-tools` installs Debian's package "
+                    f"when run as root with apt)")
+    from playwright.sync_api import expect, sync_playwright
+
+    stack = observed.stack
+    url = stack.state.get("dashboard_url")
+    assert url, f"stack.json has no dashboard_url: {stack.state}"
+    assert f"Dashboard: {url}" in stack.output()
+    shots = stack.data_dir.parent / "screenshots"
+    shots.mkdir(exist_ok=True)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(url)
+            expect(page.locator("#connection")).to_have_text("live", timeout=20_000)
+            page.evaluate("window.__loadedOnce = true")
+            # The burst is listed, Complete.
+            for name in observed.uids:
+                expect(page.locator(f'#trainjobs tr[data-name="{name}"] td.state')).to_have_text("Complete",
+                                                                                               timeout=20_000)
+            # The services and the backlog of every consumer.
+            for service in SERVICES:
+                expect(page.locator("#services tbody")).to_contain_text(service)
+            expect(page.locator("#services tbody")).to_contain_text("ready")
+            expect(page.locator("#consumers tbody")).to_contain_text("applier_default")
+
+            apply(stack, trainjob("obs-live"))
+            row = page.locator('#trainjobs tr[data-name="obs-live"]')
+            expect(row).to_be_visible(timeout=30_000)
+            row.click()
+            expect(row.locator("td.state")).to_have_text("Complete", timeout=120_000)
+            assert page.evaluate("window.__loadedOnce === true"), "the page was reloaded"
+            # Its timeline with the measured hops, its pod and the pod's last log lines.
+            timeline = page.locator("#timeline")
+            for stage in ("created", "observed", "planned", "applied", "running", "finished"):
+                expect(timeline.locator(f'li[data-stage="{stage}"]')).to_be_visible(timeout=20_000)
+            expect(page.locator("#pods")).to_contain_text("loss 0.42", timeout=20_000)
+            expect(page.locator("#detail-state")).to_have_text("Complete")
+            page.screenshot(path=str(shots / "dashboard.png"), full_page=True)
+            if os.environ.get("TRAINYARD_UPDATE_SCREENSHOT") == "1":
+                (REPO / "docs" / "images").mkdir(exist_ok=True)
+                shutil.copyfile(shots / "dashboard.png", REPO / "docs" / "images" / "dashboard.png")
+        finally:
+            browser.close()
+    assert (shots / "dashboard.png").stat().st_size > 10_000

@@ -279,6 +279,9 @@ def run(args: argparse.Namespace) -> int:
         if applied.returncode != 0:
             raise DemoError(f"kubectl apply {mode} {example} failed:\n{applied.stderr}")
         console.print(applied.stdout.rstrip(), highlight=False)
+        dashboard_url = _dashboard_url(data_dir)
+        if dashboard_url:
+            console.print(f"Watch it live in the dashboard: {dashboard_url}", highlight=False, soft_wrap=True)
         snapshot = asyncio.run(follow(kubeconfig, job, args.timeout, console))
         if not snapshot.finished:
             console.print(f"[red]TrainJob {job.name} did not finish within {args.timeout:.0f}s (state {snapshot.state})[/]")
@@ -288,6 +291,13 @@ def run(args: argparse.Namespace) -> int:
         with console.status("Stopping trainyard..."):
             stop_stack(data_dir, stack)
         console.print(f"trainyard stopped. Total {time.monotonic() - began:.0f}s.", highlight=False)
+
+
+def _dashboard_url(data_dir: Path) -> str:
+    try:
+        return str(json.loads((data_dir / "stack.json").read_text()).get("dashboard_url") or "")
+    except (OSError, ValueError):
+        return ""
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

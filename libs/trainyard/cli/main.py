@@ -18,6 +18,7 @@ COMMANDS: dict[str, str] = {
     "applier": "trainyard_services.applier.main",
     "status": "trainyard_services.status.main",
     "dispatcher": "trainyard_services.dispatcher.main",
+    "dashboard": "trainyard_services.dashboard.main",
     "devcluster": "trainyard_services.devcluster.cli",
     "up": "trainyard.cli.up",
     "down": "trainyard.cli.down",

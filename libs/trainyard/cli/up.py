@@ -17,6 +17,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         DEFAULT_NATS_PORT,
         DEFAULT_SERVICES_PORT,
         DEFAULT_WEBHOOK_PORT,
+        DEFAULT_DASHBOARD_PORT,
     )
 
     parser.add_argument("--data-dir", type=Path, default=None,
@@ -31,6 +32,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              f"(default {DEFAULT_SERVICES_PORT}; 0: free ports)")
     parser.add_argument("--webhook-port", type=int, default=DEFAULT_WEBHOOK_PORT,
                         help=f"planner's admission webhook port (default {DEFAULT_WEBHOOK_PORT}; 0: a free port)")
+    parser.add_argument("--dashboard-port", type=int, default=DEFAULT_DASHBOARD_PORT,
+                        help=f"port of the live web dashboard (default {DEFAULT_DASHBOARD_PORT}; 0: a free port; "
+                             f"--skip dashboard: none)")
     parser.add_argument("--free-ports", action="store_true",
                         help="pick free ports for everything (same as setting every port option to 0)")
     parser.add_argument("--skip", action="append", default=[], metavar="COMPONENT",
@@ -86,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
         data_dir=(args.data_dir or default_data_dir()).expanduser().resolve(),
         nats_port=ports[0], api_port=ports[1], services_port=ports[2], webhook_port=ports[3],
         skip=frozenset(args.skip), startup_timeout_s=args.startup_timeout,
+        dashboard_port=0 if args.free_ports else args.dashboard_port,
         workers=args.workers, worker_lost_timeout_s=args.worker_lost_timeout,
     )
 
@@ -111,6 +116,8 @@ def run(args: argparse.Namespace) -> int:
 
             merged = merge_into_user_kubeconfig(kubeconfig, stack.layout.root)
             say(f"Context {merged.name} added to {merged.path} and made current (removed again by `trainyard down`).")
+        if stack.state is not None and stack.state.dashboard_url:
+            say(f"Dashboard: {stack.state.dashboard_url}")
         say(f"Logs in {stack.layout.logs_dir}. Stop with Ctrl-C or `trainyard down --data-dir {stack.layout.root}`.")
 
     if args.otlp_endpoint:

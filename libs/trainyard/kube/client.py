@@ -107,6 +107,25 @@ class KubeClient:
             raw = await response.read()
             return _decode(response.status, raw)
 
+    async def pod_log(self, namespace: str, name: str, *, container: str | None = None,
+                      tail_lines: int = 20, timeout_s: float = 10.0) -> str:
+        """The last ``tail_lines`` lines of a pod's (container's) log, as text."""
+        headers = await self._headers()
+        headers["Accept"] = "text/plain, */*"
+        query = {"tailLines": str(tail_lines), "container": container}
+        try:
+            response = await self._api.rest_client.request(
+                "GET", f"{self._host}/api/v1/namespaces/{namespace}/pods/{name}/log",
+                query_params=_clean(query), headers=headers, _preload_content=False, _request_timeout=timeout_s,
+            )
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as err:
+            raise KubeError(0, "ConnectionError", str(err) or type(err).__name__) from err
+        async with response:
+            raw = await response.read()
+            if not 200 <= response.status <= 299:
+                _decode(response.status, raw)
+            return raw.decode("utf-8", "replace")
+
     async def ping(self) -> bool:
         try:
             await self.request("GET", "/version", timeout_s=5.0)

@@ -21,7 +21,7 @@ from trainyard.supervisor.shutdown import kill_leftover_children
 from trainyard.supervisor.state import StackState, write_pid_file, write_state
 
 SERVICES = ("watcher", "planner", "applier", "status")
-COMPONENTS = ("nats", "devcluster", *SERVICES)
+COMPONENTS = ("nats", "devcluster", *SERVICES, "dashboard")
 # Cluster names on the bus: a single cluster keeps the services' default; with workers, the
 # manager is "manager" (the origin label of its copies) and the workers worker-1..worker-N.
 SINGLE_CLUSTER = "default"
@@ -47,6 +47,7 @@ class StackConfig:
     deploy_dir: Path = field(default_factory=manifests.repository_deploy_dir)
     workers: int = 0
     worker_lost_timeout_s: float = 900.0
+    dashboard_port: int = 0
 
 
 @dataclass(frozen=True)
@@ -344,6 +345,26 @@ class Stack:
         if self.config.workers:
             await self.register_workers()
             await self.start_dispatcher()
+        if self.dashboard_wanted():
+            await self.start_dashboard()
+
+    def dashboard_wanted(self) -> bool:
+        """With the services and an API server to show (not in a NATS-only stack)."""
+        return "dashboard" not in self.config.skip and service_available("dashboard") \
+            and any(name not in self.config.skip for name in SERVICES) and self.manager.kubeconfig.is_file()
+
+    async def start_dashboard(self) -> None:
+        """The live web dashboard over every cluster of the stack (services from stack.json)."""
+        port = PortRequest(self.config.dashboard_port, "web dashboard", "--dashboard-port").resolve()
+        argv = trainyard_argv("dashboard", "--kubeconfig", str(self.manager.kubeconfig), "--nats-url", self.nats_url,
+                              "--http-port", str(port), "--cluster", self.manager.name,
+                              "--clusters", ",".join(cluster.name for cluster in self.clusters),
+                              "--stack-state", str(self.layout.state_file))
+        await self._start_service_child("dashboard", argv, port)
+        if self.state is not None:
+            self.state.dashboard_url = f"http://{LOOPBACK}:{port}/"
+            self.state.ports["dashboard"] = port
+            write_state(self.layout, self.state)
 
     async def register_workers(self) -> None:
         """On the manager: the MultiKueueCluster CRD (unless Kueue serves its own), and for each

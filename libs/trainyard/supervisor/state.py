@@ -23,6 +23,7 @@ class StackState:
     api_url: str = ""
     # With workers: every cluster's kubeconfig and API URL by name (the manager included).
     clusters: dict[str, dict[str, str]] = field(default_factory=dict)
+    dashboard_url: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -35,6 +36,7 @@ class StackState:
             "nats_url": self.nats_url,
             "api_url": self.api_url,
             **({"clusters": self.clusters} if self.clusters else {}),
+            **({"dashboard_url": self.dashboard_url} if self.dashboard_url else {}),
         }
 
     @classmethod
@@ -49,6 +51,7 @@ class StackState:
             nats_url=str(data.get("nats_url") or ""),
             api_url=str(data.get("api_url") or ""),
             clusters={str(k): dict(v) for k, v in (data.get("clusters") or {}).items()},
+            dashboard_url=str(data.get("dashboard_url") or ""),
         )
 
 

@@ -1,0 +1,120 @@
+// trainyard dashboard: one EventSource, no polling. The server sends a snapshot on connect,
+// then "trainjob", "deleted" and "services" events; the page re-renders what changed.
+"use strict";
+
+const rows = new Map();
+let selected = null;
+let services = { services: [], consumers: [] };
+
+const $ = (sel) => document.querySelector(sel);
+const esc = (text) => String(text ?? "").replace(/[&<>"']/g, (c) => ({
+  "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
+
+function age(created) {
+  if (!created) return "";
+  const seconds = Math.max(0, Math.floor((Date.now() - Date.parse(created)) / 1000));
+  if (seconds < 90) return `${seconds}s`;
+  if (seconds < 5400) return `${Math.floor(seconds / 60)}m`;
+  if (seconds < 172800) return `${Math.floor(seconds / 3600)}h`;
+  return `${Math.floor(seconds / 86400)}d`;
+}
+
+function progress(row) {
+  if (row.progress === null || row.progress === undefined) return '<span class="muted">—</span>';
+  const pct = Math.max(0, Math.min(100, Number(row.progress)));
+  return `<span class="bar"><span style="width:${pct}%"></span></span> ${pct}%`;
+}
+
+function renderTrainJobs() {
+  const body = $("#trainjobs tbody");
+  const list = [...rows.values()].sort((a, b) => (b.created || "").localeCompare(a.created || ""));
+  body.innerHTML = list.map((row) => `
+    <tr data-key="${esc(row.key)}" data-name="${esc(row.name)}" class="${row.key === selected ? "selected" : ""}">
+      <td>${esc(row.name)}</td><td>${esc(row.namespace)}</td><td>${esc(row.cluster)}</td>
+      <td>${esc(row.runtime)}</td><td class="state ${esc(row.state)}" data-state="${esc(row.state)}">${esc(row.state)}</td>
+      <td>${esc(row.nodes ?? "")}</td>
+      <td>${row.active} active · ${row.succeeded} done${row.failed ? ` · ${row.failed} failed` : ""}</td>
+      <td>${progress(row)}</td><td data-created="${esc(row.created)}">${age(row.created)}</td>
+    </tr>`).join("");
+  $("#empty").hidden = list.length > 0;
+  const counts = {};
+  list.forEach((row) => { counts[row.state] = (counts[row.state] || 0) + 1; });
+  $("#counts").textContent = Object.entries(counts).map(([s, n]) => `${n} ${s}`).join(" · ");
+}
+
+function renderServices() {
+  $("#services tbody").innerHTML = services.services.map((s) => `
+    <tr><td>${esc(s.name)}</td><td>${s.replicas}</td>
+      <td class="${s.ready ? "yes" : "no"}">${s.ready ? "ready" : "not ready"}</td><td>${s.restarts}</td></tr>`).join("")
+    || '<tr><td colspan="4" class="muted">not a local stack (no stack.json)</td></tr>';
+  $("#consumers tbody").innerHTML = services.consumers.map((c) => `
+    <tr><td>${esc(c.consumer)}</td><td>${esc(c.cluster)}</td><td>${c.pending}</td>
+      <td>${c.ack_pending}</td><td>${c.redelivered}</td></tr>`).join("");
+}
+
+function seconds(value) {
+  if (value === null || value === undefined) return "";
+  return value < 1 ? `+${Math.round(value * 1000)} ms` : `+${value.toFixed(1)} s`;
+}
+
+async function renderDetail() {
+  const row = rows.get(selected);
+  if (!row) { $("#detail").hidden = true; return; }
+  $("#detail").hidden = false;
+  $("#detail-name").textContent = `${row.namespace}/${row.name}`;
+  $("#detail-state").textContent = row.state;
+  $("#detail-state").className = `state ${row.state}`;
+  $("#timeline").innerHTML = (row.timeline || []).map((t) => `
+    <li data-stage="${esc(t.stage)}"><span>${esc(t.stage)}</span>
+      <span class="hop">${new Date(t.at * 1000).toLocaleTimeString()} ${seconds(t.hop_s)}</span></li>`).join("");
+  const [cluster, namespace, name] = row.key.split("/");
+  try {
+    const answer = await fetch(`/api/trainjobs/${encodeURIComponent(cluster)}/${encodeURIComponent(namespace)}/${encodeURIComponent(name)}`);
+    if (!answer.ok || selected !== row.key) return;
+    const detail = await answer.json();
+    $("#pods").innerHTML = detail.pods.map((pod) => `
+      <div class="pod"><strong>${esc(pod.name)}</strong> <span class="muted">${esc(pod.phase)}</span>
+        <pre>${esc(pod.log.join("\n")) || '<span class="muted">no output yet</span>'}</pre></div>`).join("")
+      || '<p class="muted">no pods yet</p>';
+  } catch (err) {
+    // the next event retries
+  }
+}
+
+function connect() {
+  const source = new EventSource("/api/events");
+  source.onopen = () => { $("#connection").textContent = "live"; $("#connection").className = "badge on"; };
+  source.onerror = () => { $("#connection").textContent = "reconnecting"; $("#connection").className = "badge off"; };
+  source.addEventListener("snapshot", (event) => {
+    const data = JSON.parse(event.data);
+    rows.clear();
+    data.trainjobs.forEach((row) => rows.set(row.key, row));
+    services = { services: data.services, consumers: data.consumers };
+    $("#clusters").textContent = `clusters: ${data.clusters.join(", ")}`;
+    renderTrainJobs(); renderServices(); if (selected) renderDetail();
+  });
+  source.addEventListener("trainjob", (event) => {
+    const row = JSON.parse(event.data);
+    rows.set(row.key, row);
+    renderTrainJobs();
+    if (row.key === selected) renderDetail();
+  });
+  source.addEventListener("deleted", (event) => {
+    rows.delete(JSON.parse(event.data).key);
+    renderTrainJobs();
+    if (!rows.has(selected)) renderDetail();
+  });
+  source.addEventListener("services", (event) => { services = JSON.parse(event.data); renderServices(); });
+}
+
+$("#trainjobs tbody").addEventListener("click", (event) => {
+  const tr = event.target.closest("tr");
+  if (!tr) return;
+  selected = tr.dataset.key;
+  renderTrainJobs();
+  renderDetail();
+});
+setInterval(() => document.querySelectorAll("[data-created]").forEach((cell) => {
+  cell.textContent = age(cell.dataset.created);
+}), 1000);
+connect();
