@@ -87,9 +87,14 @@ def test_create_complete_and_finalizer(stack, api, running):
 
 
 def test_suspend_change_resume_lands_the_new_spec(stack, api, running):
+    # v2.3.0 makes spec.trainer immutable (docs/compatibility.md A8): a suspended TrainJob is
+    # changed through its runtime patches, as Kueue does.
+    def patches(pool):
+        return [{"manager": "example.com/scheduler", "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
+            {"name": "node", "template": {"spec": {"template": {"spec": {"nodeSelector": {"pool": pool}}}}}}]}}}}]
+
     path = TRAINJOBS.format(ns="default") + "/paused"
-    api.create(TRAINJOBS.format(ns="default"), trainjob("paused", suspend=True,
-                                                        trainer={"image": "busybox:1"}))
+    api.create(TRAINJOBS.format(ns="default"), trainjob("paused", suspend=True, runtimePatches=patches("a")))
     jobset_path = JOBSETS.format(ns="default") + "/paused"
     jobset = wait_for(lambda: api.get(jobset_path), what="suspended JobSet")
     assert jobset["spec"]["suspend"] is True
@@ -97,23 +102,23 @@ def test_suspend_change_resume_lands_the_new_spec(stack, api, running):
     assert (suspended["status"], suspended["reason"], suspended["message"]) == \
         ("True", "Suspended", "TrainJob is suspended")
 
-    def image(js):
-        return js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]["image"]
+    def pool(js):
+        return js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["nodeSelector"]["pool"]
 
     # Change while suspended: the JobSet follows.
-    api.merge_patch(path, {"spec": {"trainer": {"image": "busybox:2"}}})
-    wait_for(lambda: image(api.get(jobset_path)) == "busybox:2", what="JobSet image busybox:2")
+    api.merge_patch(path, {"spec": {"runtimePatches": patches("b")}})
+    wait_for(lambda: pool(api.get(jobset_path)) == "b", what="JobSet pool b")
     # Change and resume in one update: the new spec lands and the JobSet runs.
-    api.merge_patch(path, {"spec": {"suspend": False, "trainer": {"image": "busybox:3"}}})
+    api.merge_patch(path, {"spec": {"suspend": False, "runtimePatches": patches("c")}})
     resumed = wait_for(lambda: (lambda js: js if js["spec"]["suspend"] is False else None)(api.get(jobset_path)),
                        what="resumed JobSet")
-    assert image(resumed) == "busybox:3"
+    assert pool(resumed) == "c"
     # Not suspended any more: the Suspended condition is dropped (docs/compatibility.md #11).
     wait_for(lambda: condition(api.get(path), "Suspended") is None, what="Suspended condition dropped")
     # Running: a spec change is not applied (upstream never modifies a running JobSet).
-    api.merge_patch(path, {"spec": {"trainer": {"image": "busybox:4"}}})
+    api.merge_patch(path, {"spec": {"labels": {"late": "yes"}}})
     time.sleep(1.5)
-    assert image(api.get(jobset_path)) == "busybox:3"
+    assert "late" not in (api.get(jobset_path)["metadata"].get("labels") or {})
 
 
 def test_printed_state_is_right_after_resume(stack, api, running):
