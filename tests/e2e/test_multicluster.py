@@ -275,6 +275,48 @@ def test_two_dispatchers_never_copy_a_trainjob_twice(stack, clusters, tmp_path):
     assert second.returncode == 0, (tmp_path / "dispatcher-2.log").read_text()[-2000:]
 
 
+def test_the_dispatcher_stands_down_beside_kueue(stack, clusters):
+    """Kueue's MultiKueue acts on the same managedBy value: while the manager serves Kueue's
+    Workload API the dispatcher is unready, says why, and dispatches nothing."""
+    import urllib.error
+    import urllib.request
+
+    port = stack.state["ports"]["dispatcher"]
+
+    def readyz() -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as response:
+                return response.status, response.read().decode()
+        except urllib.error.HTTPError as err:
+            return err.code, err.read().decode()
+
+    workloads = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                 "metadata": {"name": "workloads.kueue.x-k8s.io"},
+                 "spec": {"group": "kueue.x-k8s.io", "scope": "Namespaced",
+                          "names": {"kind": "Workload", "listKind": "WorkloadList", "plural": "workloads",
+                                    "singular": "workload"},
+                          "versions": [{"name": "v1beta1", "served": True, "storage": True, "schema": {
+                              "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]}}
+    clusters.apply("manager", workloads)
+    try:
+        code, text = wait_for(lambda: (lambda answer: answer if answer[0] == 503 else None)(readyz()),
+                              timeout=30, what="dispatcher unready")
+        assert "kueue-multikueue-absent" in text
+        events = json.loads(clusters.kubectl("manager", "get", "events", "-n", "kubeflow-system",
+                                             "-o", "json").stdout)["items"]
+        assert any(e["reason"] == "KueueInstalled" and "stands down" in e["message"] for e in events)
+        clusters.apply("manager", delegated("mc-kueue", "mc-echo"))
+        time.sleep(5)
+        held = clusters.get("manager", "trainjob", "mc-kueue")
+        assert WORKER_ANNOTATION not in (held["metadata"].get("annotations") or {})
+        assert all(clusters.get(w, "trainjob", "mc-kueue") is None for w in WORKERS)
+    finally:
+        clusters.kubectl("manager", "delete", "crd", "workloads.kueue.x-k8s.io")
+    wait_for(lambda: readyz()[0] == 200, timeout=30, what="dispatcher ready again")
+    wait_for(lambda: is_true(clusters.get("manager", "trainjob", "mc-kueue"), "Complete"), timeout=90,
+             what="dispatched once Kueue is gone")
+
+
 def test_a_lost_worker_is_replaced_and_its_stale_copies_removed(stack, clusters):
     """Runs last: it kills worker-1's devcluster (process group, pods included) and keeps it
     down for longer than the lost timeout."""
