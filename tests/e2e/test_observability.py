@@ -114,10 +114,11 @@ def free_port() -> int:
 
 
 def scrape_config(stack: RunningStack, token_file: Path) -> dict[str, Any]:
-    """One job per process: the four services' /metrics and devcluster's (HTTPS, bearer token)."""
+    """One job per process: the four services' and the dashboard's /metrics, and devcluster's
+    (HTTPS, bearer token)."""
     ports = stack.state["ports"]
     jobs = [{"job_name": name, "static_configs": [{"targets": [f"127.0.0.1:{ports[name]}"]}]}
-            for name in SERVICES]
+            for name in (*SERVICES, "dashboard")]
     api = httpx.URL(stack.state["api_url"])
     jobs.append({
         "job_name": "devcluster", "scheme": "https",
@@ -240,7 +241,7 @@ def wait_for_runtime_series(stack: RunningStack, prometheus: Prometheus | None, 
         if prometheus is not None:
             up = prometheus.query("up")["data"]["result"]
             series = prometheus.query(f'trainyard_trainjobs{{runtime="{RUNTIME}"}}')["data"]["result"]
-            ready = len(up) == 1 + len(SERVICES) and all(r["value"][1] == "1" for r in up) and series
+            ready = len(up) == 2 + len(SERVICES) and all(r["value"][1] == "1" for r in up) and series
         else:
             text = httpx.get(f"http://127.0.0.1:{status_port}/metrics", timeout=5).text
             ready = f'trainyard_trainjobs{{runtime="{RUNTIME}"' in text
@@ -316,6 +317,7 @@ EXPECTED = {
     "status": CONSUMER_METRICS + ("trainyard_status_writes_total", "trainyard_trainjobs",
                                   "trainyard_trainjob_time_to_running_seconds_bucket",
                                   "trainyard_trainjob_time_to_complete_seconds_bucket"),
+    "dashboard": ("process_start_time_seconds",),
     "devcluster": ("apiserver_request_total", "apiserver_request_duration_seconds_bucket",
                    "apiserver_current_inflight_requests", "apiserver_longrunning_requests",
                    "apiserver_storage_objects", "apiserver_watch_events_total", "process_start_time_seconds"),
@@ -328,7 +330,8 @@ def sample_names(text: str) -> set[str]:
 
 def scrape_all(observed: Observed) -> dict[str, str]:
     ports = observed.stack.state["ports"]
-    texts = {name: httpx.get(f"http://127.0.0.1:{ports[name]}/metrics", timeout=10).text for name in SERVICES}
+    texts = {name: httpx.get(f"http://127.0.0.1:{ports[name]}/metrics", timeout=10).text
+             for name in (*SERVICES, "dashboard")}
     texts["devcluster"] = httpx.get(f"{observed.stack.state['api_url']}/metrics", verify=False, timeout=10,
                                     headers={"Authorization": f"Bearer {devcluster_token(observed.stack)}"}).text
     return texts
