@@ -160,18 +160,24 @@ def test_scale_out_newest_generation_wins(chaos, api):
                           ("planner", FAST_RECOVERY), ("applier", APPLIER_EXTRA)])
     ns = "default"
     names = [f"scale-{i}" for i in range(SCALE)]
+    # v2.3.0 makes spec.trainer immutable: the updates go through a runtime patch, as Kueue's do.
+    def patches(version: int) -> list:
+        return [{"manager": "example.com/scale", "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
+            {"name": "node", "template": {"spec": {"template": {"spec": {
+                "nodeSelector": {"version": str(version)}}}}}}]}}}}]
+
     for name in names:
-        create_with_retry(api, trainjob(name, ns=ns, suspend=True, trainer={"image": "img:0"}))
+        create_with_retry(api, trainjob(name, ns=ns, suspend=True, runtimePatches=patches(0)))
     for version in range(1, 6):
         for name in names:
-            api.merge_patch(TRAINJOBS.format(ns=ns) + f"/{name}", {"spec": {"trainer": {"image": f"img:{version}"}}})
+            api.merge_patch(TRAINJOBS.format(ns=ns) + f"/{name}", {"spec": {"runtimePatches": patches(version)}})
 
-    def image(js):
-        return js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]["image"]
+    def version_of(js):
+        return js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["nodeSelector"]["version"]
 
     def converged():
         found = jobsets_by_name(api, ns)
-        return all(name in found and image(found[name]) == "img:5" for name in names)
+        return all(name in found and version_of(found[name]) == "5" for name in names)
 
     wait_for(converged, timeout=150, interval=0.5, what="every JobSet at the last spec")
     trainjobs = {tj["metadata"]["name"]: tj for tj in api.get(TRAINJOBS.format(ns=ns))["items"]}
