@@ -88,7 +88,8 @@ async def test_watch_from_a_compacted_resource_version_raises_410(api):
 async def test_server_side_apply_managers_conflicts_force_and_removal(api):
     crs = client.CustomObjectsApi(api)
     body = job("ssa", 2)
-    body["spec"]["trainer"]["image"] = "busybox"
+    # A field the CRD lets change (v2.3.0 makes spec.trainer's other fields immutable).
+    body["spec"]["labels"] = {"team": "a"}
     await crs.patch_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, "ssa", body,
                                              field_manager="applier-a", _content_type=APPLY)
     created = await crs.get_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, "ssa")
@@ -117,12 +118,12 @@ async def test_server_side_apply_managers_conflicts_force_and_removal(api):
         await crs.patch_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, "ssa", body,
                                                  field_manager="applier-a", _content_type=APPLY)
     assert caught.value.status == 409
-    # applier-a drops the image: it is removed (nobody else owns it)
-    body["spec"]["trainer"].pop("image")
+    # applier-a drops the labels: they are removed (nobody else owns them)
+    body["spec"].pop("labels")
     body["spec"]["trainer"]["numNodes"] = 5
     dropped = await crs.patch_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, "ssa", body,
                                                        field_manager="applier-a", _content_type=APPLY)
-    assert "image" not in dropped["spec"]["trainer"]
+    assert "labels" not in dropped["spec"]
 
 
 async def test_dict_body_without_content_type_is_rejected_not_merged(api):
