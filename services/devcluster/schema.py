@@ -273,6 +273,22 @@ def _run_rules(value: Any, old: Any, schema: dict[str, Any], path: str, walk: _W
             walk.causes.append(field_cause(field, reason, f"Invalid value: {_invalid_value(value)}: {message}"))
 
 
+def _correlated(schema: dict[str, Any], old_items: list[Any]) -> Callable[[int, Any], Any]:
+    """The old item a new list item is compared with (transition rules, ratcheting): in a
+    ``map`` list the one with the same keys, as the API server correlates them (a patch of a new
+    manager in ``runtimePatches`` is a new item, not a change of the first one); else the one at
+    the same index."""
+    if schema.get("x-kubernetes-list-type") != "map":
+        return lambda i, _item: old_items[i] if i < len(old_items) else _MISSING
+    keys = schema.get("x-kubernetes-list-map-keys") or []
+
+    def key_of(item: Any) -> tuple[str, ...] | None:
+        return tuple(json.dumps(item.get(k)) for k in keys) if isinstance(item, dict) else None
+
+    by_key = {key_of(item): item for item in old_items if key_of(item) is not None}
+    return lambda _i, item: by_key.get(key_of(item), _MISSING)
+
+
 def _validate(value: Any, old: Any, schema: dict[str, Any], path: str, walk: _Walk) -> None:
     """Validate ``value`` at ``path``; values equal to the old value are skipped (ratcheting)."""
     if not isinstance(schema, dict):
@@ -334,8 +350,9 @@ def _validate(value: Any, old: Any, schema: dict[str, Any], path: str, walk: _Wa
         items = schema.get("items")
         if isinstance(items, dict):
             old_items = old if isinstance(old, list) else []
+            old_item = _correlated(schema, old_items)
             for i, item in enumerate(value):
-                _validate(item, old_items[i] if i < len(old_items) else _MISSING, items, f"{path}[{i}]", walk)
+                _validate(item, old_item(i, item), items, f"{path}[{i}]", walk)
         if schema.get("x-kubernetes-list-type") == "map":
             keys = schema.get("x-kubernetes-list-map-keys") or []
             seen = set()

@@ -73,6 +73,28 @@ def test_cel_rules_name_and_immutability(trainjobs):
     assert "immutable" in caught.value.message
 
 
+def _patch(manager: str, service_account: str) -> dict:
+    return {"manager": manager, "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
+        {"name": "node", "template": {"spec": {"template": {"spec": {"serviceAccountName": service_account}}}}}]}}}}
+
+
+def test_transition_rules_in_map_lists_compare_items_with_the_same_key(trainjobs):
+    """v2.3.0's runtimePatches: items correlate by manager (and replicated jobs by name), as the
+    API server does, not by position."""
+    old = SchemaProcessor().process(trainjobs, job(runtimePatches=[_patch("a.io/x", "sa-1")]), None, WriteOptions())
+    # Another manager's patch in front of it: nothing changed for a.io/x.
+    reordered = job(runtimePatches=[_patch("b.io/y", "sa-9"), _patch("a.io/x", "sa-1")])
+    SchemaProcessor().process(trainjobs, reordered, old, WriteOptions())
+    # The same manager changing an immutable pod field is refused, at the new item's index.
+    changed = job(runtimePatches=[_patch("b.io/y", "sa-9"), _patch("a.io/x", "sa-2")])
+    with pytest.raises(ApiError) as caught:
+        SchemaProcessor().process(trainjobs, changed, old, WriteOptions())
+    assert [c["field"] for c in caught.value.details["causes"]] == [
+        "spec.runtimePatches[1].trainingRuntimeSpec.template.spec.replicatedJobs[0].template.spec.template.spec"
+        ".serviceAccountName"]
+    assert "field is immutable" in caught.value.message
+
+
 @pytest.mark.parametrize("rule, values", [
     ("self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",
      [{"metadata": {"name": "ok-1"}}, {"metadata": {"name": "1bad"}}, {"metadata": {"name": "bad-"}}]),
