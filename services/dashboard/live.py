@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 STAGES = ("created", "observed", "planned", "applied", "running", "finished")
 # The consumers whose backlog is shown, per cluster: (role, stream).
 CONSUMERS = (("planner", EVENTS_STREAM), ("applier", PLANS_STREAM), ("status", EVENTS_STREAM),
-             ("status-results", RESULTS_STREAM))
+             ("status-results", RESULTS_STREAM), ("dispatcher", EVENTS_STREAM))
 SERVICE_NAMES = ("watcher", "planner", "applier", "status", "dispatcher")
 
 
