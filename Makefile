@@ -54,3 +54,65 @@ bench: venv
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info
+
+# ---- container image, without a Docker daemon (docs/deploy.md) -----------------------------
+# `make image` builds Dockerfile with Debian's buildah (vfs storage, chroot isolation: no daemon,
+# no overlay mounts, no runc needed) on a local bookworm + python3 base made with mmdebstrap from
+# Debian's packages, so no container registry is needed. Users with Docker: `docker build .`
+# (base python:3.11-slim). `make image-tools` installs the Debian packages (root, apt).
+IMAGE        ?= localhost/trainyard:dev
+IMAGE_BASE   ?= localhost/trainyard-base:bookworm
+DEBIAN_MIRROR ?= http://deb.debian.org/debian
+CONTAINERS_STORAGE := --storage-driver vfs
+IMAGE_VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+BASE_TAR     := build/image/base-bookworm.tar
+
+.PHONY: image image-tools image-base test-image compose-config
+
+image-tools:
+	@missing=""; for tool in buildah:buildah podman:podman mmdebstrap:mmdebstrap podman-compose:podman-compose; do \
+	  command -v $${tool##*:} >/dev/null 2>&1 || missing="$$missing $${tool%%:*}"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing$$missing (Debian packages)"; \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing uidmap >/dev/null \
+	    || (apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing uidmap >/dev/null); \
+	fi
+
+# Debian bookworm (minbase) with python3 and venv, no docs or man pages: the local stand-in for
+# python:3.11-slim (bookworm's python3 is 3.11).
+$(BASE_TAR):
+	@mkdir -p $(dir $@)
+	mmdebstrap --quiet --format=tar --variant=minbase --include=python3,python3-venv,ca-certificates \
+	  --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
+	  --dpkgopt='path-exclude=/usr/share/locale/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
+	  --customize-hook='rm -rf "$$1"/var/cache/apt/* "$$1"/var/lib/apt/lists/*' \
+	  bookworm $@.tmp $(DEBIAN_MIRROR) && mv $@.tmp $@
+
+image-base: image-tools $(BASE_TAR)
+	@buildah $(CONTAINERS_STORAGE) inspect --type image $(IMAGE_BASE) >/dev/null 2>&1 || { \
+	  ctr=$$(buildah $(CONTAINERS_STORAGE) from scratch) && \
+	  buildah $(CONTAINERS_STORAGE) add $$ctr $(BASE_TAR) / && \
+	  buildah $(CONTAINERS_STORAGE) config --env LANG=C.UTF-8 --cmd python3 $$ctr && \
+	  buildah $(CONTAINERS_STORAGE) commit --quiet --rm $$ctr $(IMAGE_BASE); }
+
+# PIP_CERT: the host's CA bundle, for networks whose HTTPS goes through a proxy with its own CA.
+HOST_CA := /etc/ssl/certs/ca-certificates.crt
+image: image-base
+	buildah $(CONTAINERS_STORAGE) build --isolation chroot --network host --layers=false \
+	  $$(test -f $(HOST_CA) && echo --volume $(HOST_CA):/etc/ssl/host-ca.crt:ro --build-arg PIP_CERT=/etc/ssl/host-ca.crt) \
+	  --build-arg BASE=$(IMAGE_BASE) --build-arg VERSION=$(IMAGE_VERSION) \
+	  --build-arg REVISION=$$(git rev-parse --short HEAD 2>/dev/null || echo unknown) \
+	  -f Dockerfile -t $(IMAGE) .
+	@buildah $(CONTAINERS_STORAGE) images --format '{{.Name}}:{{.Tag}} {{.Size}}' $(IMAGE)
+
+# The image test (builds the image, runs the services from it against a devcluster on the host).
+test-image: venv image
+	TRAINYARD_TEST_IMAGE=$(IMAGE) $(BIN)/python -m pytest -q -rs -m image tests/image
+
+# podman-compose >= 1.1 has `config`; Debian bookworm's 1.0.3 has not, and its `--dry-run up`
+# still creates volumes and networks, so there the check is `--dry-run ps` (parses and resolves the
+# whole file, runs nothing).
+compose-config: image-tools
+	@if podman-compose -f docker-compose.yml config >/dev/null 2>&1; then :; \
+	else STORAGE_DRIVER=vfs podman-compose --dry-run -f docker-compose.yml ps >/dev/null; fi \
+	  && echo "docker-compose.yml: valid"
