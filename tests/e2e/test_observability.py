@@ -415,9 +415,11 @@ def test_one_connected_trace_per_trainjob_change_and_linked_status_traces(observ
                                             for spans in traces.values()))
                 continue
             creation_traces[uid] = found
-            trace_ids = set(traces)
+            # Links point at a span of a TrainJob-change trace of the same TrainJob.
+            targets = {(s["trace_id"], s["span_id"]) for spans in traces.values()
+                       if any(x["name"] == "observe TrainJob" for x in spans) for s in spans}
             linked = [spans for spans in traces.values()
-                      if any(s["name"] == "fold JobSet status" and any(t in trace_ids for t, _ in s["links"])
+                      if any(s["name"] == "fold JobSet status" and any(link in targets for link in s["links"])
                              for s in spans)]
             if not any(any(s["name"] == "status write TrainJob" for s in spans) for spans in linked):
                 problems.append(f"{name}: no status write in a JobSet-driven trace linked to the TrainJob")
@@ -435,6 +437,7 @@ def test_one_connected_trace_per_trainjob_change_and_linked_status_traces(observ
         assert root["name"] == "observe TrainJob" and root["service"] == "trainyard-watcher"
         names = [s["name"] for s in spans]
         assert "process planner_default" in names and "process applier_default" in names, names
+        assert "process status_default" in names, names  # status sees the same change in the same trace
         for phase in ("enforce_ml_policy", "enforce_pod_group_policy", "identify_pod_network", "build"):
             assert f"phase {phase}" in names, names
 
