@@ -269,7 +269,8 @@ def main() -> int:
     cluster = start_devcluster(workdir / "devcluster")
     procs: list[subprocess.Popen] = []
     try:
-        cluster.kubectl("apply", "--server-side", "-f", str(REPO / "deploy" / "crds"))
+        cluster.kubectl("apply", "--server-side",  # every CRD file (not the kustomization)
+                        *(arg for path in sorted((REPO / "deploy" / "crds").glob("*_*.yaml")) for arg in ("-f", str(path))))
         procs = [start_service(name, cluster.kubeconfig, nats.url, workdir) for name in SERVICES]
         for proc, name in zip(procs, SERVICES):
             wait_ready(proc, name)

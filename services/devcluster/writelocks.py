@@ -10,29 +10,8 @@ object as the previous write left it.
 """
 from __future__ import annotations
 
-import asyncio
-from contextlib import asynccontextmanager
-from typing import AsyncIterator, Hashable
+from trainyard.keyed_locks import KeyedLocks
 
 
-class ObjectWriteLocks:
-    def __init__(self) -> None:
-        self._locks: dict[Hashable, tuple[asyncio.Lock, list[int]]] = {}
-
-    @asynccontextmanager
-    async def hold(self, key: Hashable) -> AsyncIterator[None]:
-        entry = self._locks.get(key)
-        if entry is None:
-            entry = self._locks[key] = (asyncio.Lock(), [0])
-        lock, users = entry
-        users[0] += 1
-        try:
-            async with lock:
-                yield
-        finally:
-            users[0] -= 1
-            if users[0] == 0:
-                self._locks.pop(key, None)
-
-    def __len__(self) -> int:
-        return len(self._locks)
+class ObjectWriteLocks(KeyedLocks):
+    """Keyed by (storage key, namespace, name)."""

@@ -27,6 +27,7 @@ from trainyard.bus.subjects import EVENTS_PREFIX, encode_token
 from trainyard.bus.topology import EVENTS_STREAM, ConsumerSpec, durable_name
 from trainyard.kube import resources as r
 from trainyard.kube.client import KubeClient, KubeError
+from trainyard.keyed_locks import KeyedLocks
 from trainyard.kube.events import record_event
 from trainyard.multicluster import delegation as d
 from trainyard.multicluster.placement import Amounts, Worker, choose_worker, node_allocatable, \
@@ -42,6 +43,12 @@ COMPONENT = "trainyard-dispatcher"
 FIELD_MANAGER = "trainyard-dispatcher"
 REASON_WORKER_LOST = "WorkerLost"
 KUEUE_GROUP = "kueue.x-k8s.io"
+# How long a runtime lookup (on the manager for requests, on a worker for presence) is reused:
+# a burst of TrainJobs for one runtime asks once, a new runtime is seen within seconds.
+RUNTIME_CACHE_S = 2.0
+# Every this many resync passes, every delegated TrainJob is reconciled and every reachable
+# worker swept, not only the TrainJobs that wait for a worker.
+FULL_RESYNC_EVERY = 15
 
 
 def _now() -> str:
@@ -69,9 +76,12 @@ class Dispatcher:
     # worker's pods exist.
     assignments: dict[tuple[str, str], tuple[str, Amounts, bool]] = field(default_factory=dict)
     kueue_present: str | None = None  # why the dispatcher stands down, when it does
-    _locks: dict[tuple[str, str], asyncio.Lock] = field(default_factory=dict)
+    _locks: KeyedLocks = field(default_factory=KeyedLocks)
     _placement_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     _sweep_now: set[str] = field(default_factory=set)
+    _runtimes: dict[tuple, tuple[float, Any]] = field(default_factory=dict)  # key -> (expiry, answer)
+    _namespaces: set[tuple[str, str]] = field(default_factory=set)  # (worker, namespace) known to exist
+    _passes: int = 0
 
     # -- triggers ------------------------------------------------------------------------------
 
@@ -97,15 +107,27 @@ class Dispatcher:
         obj = event.object or {}
         meta = obj.get("metadata") or {}
         if event.cluster == self.cluster:
-            if event.type != "DELETED" and not d.is_delegated(obj):
-                return
-        elif (meta.get("labels") or {}).get(d.ORIGIN_LABEL) != self.cluster:
-            return  # a worker's own TrainJob, not one of our copies
-        await self.reconcile(event.namespace, event.name)
+            if event.type == "DELETED":
+                self.assignments.pop((event.namespace, event.name), None)
+            elif d.is_delegated(obj):
+                await self.reconcile(event.namespace, event.name, manager=obj)
+        elif (meta.get("labels") or {}).get(d.ORIGIN_LABEL) == self.cluster:
+            # One of our copies changed on a worker: mirror it (or finish a deletion).
+            copy_obj = obj if event.type != "DELETED" and not meta.get("deletionTimestamp") else None
+            await self.reconcile(event.namespace, event.name, copy_hint=(event.cluster, copy_obj))
+
+    def _waiting(self, trainjob: dict[str, Any]) -> bool:
+        """What only a timer can move on: placement retries, lost workers, pending deletions."""
+        if trainjob["metadata"].get("deletionTimestamp"):
+            return True
+        if d.finished(trainjob):
+            return False
+        worker = d.assigned_worker(trainjob)
+        return worker is None or self.registry.is_lost(worker) or self.registry.client(worker) is None
 
     async def resync(self) -> None:
-        """Every delegated TrainJob once (retries placement, notices lost workers), then the
-        sweep of stale copies on reachable workers."""
+        """The delegated TrainJobs that wait for something a timer must notice (every one on a
+        full pass, which also sweeps stale copies off reachable workers)."""
         try:
             listed = await self.manager.request("GET", r.TRAINJOB.path())
         except KubeError as err:
@@ -116,10 +138,19 @@ class Dispatcher:
         for key in list(self.assignments):
             if key not in known:
                 self.assignments.pop(key, None)
-        await asyncio.gather(*(self.reconcile(tj["metadata"]["namespace"], tj["metadata"]["name"])
-                               for tj in delegated))
-        for worker in self.registry.active():
-            await self.sweep(worker.name)
+        for tj in delegated:  # placements this process did not make count against their worker too
+            worker = d.assigned_worker(tj)
+            key = (tj["metadata"]["namespace"], tj["metadata"]["name"])
+            if worker is not None and key not in self.assignments:
+                self.assignments[key] = (worker, await self._requests(tj), not d.finished(tj))
+        full = self._passes % FULL_RESYNC_EVERY == 0
+        self._passes += 1
+        due = [tj for tj in delegated if full or self._waiting(tj)]
+        await asyncio.gather(*(self.reconcile(tj["metadata"]["namespace"], tj["metadata"]["name"], manager=tj)
+                               for tj in due))
+        if full:
+            for worker in self.registry.active():
+                await self.sweep(worker.name)
 
     async def detect_kueue(self) -> None:
         """Kueue's MultiKueue acts on the same managedBy value: never run beside it."""
@@ -146,32 +177,33 @@ class Dispatcher:
 
     # -- one TrainJob --------------------------------------------------------------------------
 
-    async def reconcile(self, namespace: str, name: str) -> None:
+    async def reconcile(self, namespace: str, name: str, *, manager: dict[str, Any] | None = None,
+                        copy_hint: tuple[str, dict[str, Any] | None] | None = None) -> None:
+        """One pass over one manager TrainJob. ``manager`` is the TrainJob as an event or a list
+        showed it, ``copy_hint`` a worker copy as that worker's event showed it: both save a
+        GET, and every write made from them is guarded by resourceVersion, so a stale one can
+        only cost a 409 and another pass, never a wrong write."""
         if self.kueue_present:
             return
-        lock = self._locks.setdefault((namespace, name), asyncio.Lock())
-        async with lock:
+        async with self._locks.hold((namespace, name)):
             try:
-                await self._reconcile(namespace, name)
+                await self._reconcile(namespace, name, manager, copy_hint)
             except KubeError as err:
-                if err.conflict:  # another replica wrote first; its write triggers another pass
+                if err.conflict:  # another replica (or a newer event) wrote first; it brings another pass
                     log.debug("conflict on %s/%s: %s", namespace, name, err)
                 else:
                     log.warning("dispatch of %s/%s: %s", namespace, name, err)
-        if not lock.locked():
-            self._locks.pop((namespace, name), None)
 
-    async def _reconcile(self, namespace: str, name: str) -> None:
-        trainjob = await self.manager.get(r.TRAINJOB, namespace, name)
+    async def _reconcile(self, namespace: str, name: str, manager: dict[str, Any] | None,
+                         copy_hint: tuple[str, dict[str, Any] | None] | None) -> None:
+        trainjob = manager if manager is not None and copy_hint is None else \
+            await self.manager.get(r.TRAINJOB, namespace, name)
         if trainjob is None or not d.is_delegated(trainjob):
             self.assignments.pop((namespace, name), None)
             return
         if trainjob["metadata"].get("deletionTimestamp"):
             await self._finalize(trainjob)
             return
-        if d.FINALIZER not in (trainjob["metadata"].get("finalizers") or []):
-            trainjob = await self._update(trainjob, finalizers=[*(trainjob["metadata"].get("finalizers") or []),
-                                                                d.FINALIZER])
         worker = d.assigned_worker(trainjob)
         if worker is not None and self.registry.is_lost(worker) and not d.finished(trainjob):
             trainjob = await self._redispatch(trainjob, worker)
@@ -182,10 +214,17 @@ class Dispatcher:
             trainjob, worker = await self._place(trainjob)
             if worker is None:
                 return
+        elif d.FINALIZER not in (trainjob["metadata"].get("finalizers") or []):
+            trainjob = await self._update(trainjob, finalizers=[*(trainjob["metadata"].get("finalizers") or []),
+                                                                d.FINALIZER])
         client = self.registry.client(worker)
         if client is None:
             return  # unreachable for now: nothing to copy or mirror until it answers (or is lost)
-        copy_obj = await self._ensure_copy(client, worker, trainjob)
+        hinted = copy_hint[1] if copy_hint is not None and copy_hint[0] == worker else None
+        if hinted is not None and d.copy_is_current(hinted, trainjob, self.cluster):
+            copy_obj = await self._propagate_suspend(client, trainjob, hinted)
+        else:
+            copy_obj = await self._ensure_copy(client, worker, trainjob)
         await self._mirror(trainjob, copy_obj, worker)
 
     async def _update(self, trainjob: dict[str, Any], *, finalizers: list[str] | None = None,
@@ -201,13 +240,27 @@ class Dispatcher:
 
     # -- placement -----------------------------------------------------------------------------
 
-    async def _requests(self, trainjob: dict[str, Any]) -> Amounts:
-        """What the TrainJob's pods will request, planned with the manager's copy of its runtime."""
+    async def _runtime(self, cluster: str, client: KubeClient, trainjob: dict[str, Any]) -> dict[str, Any] | None:
+        """The TrainJob's runtime on one cluster (None when absent), looked up at most once per
+        RUNTIME_CACHE_S for each cluster and runtime."""
         ref = (trainjob.get("spec") or {}).get("runtimeRef") or {}
         kind = ref.get("kind") or "ClusterTrainingRuntime"
         resource = r.TRAINING_RUNTIME if kind == "TrainingRuntime" else r.CLUSTER_TRAINING_RUNTIME
         runtime_ns = trainjob["metadata"]["namespace"] if kind == "TrainingRuntime" else None
-        runtime = await self.manager.get(resource, runtime_ns, ref.get("name") or "")
+        key = (cluster, kind, runtime_ns, ref.get("name") or "")
+        cached = self._runtimes.get(key)
+        if cached is not None and cached[0] > time.monotonic():
+            return cached[1]
+        try:
+            runtime = await client.get(resource, runtime_ns, ref.get("name") or "", timeout_s=5.0)
+        except KubeError:
+            return None  # unknown now: not cached, asked again next time
+        self._runtimes[key] = (time.monotonic() + RUNTIME_CACHE_S, runtime)
+        return runtime
+
+    async def _requests(self, trainjob: dict[str, Any]) -> Amounts:
+        """What the TrainJob's pods will request, planned with the manager's copy of its runtime."""
+        runtime = await self._runtime(self.cluster, self.manager, trainjob)
         if runtime is None:
             return {}
         try:
@@ -215,15 +268,8 @@ class Dispatcher:
         except PlanningError:
             return {}  # the worker's trainyard reports the planning error on the copy
 
-    async def _has_runtime(self, client: KubeClient, trainjob: dict[str, Any]) -> bool:
-        ref = (trainjob.get("spec") or {}).get("runtimeRef") or {}
-        kind = ref.get("kind") or "ClusterTrainingRuntime"
-        resource = r.TRAINING_RUNTIME if kind == "TrainingRuntime" else r.CLUSTER_TRAINING_RUNTIME
-        runtime_ns = trainjob["metadata"]["namespace"] if kind == "TrainingRuntime" else None
-        try:
-            return await client.get(resource, runtime_ns, ref.get("name") or "", timeout_s=5.0) is not None
-        except KubeError:
-            return False
+    async def _has_runtime(self, worker: str, client: KubeClient, trainjob: dict[str, Any]) -> bool:
+        return await self._runtime(worker, client, trainjob) is not None
 
     def _worker_view(self, name: str, nodes: list, pods: list, has_runtime: bool) -> Worker:
         ours = {key: need for key, (worker, need, active) in self.assignments.items() if worker == name and active}
@@ -239,17 +285,21 @@ class Dispatcher:
         runtime = ((trainjob.get("spec") or {}).get("runtimeRef") or {}).get("name") or ""
         async with self._placement_lock:  # one decision at a time sees the previous one's load
             active = self.registry.active()
-            presence = await asyncio.gather(*(self._has_runtime(w.client, trainjob) for w in active))
+            presence = await asyncio.gather(*(self._has_runtime(w.name, w.client, trainjob) for w in active))
             views = [self._worker_view(w.name, w.nodes, w.pods, has) for w, has in zip(active, presence)]
             placement = choose_worker(need, views, runtime)
             if placement.worker is None:
                 await self._set_dispatched(trainjob, "False", placement.reason, placement.message)
                 return trainjob, None
-            trainjob = await self._update(trainjob, annotations={d.WORKER_ANNOTATION: placement.worker})
+            # The finalizer comes with the placement: one write, and nothing is on a worker
+            # before the manager TrainJob is protected from vanishing without clean-up.
+            finalizers = trainjob["metadata"].get("finalizers") or []
+            trainjob = await self._update(
+                trainjob, annotations={d.WORKER_ANNOTATION: placement.worker},
+                finalizers=None if d.FINALIZER in finalizers else [*finalizers, d.FINALIZER])
             self.assignments[key] = (placement.worker, need, True)
         log.info("dispatched", extra={"trainjob": f"{key[0]}/{key[1]}", "worker": placement.worker})
         await record_event(self.manager, trainjob, "Normal", "Dispatched", placement.message, COMPONENT)
-        trainjob = await self._set_dispatched(trainjob, "True", "Dispatched", placement.message)
         return trainjob, placement.worker
 
     async def _redispatch(self, trainjob: dict[str, Any], lost: str) -> dict[str, Any]:
@@ -300,7 +350,7 @@ class Dispatcher:
                                        "that trainyard did not create")
             return None
         if existing is None:
-            await self._copy_dependencies(client, trainjob)
+            await self._copy_dependencies(client, worker, trainjob)
             try:
                 return await client.create(r.TRAINJOB, namespace, d.worker_copy(trainjob, self.cluster))
             except KubeError as err:
@@ -311,22 +361,29 @@ class Dispatcher:
                                                f"worker cluster {worker} rejected the TrainJob: {err.message}")
                     return None
                 raise
-        wanted = bool((trainjob.get("spec") or {}).get("suspend"))
-        if bool((existing.get("spec") or {}).get("suspend")) != wanted:
-            existing = await client.merge_patch(r.TRAINJOB, namespace, name, {"spec": {"suspend": wanted}})
-        return existing
+        return await self._propagate_suspend(client, trainjob, existing)
 
-    async def _copy_dependencies(self, client: KubeClient, trainjob: dict[str, Any]) -> None:
+    async def _propagate_suspend(self, client: KubeClient, trainjob: dict[str, Any],
+                                 copy_obj: dict[str, Any]) -> dict[str, Any]:
+        wanted = bool((trainjob.get("spec") or {}).get("suspend"))
+        if bool((copy_obj.get("spec") or {}).get("suspend")) == wanted:
+            return copy_obj
+        meta = copy_obj["metadata"]
+        return await client.merge_patch(r.TRAINJOB, meta["namespace"], meta["name"], {"spec": {"suspend": wanted}})
+
+    async def _copy_dependencies(self, client: KubeClient, worker: str, trainjob: dict[str, Any]) -> None:
         """The namespace, and the ConfigMaps and Secrets the spec names, read from the manager's
         API and written to the worker's directly (never through the bus)."""
         namespace = trainjob["metadata"]["namespace"]
-        if await client.get(r.NAMESPACE, None, namespace) is None:
-            try:
-                await client.create(r.NAMESPACE, None, {"apiVersion": "v1", "kind": "Namespace",
-                                                        "metadata": {"name": namespace}})
-            except KubeError as err:
-                if err.status != 409:
-                    raise
+        if (worker, namespace) not in self._namespaces:
+            if await client.get(r.NAMESPACE, None, namespace) is None:
+                try:
+                    await client.create(r.NAMESPACE, None, {"apiVersion": "v1", "kind": "Namespace",
+                                                            "metadata": {"name": namespace}})
+                except KubeError as err:
+                    if err.status != 409:
+                        raise
+            self._namespaces.add((worker, namespace))
         configmaps, secrets = d.referenced_objects(trainjob)
         for resource, names in ((r.CONFIGMAP, configmaps), (r.SECRET, secrets)):
             for obj_name in sorted(names):
@@ -341,8 +398,9 @@ class Dispatcher:
         key = (trainjob["metadata"]["namespace"], trainjob["metadata"]["name"])
         need = self.assignments.get(key, (worker, {}, True))[1]
         self.assignments[key] = (worker, need, not d.finished(copy_obj))
-        dispatched = d.condition(trainjob, d.CONDITION_DISPATCHED) or d.dispatched_condition(
-            "True", "Dispatched", f"dispatched to worker cluster {worker}", _now(), None)
+        message = f"dispatched to worker cluster {worker}"
+        previous = d.condition(trainjob, d.CONDITION_DISPATCHED)
+        dispatched = d.dispatched_condition("True", "Dispatched", message, _now(), previous)
         await self._write_status(trainjob, d.mirrored_status(trainjob, copy_obj, dispatched))
 
     # -- deletion and stale copies -------------------------------------------------------------
@@ -420,5 +478,6 @@ class Dispatcher:
                 pass
 
     def worker_reachable(self, name: str) -> None:
-        """A worker came back: its stale copies go at the next pass."""
+        """A worker came back: its stale copies go at the next pass; what it had may be gone."""
         self._sweep_now.add(name)
+        self._namespaces = {(worker, ns) for worker, ns in self._namespaces if worker != name}

@@ -43,11 +43,13 @@ class Planner:
             raise PermanentError(str(err)) from None
         if event.cluster != self.cluster:
             return
-        from trainyard_services.planner.reconcile import affected_trainjobs, forget_trainjob
+        from trainyard_services.planner.reconcile import affected_trainjobs, forget_trainjob, managed_by_us
 
         if event.kind == "TrainJob" and event.type == "DELETED":
             await forget_trainjob(self.bus, self.cluster, event)
             return
+        if event.kind == "TrainJob" and not managed_by_us(event.object):
+            return  # e.g. a manager's TrainJob that the dispatcher runs on a worker (managedBy is immutable)
         for namespace, name in await affected_trainjobs(self.bus, event):
             outcome = await reconcile_trainjob(self.bus, self.cluster, namespace, name, event)
             log.debug("planned", extra={"trainjob": f"{namespace}/{name}", "outcome": outcome})

@@ -150,7 +150,8 @@ class StatusService:
             if runtime is not None:
                 deleted = event.type == "DELETED"
                 await self.reconcile_runtime(*runtime, referenced=not deleted, live=deleted)
-            if event.type != "DELETED":
+            managed_here = ((event.object.get("spec") or {}).get("managedBy") or MANAGED_BY_TRAINER) == MANAGED_BY_TRAINER
+            if event.type != "DELETED" and managed_here:  # managedBy is immutable: the event's copy tells
                 await self.reconcile_trainjob(event.namespace, event.name)
             return
         owner = next((ref for ref in (event.object.get("metadata") or {}).get("ownerReferences") or []
