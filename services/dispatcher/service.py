@@ -82,6 +82,11 @@ class Dispatcher:
     _runtimes: dict[tuple, tuple[float, Any]] = field(default_factory=dict)  # key -> (expiry, answer)
     _namespaces: set[tuple[str, str]] = field(default_factory=set)  # (worker, namespace) known to exist
     _passes: int = 0
+    _fresh: set[tuple[str, str, str]] = field(default_factory=set)  # (worker, ns, name) placed just now
+    _tasks: set[asyncio.Task] = field(default_factory=set)
+    # resourceVersion of this process's last write of each manager TrainJob: the event that
+    # write causes carries nothing new, and is not worth a pass.
+    _own_writes: dict[tuple[str, str], str] = field(default_factory=dict)
 
     # -- triggers ------------------------------------------------------------------------------
 
@@ -107,8 +112,12 @@ class Dispatcher:
         obj = event.object or {}
         meta = obj.get("metadata") or {}
         if event.cluster == self.cluster:
+            key = (event.namespace, event.name)
             if event.type == "DELETED":
-                self.assignments.pop((event.namespace, event.name), None)
+                self.assignments.pop(key, None)
+                self._own_writes.pop(key, None)
+            elif event.resource_version and self._own_writes.get(key) == event.resource_version:
+                return  # the echo of this process's own write
             elif d.is_delegated(obj):
                 await self.reconcile(event.namespace, event.name, manager=obj)
         elif (meta.get("labels") or {}).get(d.ORIGIN_LABEL) == self.cluster:
@@ -214,6 +223,7 @@ class Dispatcher:
             trainjob, worker = await self._place(trainjob)
             if worker is None:
                 return
+            self._fresh.add((worker, namespace, name))
         elif d.FINALIZER not in (trainjob["metadata"].get("finalizers") or []):
             trainjob = await self._update(trainjob, finalizers=[*(trainjob["metadata"].get("finalizers") or []),
                                                                 d.FINALIZER])
@@ -235,8 +245,13 @@ class Dispatcher:
             meta["finalizers"] = finalizers
         if annotations is not None:
             meta["annotations"] = annotations
-        return await self.manager.merge_patch(r.TRAINJOB, trainjob["metadata"]["namespace"],
-                                              trainjob["metadata"]["name"], {"metadata": meta})
+        return self._wrote(await self.manager.merge_patch(r.TRAINJOB, trainjob["metadata"]["namespace"],
+                                                          trainjob["metadata"]["name"], {"metadata": meta}))
+
+    def _wrote(self, trainjob: dict[str, Any]) -> dict[str, Any]:
+        meta = trainjob.get("metadata") or {}
+        self._own_writes[(meta.get("namespace", ""), meta.get("name", ""))] = meta.get("resourceVersion", "")
+        return trainjob
 
     # -- placement -----------------------------------------------------------------------------
 
@@ -283,23 +298,31 @@ class Dispatcher:
         key = (trainjob["metadata"]["namespace"], trainjob["metadata"]["name"])
         need = await self._requests(trainjob)
         runtime = ((trainjob.get("spec") or {}).get("runtimeRef") or {}).get("name") or ""
-        async with self._placement_lock:  # one decision at a time sees the previous one's load
-            active = self.registry.active()
-            presence = await asyncio.gather(*(self._has_runtime(w.name, w.client, trainjob) for w in active))
+        active = self.registry.active()
+        presence = await asyncio.gather(*(self._has_runtime(w.name, w.client, trainjob) for w in active))
+        async with self._placement_lock:
+            # Decisions are serial (each sees the load the previous one reserved) and take no
+            # I/O; the reservation is made before the write and taken back if the write fails.
             views = [self._worker_view(w.name, w.nodes, w.pods, has) for w, has in zip(active, presence)]
             placement = choose_worker(need, views, runtime)
-            if placement.worker is None:
-                await self._set_dispatched(trainjob, "False", placement.reason, placement.message)
-                return trainjob, None
-            # The finalizer comes with the placement: one write, and nothing is on a worker
-            # before the manager TrainJob is protected from vanishing without clean-up.
-            finalizers = trainjob["metadata"].get("finalizers") or []
+            if placement.worker is not None:
+                self.assignments[key] = (placement.worker, need, True)
+        if placement.worker is None:
+            await self._set_dispatched(trainjob, "False", placement.reason, placement.message)
+            return trainjob, None
+        # The finalizer comes with the placement: one write, and nothing is on a worker before
+        # the manager TrainJob is protected from vanishing without clean-up.
+        finalizers = trainjob["metadata"].get("finalizers") or []
+        try:
             trainjob = await self._update(
                 trainjob, annotations={d.WORKER_ANNOTATION: placement.worker},
                 finalizers=None if d.FINALIZER in finalizers else [*finalizers, d.FINALIZER])
-            self.assignments[key] = (placement.worker, need, True)
+        except BaseException:
+            if self.assignments.get(key, (None,))[0] == placement.worker:
+                self.assignments.pop(key, None)
+            raise
         log.info("dispatched", extra={"trainjob": f"{key[0]}/{key[1]}", "worker": placement.worker})
-        await record_event(self.manager, trainjob, "Normal", "Dispatched", placement.message, COMPONENT)
+        self._background(record_event(self.manager, trainjob, "Normal", "Dispatched", placement.message, COMPONENT))
         return trainjob, placement.worker
 
     async def _redispatch(self, trainjob: dict[str, Any], lost: str) -> dict[str, Any]:
@@ -333,15 +356,33 @@ class Dispatcher:
             return trainjob
         body = dict(trainjob)
         body["status"] = status
-        return await self.manager.replace_status(r.TRAINJOB, body)
+        return self._wrote(await self.manager.replace_status(r.TRAINJOB, body))
 
     # -- the copy on the worker ----------------------------------------------------------------
 
     async def _ensure_copy(self, client: KubeClient, worker: str, trainjob: dict[str, Any]) -> dict[str, Any] | None:
         namespace, name = trainjob["metadata"]["namespace"], trainjob["metadata"]["name"]
-        existing = await client.get(r.TRAINJOB, namespace, name)
-        if existing is not None and not d.copy_is_current(existing, trainjob, self.cluster):
-            if ((existing["metadata"].get("labels") or {}).get(d.ORIGIN_LABEL) == self.cluster):
+        key = (worker, namespace, name)
+        existing = None
+        if key not in self._fresh:  # right after placement the copy cannot exist: no GET first
+            existing = await client.get(r.TRAINJOB, namespace, name)
+        self._fresh.discard(key)
+        if existing is None:
+            await self._copy_dependencies(client, worker, trainjob)
+            try:
+                return await client.create(r.TRAINJOB, namespace, d.worker_copy(trainjob, self.cluster))
+            except KubeError as err:
+                if err.status in (400, 403, 422):
+                    await self._set_dispatched(trainjob, "False", "CopyRejected",
+                                               f"worker cluster {worker} rejected the TrainJob: {err.message}")
+                    return None
+                if err.status != 409:
+                    raise
+            existing = await client.get(r.TRAINJOB, namespace, name)  # created meanwhile: whose?
+            if existing is None:
+                return None
+        if not d.copy_is_current(existing, trainjob, self.cluster):
+            if (existing["metadata"].get("labels") or {}).get(d.ORIGIN_LABEL) == self.cluster:
                 # Left by an earlier TrainJob of the same name: replace it once it is gone.
                 await client.delete(r.TRAINJOB, namespace, name, uid=existing["metadata"].get("uid"))
                 return None
@@ -349,18 +390,6 @@ class Dispatcher:
                                        f"worker cluster {worker} already has a TrainJob {namespace}/{name} "
                                        "that trainyard did not create")
             return None
-        if existing is None:
-            await self._copy_dependencies(client, worker, trainjob)
-            try:
-                return await client.create(r.TRAINJOB, namespace, d.worker_copy(trainjob, self.cluster))
-            except KubeError as err:
-                if err.status == 409:  # another replica created it a moment ago
-                    return await client.get(r.TRAINJOB, namespace, name)
-                if err.status in (400, 403, 422):
-                    await self._set_dispatched(trainjob, "False", "CopyRejected",
-                                               f"worker cluster {worker} rejected the TrainJob: {err.message}")
-                    return None
-                raise
         return await self._propagate_suspend(client, trainjob, existing)
 
     async def _propagate_suspend(self, client: KubeClient, trainjob: dict[str, Any],
@@ -476,6 +505,12 @@ class Dispatcher:
                 await asyncio.wait_for(stop.wait(), timeout=probe_interval_s)
             except asyncio.TimeoutError:
                 pass
+
+    def _background(self, coroutine) -> None:
+        """Best-effort work off the critical path (Events): kept referenced until done."""
+        task = asyncio.ensure_future(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def worker_reachable(self, name: str) -> None:
         """A worker came back: its stale copies go at the next pass; what it had may be gone."""
