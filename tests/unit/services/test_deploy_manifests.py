@@ -77,5 +77,5 @@ def test_compose_runs_nats_and_the_four_services():
     services = compose["services"]
     assert set(services) == {"nats", "watcher", "planner", "applier", "status"}
     for name in ("watcher", "planner", "applier", "status"):
-        assert services[name]["command"] == ["trainyard", name]
+        assert services[name]["command"] == [name]  # the image's entrypoint is `trainyard`
         assert services[name]["environment"]["TRAINYARD_NATS_URL"] == "nats://nats:4222"
