@@ -86,14 +86,31 @@ def _resumed_at(trainjob: dict[str, Any], jobset: Any | None) -> datetime | None
     return max(times) if times else None
 
 
+def _latest_suspended(conditions: Any) -> str | None:
+    found = [c for c in items(conditions) if isinstance(c, dict) and c.get("type") == names.CONDITION_SUSPENDED]
+    return found[-1].get("status") if found else None
+
+
+def resume_pending(trainjob: dict[str, Any], jobset: Any | None) -> bool:
+    """Resumed in the spec, but not yet seen running: the TrainJob's status or its JobSet still
+    says suspended. The clock restarts once the JobSet records the resume."""
+    if _latest_suspended(dig(trainjob, "status", "conditions")) == "True":
+        return True
+    if jobset is None:
+        return False
+    jobset_doc = as_document(jobset)
+    return dig(jobset_doc, "spec", "suspend") is True \
+        or _latest_suspended(dig(jobset_doc, "status", "conditions")) == "True"
+
+
 def active_deadline(trainjob: Any, jobset: Any | None = None) -> datetime | None:
     """The moment ``spec.activeDeadlineSeconds`` runs out, or None when it does not apply
-    (unset or 0, finished, suspended)."""
+    (unset or 0, finished, suspended, or resumed but not running yet)."""
     job = as_document(trainjob)
     seconds = dig(job, "spec", "activeDeadlineSeconds")
     if not isinstance(seconds, int) or isinstance(seconds, bool) or seconds <= 0:
         return None
-    if is_finished(job) or dig(job, "spec", "suspend") is True:
+    if is_finished(job) or dig(job, "spec", "suspend") is True or resume_pending(job, jobset):
         return None
     start = parse_time(dig(job, "metadata", "creationTimestamp"))
     resumed = _resumed_at(job, jobset)

@@ -97,8 +97,11 @@ def compute_trainjob_status(trainjob: Any, jobset: Any | None, now: datetime | s
         else:
             status.pop("jobsStatus", None)
     current = parse_time(now) if isinstance(now, str) else now
+    # The deadline reads the status as it was (a Suspended=True about to be dropped means the
+    # resume is just happening), unless the JobSet finished first.
     if unsupported is None and current is not None \
-            and deadline_exceeded({**job, "status": {"conditions": conditions}}, jobset, current):
+            and finished_condition({"conditions": conditions}) is None \
+            and deadline_exceeded(job, jobset, current):
         # v2.3.0 activeDeadlineSeconds; the status service also deletes the JobSet.
         set_condition(conditions, {"type": names.CONDITION_FAILED, "status": "True",
                                    "reason": names.REASON_DEADLINE_EXCEEDED,

@@ -134,3 +134,21 @@ def test_active_deadline_fails_the_trainjob_and_stops_its_pods(running):
     time.sleep(2)
     assert api.get(JOBSETS.format(ns="default") + "/deadline") is None
     assert api.get(path)["status"]["state"] == "Failed"
+
+
+def test_suspended_time_does_not_count_toward_the_deadline(running):
+    stack, api = running
+    path = TRAINJOBS.format(ns="default") + "/paused-clock"
+    api.create(TRAINJOBS.format(ns="default"),
+               trainjob("paused-clock", runtime="slow", suspend=True, activeDeadlineSeconds=5))
+    wait_for(lambda: api.get(JOBSETS.format(ns="default") + "/paused-clock"), what="suspended JobSet")
+    time.sleep(7)  # longer than the deadline, all of it suspended
+    assert condition(api.get(path), "Failed") is None
+    api.merge_patch(path, {"spec": {"suspend": False}})
+    resumed = time.monotonic()
+    wait_for(lambda: pods_of(api, "paused-clock"), timeout=60, what="pods after the resume")
+    failed = wait_for(lambda: condition(api.get(path), "Failed"), timeout=60, what="Failed")
+    # The clock restarted at the resume (upstream: from the resume's transition time).
+    assert time.monotonic() - resumed >= 4.5
+    assert failed["reason"] == "DeadlineExceeded"
+    wait_for(lambda: api.get(JOBSETS.format(ns="default") + "/paused-clock") is None, what="JobSet deleted")

@@ -58,6 +58,18 @@ def test_deadline_counts_from_creation_then_from_the_last_resume_and_not_while_s
     assert active_deadline(job_with([cond("Complete")], activeDeadlineSeconds=60)) is None
 
 
+def test_a_resume_not_yet_running_does_not_count_from_creation() -> None:
+    # Resumed in the spec a day after creation; the status and the JobSet still say suspended.
+    job = job_with([cond("Suspended", "True", "Suspended")], activeDeadlineSeconds=60)
+    assert active_deadline(job) is None
+    suspended_jobset = {"spec": {"suspend": True}, "status": {"conditions": [cond("Suspended", "True")]}}
+    assert active_deadline(job_with(activeDeadlineSeconds=60), suspended_jobset) is None
+    assert compute_trainjob_status(job, suspended_jobset, "2026-01-02T00:00:00Z") == {}
+    running = {"spec": {"suspend": False},
+               "status": {"conditions": [cond("Suspended", "False", "ResumeJobs", "2026-01-02T00:00:00Z")]}}
+    assert active_deadline(job_with(activeDeadlineSeconds=60), running) == at("2026-01-02T00:01:00Z")
+
+
 def test_an_exceeded_deadline_fails_the_trainjob_with_upstreams_reason_and_message() -> None:
     job = job_with(activeDeadlineSeconds=60)
     assert compute_trainjob_status(job, None, "2026-01-01T00:00:59Z") == {}
