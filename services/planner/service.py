@@ -74,8 +74,8 @@ def webhook_observed(bus: BusSession, kube: KubeClient, cluster: str):
         found: list[dict[str, Any]] = []
         if kind in ("TrainingRuntime", "ClusterTrainingRuntime") and ref.get("name"):
             runtime_ns = namespace if kind == "TrainingRuntime" else ""
-            runtime = await bus.snapshots.get(ObjectKey(cluster, kind, runtime_ns, ref["name"]))
-            if runtime is None:  # just created, not yet seen by a watcher: ask the API server
+            runtime, _ = await cached(ObjectKey(cluster, kind, runtime_ns, ref["name"]))
+            if runtime is None:  # just created, not yet seen by a watcher (or no bus): ask the API server
                 resource = r.TRAINING_RUNTIME if kind == "TrainingRuntime" else r.CLUSTER_TRAINING_RUNTIME
                 try:
                     runtime = await kube.get(resource, runtime_ns or None, ref["name"])
@@ -86,12 +86,32 @@ def webhook_observed(bus: BusSession, kube: KubeClient, cluster: str):
                 runtime.setdefault("kind", kind)
                 found.append(runtime)
         if name:
-            jobset = await bus.snapshots.get(ObjectKey(cluster, "JobSet", namespace, name))
+            jobset, answered = await cached(ObjectKey(cluster, "JobSet", namespace, name))
+            if not answered:
+                try:
+                    jobset = await kube.get(r.JOBSET, namespace, name)
+                except KubeError as err:
+                    log.warning("jobset lookup failed: %s", err)
             if jobset is not None:
+                jobset.setdefault("apiVersion", r.JOBSET.api_version)
+                jobset.setdefault("kind", "JobSet")
                 found.append(jobset)
         if any(((o.get("spec") or {}).get("podGroupPolicy") or {}).get("volcano") is not None
                for o in found if o.get("kind") == kind):
-            found.extend(await bus.snapshots.list(cluster, "PriorityClass", ""))
+            try:
+                found.extend(await bus.snapshots.list(cluster, "PriorityClass", ""))
+            except Exception as err:  # the bus is a cache of the API server: ask the source
+                log.warning("bus unavailable for PriorityClasses (%s); asking the API server", err)
+                found.extend((await kube.list(r.PRIORITY_CLASS))[0])
         return found
+
+    async def cached(key: ObjectKey) -> tuple[dict[str, Any] | None, bool]:
+        """The bus's snapshot and whether the bus answered: admission must not fail while a NATS
+        node is away, so a failed read falls back to the API server."""
+        try:
+            return await bus.snapshots.get(key), True
+        except Exception as err:
+            log.warning("bus unavailable for %s/%s (%s); asking the API server", key.kind, key.name, err)
+            return None, False
 
     return lookup

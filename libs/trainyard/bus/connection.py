@@ -41,7 +41,9 @@ async def connect(
 
     client: Client
     client = await nats.connect(
-        servers=[url],
+        # Several servers of one NATS cluster may be given comma-separated; the client also learns
+        # the others from the cluster and reconnects to a survivor when its server goes away.
+        servers=[part.strip() for part in url.split(",") if part.strip()],
         name=name,
         allow_reconnect=True,
         max_reconnect_attempts=-1,

@@ -35,8 +35,9 @@ class BusSession:
         on_state: Callable[[bool], None] | None = None,
         stop: asyncio.Event | None = None,
     ) -> "BusSession":
-        """Connects and sets up topology, retrying both until they succeed or ``stop`` is set
-        (a NATS server that is starting or recovering JetStream answers late)."""
+        """Connects, sets up topology and opens the KV stores, retrying until all succeed or
+        ``stop`` is set (a NATS server that is starting or recovering JetStream answers late, and
+        a node of a NATS cluster may go away meanwhile: the client moves to another)."""
         attempt = 0
         nc: Client | None = None
         while True:
@@ -45,6 +46,7 @@ class BusSession:
                     nc = await connect(url, service, on_state=on_state)
                 js = nc.jetstream(publish_async_max_pending=4000)
                 await ensure_topology(js)
+                stores = (await SnapshotStore.open(js), await AppliedPlanStore.open(js), await OutcomeStore.open(js))
                 break
             except Exception as err:
                 attempt += 1
@@ -59,9 +61,9 @@ class BusSession:
             nc=nc,
             js=js,
             publisher=Publisher(js, service),
-            snapshots=await SnapshotStore.open(js),
-            applied=await AppliedPlanStore.open(js),
-            outcomes=await OutcomeStore.open(js),
+            snapshots=stores[0],
+            applied=stores[1],
+            outcomes=stores[2],
         )
 
     async def close(self) -> None:

@@ -51,6 +51,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--worker-lost-timeout", type=float, default=900.0, metavar="SECONDS",
                         help="with --workers: how long a worker may be unreachable before its TrainJobs are "
                              "dispatched to another (default 900, as Kueue's MultiKueue)")
+    parser.add_argument("--nats-cluster", type=int, default=1, metavar="N",
+                        help="run NATS as a JetStream cluster of N nodes (1 or odd; default 1); with more "
+                             "than one, streams and buckets get min(N, 3) replicas ($TRAINYARD_BUS_REPLICAS)")
     parser.add_argument("--merge-kubeconfig", action="store_true",
                         help="add this stack as a context (trainyard-<data dir>-<hash>, made current) to "
                              "$KUBECONFIG's first file or ~/.kube/config, as kind does; `down` removes it")
@@ -92,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
         skip=frozenset(args.skip), startup_timeout_s=args.startup_timeout,
         dashboard_port=0 if args.free_ports else args.dashboard_port,
         workers=args.workers, worker_lost_timeout_s=args.worker_lost_timeout,
+        nats_cluster=args.nats_cluster,
     )
 
     def say(line: str) -> None:
@@ -120,6 +124,10 @@ def run(args: argparse.Namespace) -> int:
             say(f"Dashboard: {stack.state.dashboard_url}")
         say(f"Logs in {stack.layout.logs_dir}. Stop with Ctrl-C or `trainyard down --data-dir {stack.layout.root}`.")
 
+    if args.nats_cluster > 1:
+        from trainyard.bus.topology import REPLICAS_ENV
+
+        os.environ.setdefault(REPLICAS_ENV, str(min(args.nats_cluster, 3)))  # inherited by the services
     if args.otlp_endpoint:
         os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = args.otlp_endpoint  # inherited by every child
     resuming = (config.data_dir / "stack.json").is_file()

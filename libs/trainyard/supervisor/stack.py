@@ -48,6 +48,7 @@ class StackConfig:
     workers: int = 0
     worker_lost_timeout_s: float = 900.0
     dashboard_port: int = 0
+    nats_cluster: int = 1  # NATS nodes; more than one: a local JetStream cluster (routes on free ports)
 
 
 @dataclass(frozen=True)
@@ -128,6 +129,9 @@ class Stack:
         self.state: StackState | None = None
         self.ports: ResolvedPorts | None = None
         self.clusters: list[ClusterPlan] = []
+        # --nats-cluster: the other nodes' client ports and every node's route port (free ports).
+        self.nats_extra_ports: list[int] = []
+        self.nats_route_ports: list[int] = []
 
     def plan_clusters(self) -> None:
         """The manager from the configured ports; workers on free ports, each in its own
@@ -187,6 +191,9 @@ class Stack:
         if "devcluster" in self.config.skip and running_services and not self.layout.kubeconfig.is_file():
             raise StackError(f"--skip devcluster: the services need the API server's kubeconfig at "
                              f"{self.layout.kubeconfig}; put it there or skip them too")
+        if self.config.nats_cluster < 1 or (self.config.nats_cluster > 1 and self.config.nats_cluster % 2 == 0):
+            raise StackError(f"--nats-cluster: 1 or an odd number of nodes (JetStream needs a majority), "
+                             f"got {self.config.nats_cluster}")
         if "nats" not in self.config.skip:
             nats_server_binary()
         manifests.load_runtimes(self.config.deploy_dir)  # fail now, not after starting processes
@@ -206,26 +213,48 @@ class Stack:
 
     @property
     def nats_url(self) -> str:
+        """The client URL, or with --nats-cluster every node's, comma-separated."""
         assert self.ports is not None
-        return f"nats://{LOOPBACK}:{self.ports.nats}"
+        ports = [self.ports.nats, *self.nats_extra_ports]
+        return ",".join(f"nats://{LOOPBACK}:{port}" for port in ports)
+
+    @property
+    def nats_children(self) -> list[str]:
+        return ["nats"] + [f"nats-{index}" for index in range(2, self.config.nats_cluster + 1)]
+
+    def _nats_node_argv(self, index: int, client_port: int) -> list[str]:
+        """Node ``index`` (1-based); with several nodes, a JetStream cluster over loopback routes."""
+        name = self.nats_children[index - 1]
+        store = self.layout.nats_dir if index == 1 else self.layout.nats_dir / name
+        argv = [str(nats_server_binary()), "--jetstream", "--store_dir", str(store),
+                "--addr", LOOPBACK, "--port", str(client_port),
+                "--server_name", "trainyard" if self.config.nats_cluster == 1 else f"trainyard-{index}"]
+        if self.config.nats_cluster > 1:
+            routes = [f"nats://{LOOPBACK}:{port}" for i, port in enumerate(self.nats_route_ports, 1) if i != index]
+            argv += ["--cluster_name", "trainyard", "--cluster", f"nats://{LOOPBACK}:{self.nats_route_ports[index - 1]}",
+                     "--routes", ",".join(routes)]
+        return argv
 
 
     async def start_nats(self) -> None:
         assert self.ports is not None
-        child = self._child(ChildSpec(
-            name="nats",
-            argv=[str(nats_server_binary()), "--jetstream", "--store_dir", str(self.layout.nats_dir),
-                  "--addr", LOOPBACK, "--port", str(self.ports.nats), "--server_name", "trainyard"],
-            log_file=self.layout.log_file("nats"),
-        ))
+        ports = [self.ports.nats, *self.nats_extra_ports]
+        children = []
+        for index, port in enumerate(ports, 1):
+            name = self.nats_children[index - 1]
+            children.append((self._child(ChildSpec(name=name, argv=self._nats_node_argv(index, port),
+                                                   log_file=self.layout.log_file(name))), port))
         began = time.monotonic()
-        await child.start()
-        await child.wait_ready(self._nats_answers, timeout_s=30)
-        self.say(f"  nats        ready   {self.nats_url}  ({_since(began)}; JetStream data in {self.layout.nats_dir})")
+        for child, _ in children:
+            await child.start()
+        for child, port in children:
+            await child.wait_ready(lambda port=port: self._nats_answers(port), timeout_s=30)
+        nodes = f"; a JetStream cluster of {len(ports)} nodes" if len(ports) > 1 else ""
+        self.say(f"  nats        ready   {self.nats_url}  ({_since(began)}; JetStream data in {self.layout.nats_dir}{nodes})")
 
-    async def _nats_answers(self) -> bool:
+    async def _nats_answers(self, port: int | None = None) -> bool:
         assert self.ports is not None
-        reader, writer = await asyncio.open_connection(LOOPBACK, self.ports.nats)
+        reader, writer = await asyncio.open_connection(LOOPBACK, port or self.ports.nats)
         try:
             greeting = await asyncio.wait_for(reader.readline(), timeout=2)
             return greeting.startswith(b"INFO ")
@@ -392,13 +421,13 @@ class Stack:
         """Services first (they talk to both), then devcluster (it stops its pods), then NATS;
         finally anything still below us, e.g. a pod orphaned by a crashed devcluster."""
         before = descendants(os.getpid())
-        infrastructure = {cluster.child("devcluster") for cluster in self.clusters} | {"devcluster", "nats"}
+        nats = set(self.nats_children)
+        infrastructure = {cluster.child("devcluster") for cluster in self.clusters} | {"devcluster"} | nats
         services = [child for name, child in self.children.items() if name not in infrastructure]
         await asyncio.gather(*(child.stop() for child in services))
-        devclusters = [self.children[name] for name in infrastructure - {"nats"} if name in self.children]
+        devclusters = [self.children[name] for name in infrastructure - nats if name in self.children]
         await asyncio.gather(*(child.stop() for child in devclusters))
-        if "nats" in self.children:
-            await self.children["nats"].stop()
+        await asyncio.gather(*(self.children[name].stop() for name in sorted(nats) if name in self.children))
         leftovers = [p for p in before + descendants(os.getpid()) if p.is_alive()]
         for process in leftovers:
             signal_process(process, signal.SIGKILL)
@@ -473,11 +502,15 @@ def run_stack(config: StackConfig, say: Say, on_ready: Callable[[Stack], None]) 
         if leftovers:
             say(f"trainyard: stopped processes left by an earlier run: {', '.join(leftovers)}")
         stack.ports = resolve_ports(config)
+        if config.nats_cluster > 1 and "nats" not in config.skip:
+            stack.nats_extra_ports = [free_port() for _ in range(config.nats_cluster - 1)]
+            stack.nats_route_ports = [free_port() for _ in range(config.nats_cluster)]
         stack.plan_clusters()
         become_child_subreaper()
         me = ProcessId.of(os.getpid())
         stack.state = StackState(
-            supervisor=me, ports=stack.ports.as_dict(), kubeconfig=str(stack.layout.kubeconfig),
+            supervisor=me, kubeconfig=str(stack.layout.kubeconfig),
+            ports={**stack.ports.as_dict(), **{f"nats-{i}": p for i, p in enumerate(stack.nats_extra_ports, 2)}},
             nats_url=stack.nats_url,
         )
         write_state(stack.layout, stack.state)
