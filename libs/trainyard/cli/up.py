@@ -118,8 +118,13 @@ def run(args: argparse.Namespace) -> int:
         if args.merge_kubeconfig and "devcluster" not in config.skip:
             from trainyard.supervisor.userkube import merge_into_user_kubeconfig
 
-            merged = merge_into_user_kubeconfig(kubeconfig, stack.layout.root)
-            say(f"Context {merged.name} added to {merged.path} and made current (removed again by `trainyard down`).")
+            try:
+                merged = merge_into_user_kubeconfig(kubeconfig, stack.layout.root)
+            except (OSError, ValueError) as err:  # an unreadable or malformed user kubeconfig
+                say(f"--merge-kubeconfig: not merged ({err}); use --kubeconfig {kubeconfig}")
+            else:
+                say(f"Context {merged.name} added to {merged.path} and made current "
+                    "(removed again by `trainyard down`).")
         if stack.state is not None and stack.state.dashboard_url:
             say(f"Dashboard: {stack.state.dashboard_url}")
         say(f"Logs in {stack.layout.logs_dir}. Stop with Ctrl-C or `trainyard down --data-dir {stack.layout.root}`.")
@@ -140,6 +145,9 @@ def run(args: argparse.Namespace) -> int:
     finally:
         from trainyard.supervisor.userkube import remove_from_user_kubeconfig
 
-        if remove_from_user_kubeconfig(config.data_dir) is not None:
-            say("Context removed from the user's kubeconfig.")
+        try:
+            if remove_from_user_kubeconfig(config.data_dir) is not None:
+                say("Context removed from the user's kubeconfig.")
+        except (OSError, ValueError) as err:
+            say(f"--merge-kubeconfig: could not remove the context: {err}")
         sys.stdout.flush()

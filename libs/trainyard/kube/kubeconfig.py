@@ -37,7 +37,7 @@ _FILE_FIELDS = {
 }
 
 
-class KubeconfigError(Exception):
+class KubeconfigError(ValueError):
     """No usable cluster configuration: the message says what was looked at."""
 
 
