@@ -136,8 +136,14 @@ def run_service(config: ServiceConfig, main: Callable[[asyncio.Event], Awaitable
             loop.add_signal_handler(sig, stop.set)
         await main(stop)
 
+    from trainyard.kube.kubeconfig import KubeconfigError
+
     try:
         asyncio.run(wrapper())
+    except KubeconfigError as err:  # no cluster to talk to: one line, as for a bad flag
+        log.error("no usable cluster configuration: %s", err)
+        print(f"error: {err}", file=sys.stderr, flush=True)
+        return 2
     except Exception:
         log.exception("service stopped on an unexpected error")
         return 1

@@ -72,3 +72,19 @@ def test_a_service_uses_kubeconfig_env_and_context(devcluster, nats_server, tmp_
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+def test_a_service_without_any_cluster_configuration_says_so_in_one_line(tmp_path) -> None:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("TRAINYARD_") and k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")}
+    env["HOME"] = str(tmp_path)  # no ~/.kube/config
+    result = subprocess.run([sys.executable, "-m", "trainyard.cli.main", "applier", "--http-port", "0"],
+                            env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert "error: no cluster configuration: give --kubeconfig, set KUBECONFIG, create ~/.kube/config" \
+        in result.stderr
+    assert "Traceback" not in result.stderr
+    wrong = subprocess.run([sys.executable, "-m", "trainyard.cli.main", "applier", "--http-port", "0",
+                            "--kubeconfig", str(unreachable_kubeconfig(tmp_path / "k")), "--context", "other"],
+                           env=env, capture_output=True, text=True, timeout=60)
+    assert wrong.returncode == 2 and "--context other: no such context" in wrong.stderr, wrong.stderr
