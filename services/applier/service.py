@@ -25,6 +25,7 @@ from trainyard.bus.topology import PLANS_STREAM, ConsumerSpec, durable_name
 from trainyard.kube import resources as r
 from trainyard.kube.client import FIELD_MANAGER, KubeClient, KubeError
 from trainyard.kube.resources import resource_for
+from trainyard.pipeline.ssh_keys import materialize, needs_generation
 from trainyard.telemetry import metrics
 from trainyard.telemetry.tracing import current_traceparent
 
@@ -208,6 +209,13 @@ class Applier:
             if await self.kube.get(resource, meta.get("namespace"), meta["name"],
                                    timeout_s=self.request_timeout_s) is not None:
                 return False
+        if needs_generation(obj):
+            # The plan names the Secret without its data (no key material on the bus): the key
+            # pair is made here, in memory, and goes only to the API server.
+            try:
+                obj = materialize(obj)
+            except ValueError as err:
+                raise PermanentError(str(err)) from None
         if obj["kind"] == "JobSet":
             await self._apply_jobset(obj)
             return True

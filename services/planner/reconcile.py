@@ -13,7 +13,8 @@ from trainyard.bus.session import BusSession
 from trainyard.bus.subjects import ObjectKey, bus_kind, plan_subject, result_subject
 from trainyard.pipeline.errors import PlanningError
 from trainyard.pipeline.lifecycle import deadline_exceeded, is_finished
-from trainyard.pipeline.planning import plan
+from trainyard.pipeline.planning import plan, plan_hash
+from trainyard.pipeline.ssh_keys import defer_generated_secrets, deferred_ssh_key
 from trainyard.telemetry import metrics
 
 log = logging.getLogger(__name__)
@@ -187,26 +188,29 @@ async def decide(bus: BusSession, cluster: str, trainjob: dict[str, Any]) -> Pla
         # The status service fails it and deletes the JobSet; the snapshot may not show it yet.
         return PlanDecision(skipped="deadline exceeded")
     try:
-        result = plan(trainjob, None, observed)
-        owned = owned_refs_for(trainjob, observed, list(result.objects))
+        # No key material in a plan (it is published): the applier generates the MPI SSH keys.
+        result = plan(trainjob, None, observed, new_ssh_key=deferred_ssh_key)
+        objects = defer_generated_secrets(list(result.objects))
+        owned = owned_refs_for(trainjob, observed, objects)
     except PlanningError as err:
         return PlanDecision(failure=ApplyResult(
             cluster=cluster, namespace=namespace, name=name, uid=uid, generation=generation,
             outcome="plan-failed", reason=err.reason or REASON_CREATION_FAILED, message=err.message,
         ))
+    digest = plan_hash(objects)
     applied = (await bus.applied.read(applied_store_key(cluster, namespace, name))).value
     if applied is not None and applied.uid == uid and applied.state == "applied" \
             and applied.generation >= generation:
-        if applied.plan_hash == result.hash or result.hash in applied.hashes:
+        if applied.plan_hash == digest or digest in applied.hashes:
             return PlanDecision(skipped="unchanged")
-        if not result.objects and _same_refs(applied.owned, owned):
+        if not objects and _same_refs(applied.owned, owned):
             # Nothing to apply and nothing to delete: e.g. re-planned because our own JobSet
             # appeared, which upstream then leaves untouched.
             return PlanDecision(skipped="nothing to do")
     return PlanDecision(message=PlanMessage(
         cluster=cluster, namespace=namespace, name=name, uid=uid, generation=generation,
-        resourceVersion=str(meta.get("resourceVersion", "")), planHash=result.hash,
-        objects=list(result.objects), owned=owned,
+        resourceVersion=str(meta.get("resourceVersion", "")), planHash=digest,
+        objects=objects, owned=owned,
         suspended=(trainjob.get("spec") or {}).get("suspend") is True,
     ))
 

@@ -17,6 +17,7 @@ from opentelemetry import context as otel_context, trace
 from trainyard.bus.envelopes import EventType, ObjectEvent
 from trainyard.bus.kv import resource_version_newer
 from trainyard.bus.publisher import Outgoing
+from trainyard.bus.redact import redact
 from trainyard.bus.session import BusSession
 from trainyard.bus.subjects import bus_kind, event_subject
 from trainyard.kube import resources as r
@@ -78,7 +79,8 @@ class EventSink:
         self._queue: asyncio.Queue[tuple[ObjectEvent, Any]] = asyncio.Queue(maxsize=queue_size)
 
     async def put(self, event_type: EventType, obj: dict[str, Any]) -> None:
-        event = ObjectEvent.from_object(self._cluster, event_type, obj)
+        # A Secret goes on the bus as a reference (keys and digest), never with its data.
+        event = ObjectEvent.from_object(self._cluster, event_type, redact(obj))
         metrics.WATCH_EVENTS.labels(event.kind, event_type).inc()
         await self._queue.put((event, observation_context(event)))
 
