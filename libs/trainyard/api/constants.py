@@ -88,6 +88,12 @@ ENV_OMPI_HOSTFILE = "OMPI_MCA_orte_default_hostfile"
 ENV_OMPI_KEEP_FQDN_HOSTNAMES = "OMPI_MCA_orte_keep_fqdn_hostnames"
 ENV_OMPI_SET_DEFAULT_SLOTS = "OMPI_MCA_orte_set_default_slots"
 ENV_OMPI_PLM_RSH_ARGS = "OMPI_MCA_plm_rsh_args"
+# v2.3.0: OpenMPI variables a TrainJob may not set, and the SSH Secret volume's file modes.
+MPI_RESERVED_ENVS = frozenset({ENV_OMPI_HOSTFILE, ENV_OMPI_PLM_RSH_ARGS, ENV_OMPI_KEEP_FQDN_HOSTNAMES,
+                               ENV_OMPI_SET_DEFAULT_SLOTS})
+MPI_SSH_AUTH_DEFAULT_MODE = 0o400
+MPI_SSH_PRIVATE_KEY_FILE_MODE = 0o640
+MPI_SSH_PUBLIC_KEY_FILE_MODE = 0o644
 OMPI_PLM_RSH_ARGS_VALUE = "-o ConnectionAttempts=10"
 TORCH_RESERVED_ENV_NAMES = (
     ENV_PET_NNODES,

@@ -37,9 +37,12 @@ def test_num_nodes_respected_and_volumes_mounted() -> None:
     assert [v["name"] for v in pod_spec(jobset, "node")["volumes"]] == ["mpi-ssh-auth"]
     assert pod_spec(jobset, "launcher")["volumes"][1]["configMap"] == {
         "name": "test-job-mpi-hostfile", "items": [{"key": "hostfile", "path": "hostfile", "mode": 292}]}
+    # v2.3.0's file modes: 0640 for the private key, 0644 for the public ones, 0400 otherwise.
     assert pod_spec(jobset, "node")["volumes"][0]["secret"]["items"] == [
-        {"key": "ssh-privatekey", "path": "id_rsa"}, {"key": "ssh-publickey", "path": "id_rsa.pub"},
-        {"key": "ssh-publickey", "path": "authorized_keys"}]
+        {"key": "ssh-privatekey", "path": "id_rsa", "mode": 0o640},
+        {"key": "ssh-publickey", "path": "id_rsa.pub", "mode": 0o644},
+        {"key": "ssh-publickey", "path": "authorized_keys", "mode": 0o644}]
+    assert pod_spec(jobset, "node")["volumes"][0]["secret"]["defaultMode"] == 0o400
     assert container_of(jobset, "launcher")["volumeMounts"] == [
         {"name": "mpi-ssh-auth", "mountPath": "/root/.ssh"}, {"name": "mpi-hostfile", "mountPath": "/etc/mpi"}]
     assert container_of(jobset, "node")["volumeMounts"] == [{"name": "mpi-ssh-auth", "mountPath": "/root/.ssh"}]

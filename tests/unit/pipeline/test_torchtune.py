@@ -35,7 +35,11 @@ def test_model_from_runtime_name(name: str, model: str) -> None:
     (1, 1, 0, [], ("full_finetune_single_device", "m_full_single_device")),
     (1, "auto", 2, ["model.quantize_base=True"], ("lora_finetune_distributed", "m_qlora")),
     (1, "auto", 2, LORA, ("lora_finetune_distributed", "m_lora")),
-    (1, "auto", 2, [*LORA, "model.quantize_base=True", "model.use_dora=False"], ("lora_finetune_distributed", "m_lora")),
+    # v2.3.0 reads these as booleans: use_dora=False does not turn QLoRA off (v2.1.0: it did),
+    # use_dora=True does, and quantize_base=False is not QLoRA.
+    (1, "auto", 2, [*LORA, "model.quantize_base=True", "model.use_dora=False"], ("lora_finetune_distributed", "m_qlora")),
+    (1, "auto", 2, [*LORA, "model.quantize_base=True", "model.use_dora=True"], ("lora_finetune_distributed", "m_lora")),
+    (1, "auto", 2, [*LORA, "model.quantize_base=False"], ("lora_finetune_distributed", "m_lora")),
     (2, "auto", 2, LORA, ("full_finetune_distributed", "m_full_multinode")),
     (1, "auto", 2, [], ("full_finetune_distributed", "m_full")),
     (0, 1, 1, [], ("full_finetune_distributed", "m_full")),

@@ -253,3 +253,30 @@ def test_flux_admission_rules_and_planning_refusal() -> None:
         'spec.trainer.initContainers: Invalid value: "flux-installer": InitContainer \'flux-installer\' is reserved']
     with pytest.raises(PlanningError, match="Flux ML policy is not supported by trainyard yet"):
         plan(trainjob(trainer={"numNodes": 2}), node_runtime({"flux": {"numProcPerNode": 1}}))
+
+
+def test_mpi_reserved_envs_are_refused() -> None:
+    rt = runtime([job("node", container("node"))], ml_policy={"mpi": {}})
+    result = validate_trainjob(trainjob(trainer={"env": [{"name": "OMPI_MCA_plm_rsh_args", "value": "x"},
+                                                         {"name": "OMPI_MCA_orte_default_hostfile", "value": "y"}]}),
+                               runtime=rt)
+    assert result.texts() == [
+        'spec.trainer.env: Invalid value: [{"name":"OMPI_MCA_plm_rsh_args","value":"x"},'
+        '{"name":"OMPI_MCA_orte_default_hostfile","value":"y"}]: must not have reserved envs, invalid envs '
+        "configured: [OMPI_MCA_orte_default_hostfile OMPI_MCA_plm_rsh_args]"]
+
+
+@pytest.mark.parametrize("trainer, texts", [
+    pytest.param({"command": ["tune", "run"], "numNodes": 2, "args": ["model.lora_attn_modules=[q_proj]"]},
+                 ["spec.trainer.numNodes: Invalid value: 2: LoRA fine-tuning is not supported for multi-node "
+                  "training in TorchTune"], id="lora-multi-node"),
+    pytest.param({"command": ["tune", "run"], "args": ["batch_size=2", "output_dir=/tmp/x"]},
+                 ['spec.trainer.args[1]: Invalid value: "output_dir=/tmp/x": must not set immutable config '
+                  '"output_dir" in trainer args; it is managed by the runtime'], id="immutable-config"),
+    pytest.param({"command": ["tune", "run"], "args": ["batch_size=2"]}, [], id="valid-without-numProcPerNode"),
+])
+def test_torchtune_v23_rules(trainer: dict, texts: list[str]) -> None:
+    rt = runtime([job("node", container("node"), ancestor="trainer")], ml_policy={"torch": {}},
+                 name="torchtune-llama3.3-70b", kind="ClusterTrainingRuntime")
+    job_doc = trainjob(trainer=trainer, runtime_name="torchtune-llama3.3-70b", runtime_kind="ClusterTrainingRuntime")
+    assert validate_trainjob(job_doc, runtime=rt).texts() == texts

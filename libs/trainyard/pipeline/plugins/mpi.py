@@ -7,7 +7,7 @@ import base64
 from typing import Any
 
 from .. import names
-from ..documents import clone, ensure_list
+from ..documents import clone, ensure_list, items
 from ..errors import PlanningError, invalid
 from ..framework import PlanContext, Plugin, ValidationContext, Verdict
 from ..observed import ReadError
@@ -31,14 +31,20 @@ def enforce_ml_policy(ctx: PlanContext) -> None:
         node_set.count = max(num_nodes - 1, 1) if _run_launcher_as_node(mpi) else num_nodes
     slots = _slots(ctx, mpi)
     mpi["numProcPerNode"] = slots  # the info's policy carries the effective value (as upstream)
+    # File modes as v2.3.0 sets them (v2.1.0 left them to the volume's default, 0644 for all):
+    # the private key readable by its owner and group only (docs/compatibility.md A15).
     ssh_volume = {
         "name": names.MPI_SSH_AUTH_VOLUME,
         "secret": {
             "secretName": f"{ctx.name}{names.MPI_SSH_AUTH_SUFFIX}",
+            "defaultMode": c.MPI_SSH_AUTH_DEFAULT_MODE,
             "items": [
-                {"key": names.MPI_SSH_PRIVATE_KEY, "path": names.MPI_SSH_PRIVATE_KEY_FILE},
-                {"key": names.MPI_SSH_PUBLIC_KEY, "path": names.MPI_SSH_PUBLIC_KEY_FILE},
-                {"key": names.MPI_SSH_PUBLIC_KEY, "path": names.MPI_SSH_AUTHORIZED_KEYS_FILE},
+                {"key": names.MPI_SSH_PRIVATE_KEY, "path": names.MPI_SSH_PRIVATE_KEY_FILE,
+                 "mode": c.MPI_SSH_PRIVATE_KEY_FILE_MODE},
+                {"key": names.MPI_SSH_PUBLIC_KEY, "path": names.MPI_SSH_PUBLIC_KEY_FILE,
+                 "mode": c.MPI_SSH_PUBLIC_KEY_FILE_MODE},
+                {"key": names.MPI_SSH_PUBLIC_KEY, "path": names.MPI_SSH_AUTHORIZED_KEYS_FILE,
+                 "mode": c.MPI_SSH_PUBLIC_KEY_FILE_MODE},
             ],
         },
     }
@@ -157,6 +163,12 @@ def validate(ctx: ValidationContext) -> Verdict:
         verdict.errors.append(invalid(
             "spec.trainer.numNodes", num_nodes,
             c.ERR_MPI_RUN_LAUNCHER_AS_NODE))
+    # v2.3.0: the OpenMPI variables the plugin sets may not come from the TrainJob.
+    reserved = sorted({str(e.get("name")) for e in items(trainer.get("env"))
+                       if isinstance(e, dict) and e.get("name") in c.MPI_RESERVED_ENVS})
+    if reserved:
+        verdict.errors.append(invalid("spec.trainer.env", trainer.get("env"),
+                                      f"{c.ERR_TORCH_RESERVED_ENVS}[{' '.join(reserved)}]"))
     return verdict
 
 

@@ -39,8 +39,18 @@ def _uses_lora(args: list[Any]) -> bool:
     return any(_LORA_MARKER in str(a) for a in args)
 
 
+def _bool_arg_enabled(args: list[Any], config_item: str) -> bool:
+    """v2.3.0: a ``key=value`` argument whose key names the item and whose value is true
+    (``model.quantize_base=False`` no longer counts, as it did in v2.1.0)."""
+    for arg in args:
+        key, sep, value = str(arg).partition("=")
+        if sep and config_item in key and value.strip().lower() == "true":
+            return True
+    return False
+
+
 def _uses_qlora(args: list[Any]) -> bool:
-    return any(_QLORA_MARKER in str(a) for a in args) and not any(_DORA_MARKER in str(a) for a in args)
+    return not _bool_arg_enabled(args, _DORA_MARKER) and _bool_arg_enabled(args, _QLORA_MARKER)
 
 
 def recipe_and_config(model: str, num_nodes: int, nproc: int | str, gpus: int, args: list[Any]) -> tuple[str, str]:
@@ -107,9 +117,12 @@ def validate(ctx: "ValidationContext") -> list[FieldError]:
         runtime_nodes = (ctx.info.ml_policy or {}).get("numNodes") if ctx.info else None
         num_nodes = runtime_nodes if is_int(runtime_nodes) else names.DEFAULT_NUM_NODES
     raw = trainer.get("numProcPerNode")
+    if raw is None:
+        raw = "auto"  # v2.3.0 validates without numProcPerNode too, as auto
     gpus = gpu_count(effective_resources_per_node(ctx.trainjob, ctx.info) if ctx.info else None)
     nproc: int | str = int(raw) if is_int(raw) else str(raw)
-    _, config = recipe_and_config(model, num_nodes, nproc, gpus, items(trainer.get("args")))
+    args = items(trainer.get("args"))
+    _, config = recipe_and_config(model, num_nodes, nproc, gpus, args)
     errors: list[FieldError] = []
     if model not in names.TORCHTUNE_SUPPORTED_MODELS:
         errors.append(invalid("spec.runtimeRef.name", name,
@@ -123,4 +136,14 @@ def validate(ctx: "ValidationContext") -> list[FieldError]:
                               f"must be auto or 1 for {model} model when using QLoRA"))
         errors.append(invalid("spec.trainer.resourcesPerNode", trainer.get("resourcesPerNode"),
                               f"must have gpu resource with value 1 for {model} model when using QLoRA"))
+    # v2.3.0: LoRA/QLoRA would silently fall back to a full fine-tune on several nodes.
+    if num_nodes > 1 and (_uses_lora(args) or _uses_qlora(args)):
+        errors.append(invalid("spec.trainer.numNodes", num_nodes,
+                              "LoRA fine-tuning is not supported for multi-node training in TorchTune"))
+    # v2.3.0: the configs the runtime injects may not be overridden.
+    for index, arg in enumerate(args):
+        key = str(arg).split("=", 1)[0]
+        if key in names.TORCHTUNE_KEPT_CONFIG_KEYS:
+            errors.append(invalid(f"spec.trainer.args[{index}]", arg,
+                                  f'must not set immutable config "{key}" in trainer args; it is managed by the runtime'))
     return errors
