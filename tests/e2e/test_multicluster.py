@@ -356,6 +356,7 @@ def test_a_lost_worker_is_replaced_and_its_stale_copies_removed(stack, clusters)
         assert any(e["reason"] == "WorkerLost" and e["involvedObject"]["name"] == on_one[0] for e in events)
     finally:
         os.kill(stack.pid, signal.SIGCONT)
+        resumed_at = time.monotonic()
 
     # Everything completes on worker-2 and the manager shows nothing of worker-1's copies.
     jobs = wait_for(lambda: (lambda all_: all_ if all(is_true(all_.get(n), "Complete") for n in names) else None)(
@@ -366,7 +367,10 @@ def test_a_lost_worker_is_replaced_and_its_stale_copies_removed(stack, clusters)
     # worker-1 comes back (the supervisor restarts it): its stale copies are deleted.
     wait_for(lambda: "True" in clusters.kubectl("manager", "get", "multikueueclusters").stdout.split("worker-1", 1)[1]
              .split("\n")[0], timeout=90, what="worker-1 Active again")
+    back_after = time.monotonic() - resumed_at
     wait_for(lambda: not any(n in clusters.trainjobs("worker-1") for n in on_one), timeout=60,
              what="stale copies removed from worker-1")
-    print(f"lost worker: re-dispatched {redispatched_after:.1f}s after the kill (lost timeout {LOST_TIMEOUT_S}s)")
+    print(f"lost worker: re-dispatched {redispatched_after:.1f}s after the kill (lost timeout {LOST_TIMEOUT_S}s); "
+          f"after the supervisor resumed: Active again in {back_after:.1f}s, {len(on_one)} stale copies gone "
+          f"{time.monotonic() - resumed_at:.1f}s after the restart began")
 
