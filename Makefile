@@ -79,10 +79,12 @@ image-tools:
 	fi
 
 # Debian bookworm (minbase) with python3 and venv, no docs or man pages: the local stand-in for
-# python:3.11-slim (bookworm's python3 is 3.11).
+# python:3.11-slim (bookworm's python3 is 3.11). The merged-usr hook lays out /usr as bookworm
+# wants without the usrmerge package, which would pull in perl (about 50 MB).
 $(BASE_TAR):
 	@mkdir -p $(dir $@)
 	mmdebstrap --quiet --format=tar --variant=minbase --include=python3,python3-venv,ca-certificates \
+	  --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr \
 	  --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
 	  --dpkgopt='path-exclude=/usr/share/locale/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
 	  --customize-hook='rm -rf "$$1"/var/cache/apt/* "$$1"/var/lib/apt/lists/*' \
