@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 from typing import Any, AsyncIterator
 
 import aiohttp
@@ -59,6 +60,7 @@ class KubeClient:
     def __init__(self, api: k8s_client.ApiClient) -> None:
         self._api = api
         self._host = api.configuration.host.rstrip("/")
+        _skip_environment_lookups(api)
 
     @classmethod
     async def from_kubeconfig(cls, path: str | None, context: str | None = None) -> "KubeClient":
@@ -239,6 +241,21 @@ class KubeClient:
 
     async def create(self, resource: Resource, namespace: str | None, obj: dict) -> dict:
         return await self.request("POST", resource.path(namespace), body=obj)
+
+
+_PROXY_VARIABLES = ("https_proxy", "http_proxy", "all_proxy", "ws_proxy", "wss_proxy")
+
+
+def _skip_environment_lookups(api: k8s_client.ApiClient) -> None:
+    """kubernetes-asyncio's session trusts the environment, so aiohttp looks up ~/.netrc and the
+    proxy variables on every request, each in a worker thread: two thread hops and a file read
+    per API call, most of a small request's client CPU. A kubeconfig carries its own
+    credentials, so .netrc never applies; the proxy variables only matter when one is set."""
+    if any(os.environ.get(name) or os.environ.get(name.upper()) for name in _PROXY_VARIABLES):
+        return
+    session = getattr(api.rest_client, "pool_manager", None)
+    if session is not None and hasattr(session, "_trust_env"):
+        session._trust_env = False
 
 
 def _clean(query: dict[str, Any] | None) -> dict[str, Any]:
