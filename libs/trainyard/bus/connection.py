@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 import logging
-from typing import Callable
+import ssl
+from typing import Any, Callable
 
 import nats
 from nats.aio.client import Client
+
+from trainyard.bus.auth import Credentials, from_environment
 
 log = logging.getLogger(__name__)
 
@@ -17,8 +20,20 @@ async def connect(
     on_state: Callable[[bool], None] | None = None,
     connect_timeout_s: float = 5.0,
     reconnect_wait_s: float = 0.5,
+    credentials: Credentials | None = None,
 ) -> Client:
-    """Connects to NATS; reconnects forever. ``on_state(True/False)`` follows connectivity."""
+    """Connects to NATS; reconnects forever. ``on_state(True/False)`` follows connectivity.
+
+    ``credentials`` (default: the file ``$TRAINYARD_NATS_CREDENTIALS`` names, if any): the
+    identity's NKey, its own inbox prefix, and the CA that the server's TLS certificate must
+    chain to (docs/security.md)."""
+    if credentials is None:
+        credentials = from_environment()
+    secured: dict[str, Any] = {}
+    if credentials is not None:
+        secured = {"nkeys_seed_str": credentials.seed, "inbox_prefix": credentials.inbox_prefix}
+        if credentials.ca_pem:
+            secured["tls"] = ssl.create_default_context(cadata=credentials.ca_pem)
 
     def notify(connected: bool) -> None:
         if on_state is not None:
@@ -55,6 +70,7 @@ async def connect(
         reconnected_cb=reconnected,
         error_cb=error,
         closed_cb=closed,
+        **secured,
     )
     notify(True)
     return client

@@ -9,12 +9,20 @@ from typing import Callable
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
+from trainyard.bus.auth import from_environment
 from trainyard.bus.connection import connect
 from trainyard.bus.kv import AppliedPlanStore, OutcomeStore, SnapshotStore
 from trainyard.bus.publisher import Publisher
 from trainyard.bus.topology import ensure_topology
 
 log = logging.getLogger(__name__)
+
+
+def may_create_topology() -> bool:
+    """On an unauthenticated bus every service ensures the topology; with credentials only the
+    bootstrap identity does (the others wait for it: their grants cannot create streams)."""
+    credentials = from_environment()
+    return credentials is None or credentials.topology
 
 
 @dataclass
@@ -45,7 +53,8 @@ class BusSession:
                 if nc is None:
                     nc = await connect(url, service, on_state=on_state)
                 js = nc.jetstream(publish_async_max_pending=4000)
-                await ensure_topology(js)
+                if may_create_topology():
+                    await ensure_topology(js)
                 stores = (await SnapshotStore.open(js), await AppliedPlanStore.open(js), await OutcomeStore.open(js))
                 break
             except Exception as err:

@@ -26,6 +26,7 @@ COMMANDS: dict[str, str] = {
     "plan": "trainyard.cli.plan",
     "validate": "trainyard.cli.validate",
     "demo": "trainyard.cli.demo",
+    "bus": "trainyard.cli.bus",
 }
 
 

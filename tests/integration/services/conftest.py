@@ -118,6 +118,8 @@ class Stack:
     def _spawn(self, name: str, extra: list[str]) -> ServiceProcess:
         index = sum(1 for s in self.services if s.name == name)
         env = dict(os.environ, PYTHONUNBUFFERED="1")
+        if getattr(self.nats, "security", None) is not None:  # its own NATS identity
+            env.update(self.nats.credentials_env(name, None if name in ("dispatcher", "dashboard") else "default"))
         args = ["--kubeconfig", str(self.cluster.kubeconfig), "--nats-url", self.nats.url,
                 "--http-port", "0", "--shutdown-grace", "5", *extra]
         if name == "planner" and "--webhook-port" not in extra:

@@ -1,0 +1,1 @@
+"""Security helpers shared by every component: the certificate authority (:mod:`.pki`)."""
