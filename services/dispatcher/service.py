@@ -49,6 +49,8 @@ RUNTIME_CACHE_S = 2.0
 # Every this many resync passes, every delegated TrainJob is reconciled and every reachable
 # worker swept, not only the TrainJobs that wait for a worker.
 FULL_RESYNC_EVERY = 15
+# How long the mirror of a worker copy's status waits for the copy's next change.
+MIRROR_DELAY_S = 0.2
 
 
 def _now() -> str:
@@ -84,6 +86,7 @@ class Dispatcher:
     _passes: int = 0
     _fresh: set[tuple[str, str, str]] = field(default_factory=set)  # (worker, ns, name) placed just now
     _tasks: set[asyncio.Task] = field(default_factory=set)
+    _mirrors: dict[tuple[str, str], tuple[str, dict[str, Any]]] = field(default_factory=dict)
     # resourceVersion of this process's last write of each manager TrainJob: the event that
     # write causes carries nothing new, and is not worth a pass.
     _own_writes: dict[tuple[str, str], str] = field(default_factory=dict)
@@ -123,7 +126,25 @@ class Dispatcher:
         elif (meta.get("labels") or {}).get(d.ORIGIN_LABEL) == self.cluster:
             # One of our copies changed on a worker: mirror it (or finish a deletion).
             copy_obj = obj if event.type != "DELETED" and not meta.get("deletionTimestamp") else None
-            await self.reconcile(event.namespace, event.name, copy_hint=(event.cluster, copy_obj))
+            if copy_obj is None:
+                await self.reconcile(event.namespace, event.name, copy_hint=(event.cluster, None))
+            else:
+                self._mirror_soon(event.namespace, event.name, event.cluster, copy_obj)
+
+    def _mirror_soon(self, namespace: str, name: str, worker: str, copy_obj: dict[str, Any]) -> None:
+        """Status changes of a copy come in quick runs (created, Suspended, jobsStatus...): the
+        manager gets the last of a run, MIRROR_DELAY_S after the first, in one status write.
+        A change lost to a crash in that window is mirrored by the next event or full resync."""
+        key = (namespace, name)
+        pending = key in self._mirrors
+        self._mirrors[key] = (worker, copy_obj)
+        if not pending:
+            self._background(self._mirror_later(key))
+
+    async def _mirror_later(self, key: tuple[str, str]) -> None:
+        await asyncio.sleep(MIRROR_DELAY_S)
+        worker, copy_obj = self._mirrors.pop(key)
+        await self.reconcile(*key, copy_hint=(worker, copy_obj))
 
     def _waiting(self, trainjob: dict[str, Any]) -> bool:
         """What only a timer can move on: placement retries, lost workers, pending deletions."""
