@@ -59,7 +59,8 @@ clean:
 # `make image` builds Dockerfile with Debian's buildah (vfs storage, chroot isolation: no daemon,
 # no overlay mounts, no runc needed) on a local bookworm + python3 base made with mmdebstrap from
 # Debian's packages, so no container registry is needed. Users with Docker: `docker build .`
-# (base python:3.11-slim). `make image-tools` installs the Debian packages (root, apt).
+# (base python:3.11-slim). `make image-tools` installs the Debian packages (root, apt); runc
+# because crun cannot run containers in this VM's hybrid cgroup layout (docs/deploy.md).
 IMAGE        ?= localhost/trainyard:dev
 IMAGE_BASE   ?= localhost/trainyard-base:bookworm
 DEBIAN_MIRROR ?= http://deb.debian.org/debian
@@ -70,7 +71,7 @@ BASE_TAR     := build/image/base-bookworm.tar
 .PHONY: image image-tools image-base test-image compose-config
 
 image-tools:
-	@missing=""; for tool in buildah:buildah podman:podman mmdebstrap:mmdebstrap podman-compose:podman-compose; do \
+	@missing=""; for tool in buildah:buildah podman:podman runc:runc mmdebstrap:mmdebstrap podman-compose:podman-compose; do \
 	  command -v $${tool##*:} >/dev/null 2>&1 || missing="$$missing $${tool%%:*}"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing$$missing (Debian packages)"; \
