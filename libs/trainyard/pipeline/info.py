@@ -27,16 +27,20 @@ class PodSet:
     count: int
     job: dict[str, Any]  # the replicated job inside the JobSet spec being built
     single_pod_requests: Requests
-    # Set by the PodNetwork phase (JobSet plugin): the host name prefix and subdomain.
+    replicas: int = 1
+    # Set by the PodNetwork phase (JobSet plugin): the host name prefix (up to the replica
+    # index) and subdomain.
     endpoint_prefix: str = ""
     subdomain: str = ""
 
     @property
     def endpoints(self) -> list[str]:
-        """Host names of this job's pods (computed on demand, like upstream's lazy list)."""
+        """Host names of this job's pods (computed on demand, like upstream's lazy list): every
+        pod of every replica of the job, as v2.3.0 (v2.1.0 listed replica 0 only)."""
         if not self.subdomain:
             return []
-        return [f"{self.endpoint_prefix}{index}.{self.subdomain}" for index in range(max(self.count, 0))]
+        return [f"{self.endpoint_prefix}{replica}-{index}.{self.subdomain}"
+                for replica in range(max(self.replicas, 1)) for index in range(max(self.count, 0))]
 
     @property
     def pod_spec(self) -> dict[str, Any]:
@@ -216,10 +220,12 @@ def _pod_set(job: dict[str, Any], ml_policy: dict[str, Any] | None) -> PodSet:
         requests = single_pod_requests(pod_spec)
     except QuantityError as err:
         raise PlanningError(f"replicated job {job.get('name')}: {err}") from None
+    replicas = job.get("replicas", 1)
     return PodSet(
         name=str(job.get("name") or ""),
         ancestor=ancestor if isinstance(ancestor, str) else None,
         count=max(count, 1),
         job=job,
         single_pod_requests=requests,
+        replicas=replicas if isinstance(replicas, int) and not isinstance(replicas, bool) else 1,
     )

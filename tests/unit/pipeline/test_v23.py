@@ -280,3 +280,13 @@ def test_torchtune_v23_rules(trainer: dict, texts: list[str]) -> None:
                  name="torchtune-llama3.3-70b", kind="ClusterTrainingRuntime")
     job_doc = trainjob(trainer=trainer, runtime_name="torchtune-llama3.3-70b", runtime_kind="ClusterTrainingRuntime")
     assert validate_trainjob(job_doc, runtime=rt).texts() == texts
+
+
+def test_endpoints_cover_every_replica_of_a_job() -> None:
+    # v2.3.0: <trainjob>-<job>-<replica>-<pod>.<subdomain> for every replica (v2.1.0: replica 0).
+    rt = runtime([job("launcher", container("node"), ancestor="trainer"),
+                  job("node", container("node"), replicas=2)], ml_policy={"numNodes": 2, "mpi": {}})
+    objects = plan(trainjob(trainer={"numNodes": 2}), rt, new_ssh_key=lambda: (b"k", b"p")).objects
+    hostfile = find(objects, "ConfigMap")["data"]["hostfile"]
+    assert hostfile.splitlines() == ["test-job-node-0-0.test-job slots=1", "test-job-node-0-1.test-job slots=1",
+                                     "test-job-node-1-0.test-job slots=1", "test-job-node-1-1.test-job slots=1"]

@@ -20,7 +20,7 @@ _RESERVED_OVERRIDE_CONTAINERS = (names.NODE, names.DATASET_INITIALIZER, names.MO
 def identify_pod_network(ctx: PlanContext) -> None:
     subdomain = dig(ctx.info.jobset_spec, "network", "subdomain") or ctx.name
     for pod_set in ctx.info.pod_sets:
-        pod_set.endpoint_prefix = f"{ctx.name}-{pod_set.name}-0-"
+        pod_set.endpoint_prefix = f"{ctx.name}-{pod_set.name}-"
         pod_set.subdomain = str(subdomain)
 
 
