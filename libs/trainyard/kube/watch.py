@@ -28,12 +28,15 @@ async def list_and_watch(
     label_selector: str | None = None,
     watch_timeout_s: int = 300,
     on_synced: Callable[[bool], None] | None = None,
+    not_found_retry_s: float = 10.0,
+    max_retry_s: float = 10.0,
 ) -> None:
     """Keeps ``handler`` in step with ``resource`` until ``stop`` is set.
 
     A dropped stream resumes from the last seen resourceVersion (a bookmark advances it
     without an object); ``410 Gone`` (too old) lists again. A resource whose API is not
-    installed (404 on list) is retried slowly.
+    installed (404 on list) is retried every ``not_found_retry_s``; other failures back off
+    exponentially up to ``max_retry_s``.
     """
     resource_version: str | None = None
     failures = 0
@@ -54,14 +57,15 @@ async def list_and_watch(
             failures += 1
             if on_synced and err.status == 0:
                 on_synced(False)
-            delay = 10.0 if err.not_found else min(0.2 * 2 ** min(failures, 6), 10.0)
-            log.warning("list/watch of %s failed: %s; retrying in %.1fs", resource.plural, err, delay)
+            delay = not_found_retry_s if err.not_found else min(0.2 * 2 ** min(failures, 6), max_retry_s)
+            log.log(logging.DEBUG if err.not_found else logging.WARNING,
+                    "list/watch of %s failed: %s; retrying in %.1fs", resource.plural, err, delay)
             await _sleep_or_stop(stop, delay)
         except Exception:
             # Anything else (a malformed event, a handler bug) must not end the watch for good:
             # relist from scratch, which is always correct for a level-triggered consumer.
             failures += 1
-            delay = min(0.2 * 2 ** min(failures, 6), 10.0)
+            delay = min(0.2 * 2 ** min(failures, 6), max_retry_s)
             log.exception("list/watch of %s broke; relisting in %.1fs", resource.plural, delay)
             resource_version = None
             await _sleep_or_stop(stop, delay)

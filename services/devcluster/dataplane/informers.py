@@ -11,6 +11,7 @@ from typing import Any, Awaitable, Callable
 
 from trainyard.kube.client import KubeClient, KubeError
 from trainyard.kube.resources import Resource
+from trainyard.kube.watch import list_and_watch
 
 log = logging.getLogger(__name__)
 
@@ -106,44 +107,11 @@ class Informer:
         self._notify(event_type, obj)
 
     async def run(self, stop: asyncio.Event) -> None:
-        """List, then watch from the list's resourceVersion; relist on 410 or any breakage."""
-        resource_version: str | None = None
-        failures = 0
-        while not stop.is_set():
-            try:
-                if resource_version is None:
-                    items, resource_version = await self.client.list(self.resource)
-                    await self.on_relist(self.resource, items, resource_version)
-                async for event in self.client.watch(self.resource, resource_version, timeout_s=60):
-                    kind = event.get("type")
-                    obj = event.get("object") or {}
-                    if kind == "ERROR":
-                        if obj.get("code") == 410:
-                            resource_version = None
-                            break
-                        raise KubeError(int(obj.get("code") or 0), str(obj.get("reason", "")),
-                                        str(obj.get("message", "")))
-                    new_version = str((obj.get("metadata") or {}).get("resourceVersion") or resource_version)
-                    if kind != "BOOKMARK":
-                        obj.setdefault("apiVersion", self.resource.api_version)
-                        obj.setdefault("kind", self.resource.kind)
-                        await self.on_event(self.resource, str(kind), obj)
-                    resource_version = new_version
-                failures = 0
-            except asyncio.CancelledError:
-                raise
-            except KubeError as err:
-                failures += 1
-                if err.status == 410:
-                    resource_version = None
-                delay = 2.0 if err.not_found else min(0.1 * 2 ** min(failures, 5), 3.0)
-                log.log(logging.DEBUG if err.not_found else logging.WARNING,
-                        "list/watch of %s: %s; again in %.1fs", self.resource.plural, err, delay)
-                await asyncio.sleep(delay)
-            except Exception:
-                log.exception("list/watch of %s broke; listing again", self.resource.plural)
-                resource_version = None
-                await asyncio.sleep(1.0)
+        """List, then watch from the list's resourceVersion; relist on 410 or any breakage
+        (the services' list+watch loop, with the data plane's shorter retries: a JobSet CRD
+        installed after start must be picked up within seconds)."""
+        await list_and_watch(self.client, self.resource, self, stop, watch_timeout_s=60,
+                             not_found_retry_s=2.0, max_retry_s=3.0)
 
 
 class WorkQueue:
