@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import datetime
-import ipaddress
 import os
 import secrets
 from dataclasses import dataclass
@@ -18,8 +17,9 @@ class Credentials:
 
 
 def _write_private(path: Path, data: bytes) -> None:
-    path.write_bytes(data)
-    os.chmod(path, 0o600)
+    from trainyard.security.pki import write_private
+
+    write_private(path, data)
 
 
 def ensure_credentials(data_dir: Path) -> Credentials:
@@ -33,41 +33,20 @@ def ensure_credentials(data_dir: Path) -> Credentials:
     return Credentials(ca_cert, server_cert, server_key, token_file.read_text().strip())
 
 
-def _generate(ca_cert: Path, server_cert: Path, server_key: Path) -> None:
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+SERVING_HOSTS = ["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "127.0.0.1", "::1"]
 
-    now = datetime.datetime.now(datetime.timezone.utc)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "trainyard-devcluster-ca")])
-    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
-          .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
-          .not_valid_after(now + datetime.timedelta(days=3650))
-          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-          .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False,
-                                       key_encipherment=False, data_encipherment=False, key_agreement=False,
-                                       encipher_only=False, decipher_only=False), critical=True)
-          .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
-          .sign(ca_key, hashes.SHA256()))
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = (x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "trainyard-devcluster")]))
-            .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=3650))
-            .add_extension(x509.SubjectAlternativeName([
-                x509.DNSName("localhost"), x509.DNSName("kubernetes"), x509.DNSName("kubernetes.default"),
-                x509.DNSName("kubernetes.default.svc"), x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-                x509.IPAddress(ipaddress.ip_address("::1"))]), critical=False)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
-            .sign(ca_key, hashes.SHA256()))
-    ca_cert.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    server_cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM) + ca.public_bytes(serialization.Encoding.PEM))
-    _write_private(server_key, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                                 serialization.NoEncryption()))
+
+def _generate(ca_cert: Path, server_cert: Path, server_key: Path) -> None:
+    """The CA and serving certificate, from the one CA helper (trainyard.security.pki)."""
+    from trainyard.security import pki
+
+    validity = datetime.timedelta(days=3650)
+    ca_pem, ca_key_pem = pki.new_ca("trainyard-devcluster-ca", validity=validity)
+    cert_pem, key_pem = pki.new_serving_cert(ca_pem, ca_key_pem, SERVING_HOSTS, validity=validity,
+                                             common_name="trainyard-devcluster")
+    ca_cert.write_bytes(ca_pem)
+    server_cert.write_bytes(cert_pem + ca_pem)
+    _write_private(server_key, key_pem)
 
 
 def kubeconfig_text(url: str, credentials: Credentials, namespace: str = "default") -> str:

@@ -251,7 +251,8 @@ def test_two_dispatchers_never_copy_a_trainjob_twice(stack, clusters, tmp_path):
         [sys.executable, "-m", "trainyard.cli.main", "dispatcher", "--kubeconfig", str(clusters.kubeconfigs["manager"]),
          "--nats-url", stack.nats_url, "--http-port", "0", "--cluster", "manager",
          "--worker-lost-timeout", str(LOST_TIMEOUT_S), "--probe-interval", "1", "--resync-interval", "2"],
-        stdout=subprocess.DEVNULL, stderr=open(tmp_path / "dispatcher-2.log", "wb"))
+        stdout=subprocess.DEVNULL, stderr=open(tmp_path / "dispatcher-2.log", "wb"),
+        env={**os.environ, **stack.nats_env("dispatcher")})
     try:
         time.sleep(3)  # both replicas consuming
         names = [f"mc-pair-{index}" for index in range(10)]

@@ -33,10 +33,8 @@ spec:
 """
 
 
-async def stream_info(url: str, names: list[str]) -> dict[str, object]:
-    import nats
-
-    nc = await nats.connect(servers=url.split(","), connect_timeout=5)
+async def stream_info(stack, names: list[str]) -> dict[str, object]:
+    nc = await stack.nats_connect("admin")
     try:
         js = nc.jetstream()
         return {name: await js.stream_info(name) for name in names}
@@ -52,7 +50,7 @@ def test_a_nats_node_dies_during_a_burst(tmp_path: Path, monkeypatch: pytest.Mon
         state = json.loads((stack.data_dir / "stack.json").read_text())
         assert len(stack.nats_url.split(",")) == 3 and {"nats", "nats-2", "nats-3"} <= set(state["children"])
         streams = ["TY_EVENTS", "TY_PLANS", "TY_RESULTS", "TY_DEAD_LETTER"]
-        infos = asyncio.run(stream_info(stack.nats_url, streams + ["KV_ty_objects", "KV_ty_applied"]))
+        infos = asyncio.run(stream_info(stack, streams + ["KV_ty_objects", "KV_ty_applied"]))
         assert {info.config.num_replicas for info in infos.values()} == {3}
         service_pids = {name: state["children"][name]["pid"] for name in SERVICES}
 
@@ -78,7 +76,7 @@ def test_a_nats_node_dies_during_a_burst(tmp_path: Path, monkeypatch: pytest.Mon
         owners = sorted(j["metadata"]["ownerReferences"][0]["uid"] for j in jobsets)
         assert owners == sorted(t["metadata"]["uid"] for t in trainjobs)  # one JobSet per TrainJob
         assert all(j["spec"].get("suspend") is True for j in jobsets)
-        after = asyncio.run(stream_info(stack.nats_url, ["TY_DEAD_LETTER", "TY_PLANS"]))
+        after = asyncio.run(stream_info(stack, ["TY_DEAD_LETTER", "TY_PLANS"]))
         assert after["TY_DEAD_LETTER"].state.messages == 0
         state = json.loads((stack.data_dir / "stack.json").read_text())
         assert {name: state["children"][name]["pid"] for name in SERVICES} == service_pids

@@ -6,7 +6,8 @@ seed is in its own credentials file (0600), with the CA to trust and its inbox p
 Identities: ``<role>-<cluster>`` for watcher, planner, applier and status (one per cluster:
 a worker's applier cannot touch another cluster's plans), ``dispatcher`` and ``dashboard``
 (the manager's, reading every cluster), and ``bootstrap`` (streams, buckets, consumers: the
-whole JetStream API; also the operator's identity for inspecting the bus).
+whole JetStream API) and ``admin`` (everything: the operator's, for inspecting and repairing
+the bus; no service runs with it).
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from trainyard.bus.topology import (
 
 CREDENTIALS_ENV = "TRAINYARD_NATS_CREDENTIALS"
 BOOTSTRAP = "bootstrap"
+ADMIN = "admin"  # the operator's (and tests') full access, for inspecting and repairing the bus
 CLUSTER_ROLES = ("watcher", "planner", "applier", "status")
 MANAGER_ROLES = ("dispatcher", "dashboard")
 BUCKETS = (SNAPSHOTS_BUCKET, APPLIED_BUCKET, OUTCOMES_BUCKET)
@@ -33,7 +35,7 @@ API = "$JS.API"
 
 
 def identity_name(role: str, cluster: str | None = None) -> str:
-    return role if cluster is None or role in MANAGER_ROLES or role == BOOTSTRAP else f"{role}-{cluster}"
+    return role if cluster is None or role in (*MANAGER_ROLES, BOOTSTRAP, ADMIN) else f"{role}-{cluster}"
 
 
 def inbox_prefix(identity: str) -> str:
@@ -142,6 +144,8 @@ def grants_for(role: str, cluster: str, clusters: list[str] | None = None) -> Gr
     if role == BOOTSTRAP:
         grants.publish += [f"{API}.>"]
         return grants
+    if role == ADMIN:
+        return Grants(publish=[">"], subscribe=[">"])
     # Every session opens the three stores (stream info only: no contents).
     grants.publish += [f"{API}.STREAM.INFO.KV_{bucket}" for bucket in BUCKETS]
     mine = f"{token}.>"
@@ -232,7 +236,7 @@ def generate(directory: Path, clusters: list[str], *, manager: str | None = None
     manager = manager or clusters[0]
     bundle, _ = pki.ensure_bundle(directory / "tls", tls_hosts or ["127.0.0.1", "localhost"],
                                   ca_common_name="trainyard-nats-ca")
-    wanted: list[tuple[str, str]] = [(BOOTSTRAP, manager)]
+    wanted: list[tuple[str, str]] = [(BOOTSTRAP, manager), (ADMIN, manager)]
     wanted += [(role, cluster) for cluster in clusters for role in CLUSTER_ROLES]
     wanted += [(role, manager) for role in MANAGER_ROLES]
     users: list[tuple[str, str, Grants]] = []
@@ -247,7 +251,7 @@ def generate(directory: Path, clusters: list[str], *, manager: str | None = None
             except (OSError, ValueError, KeyError):
                 seed = ""
         creds = Credentials(user=name, seed=seed or new_seed(), ca_pem=bundle.ca_bundle_pem.decode(),
-                            topology=role == BOOTSTRAP)
+                            topology=role in (BOOTSTRAP, ADMIN))
         pki.write_private(path, creds.dump().encode())
         files[name] = path
         users.append((name, creds.public_key, grants_for(role, cluster, clusters)))

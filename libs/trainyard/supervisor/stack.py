@@ -129,6 +129,8 @@ class Stack:
         self.state: StackState | None = None
         self.ports: ResolvedPorts | None = None
         self.clusters: list[ClusterPlan] = []
+        # The bus's NKey identities, CA and server config (docs/security.md); None with --skip nats.
+        self.bus_security = None
         # --nats-cluster: the other nodes' client ports and every node's route port (free ports).
         self.nats_extra_ports: list[int] = []
         self.nats_route_ports: list[int] = []
@@ -216,7 +218,59 @@ class Stack:
         """The client URL, or with --nats-cluster every node's, comma-separated."""
         assert self.ports is not None
         ports = [self.ports.nats, *self.nats_extra_ports]
-        return ",".join(f"nats://{LOOPBACK}:{port}" for port in ports)
+        scheme = "tls" if self.secured_bus else "nats"
+        return ",".join(f"{scheme}://{LOOPBACK}:{port}" for port in ports)
+
+    @property
+    def secured_bus(self) -> bool:
+        """The NATS this stack runs has TLS, NKey users and no anonymous access (an external
+        one, --skip nats, is the user's to secure)."""
+        return "nats" not in self.config.skip
+
+    @property
+    def bus_dir(self) -> Path:
+        return self.layout.root / "bus"
+
+    def bus_env(self, role: str, cluster: str | None = None) -> dict[str, str]:
+        """The environment naming ``role``'s credentials file (empty on an unsecured bus)."""
+        if self.bus_security is None:
+            return {}
+        from trainyard.bus.auth import CREDENTIALS_ENV
+
+        return {CREDENTIALS_ENV: str(self.bus_security.credentials_for(role, cluster))}
+
+    async def prepare_bus_security(self) -> None:
+        """CA + server certificate, one NKey per identity, the server's authorization include:
+        kept in <data dir>/bus (0700, files 0600); seeds survive a restart, grants are rewritten."""
+        from trainyard.bus.auth import generate
+
+        clusters = [cluster.name for cluster in self.clusters]
+        self.bus_security = await asyncio.to_thread(generate, self.bus_dir, clusters, manager=self.manager.name)
+
+    async def bootstrap_bus(self) -> None:
+        """Streams and buckets, created as the bootstrap identity (the services cannot)."""
+        from trainyard.bus.auth import BOOTSTRAP, Credentials
+        from trainyard.bus.connection import connect
+        from trainyard.bus.topology import ensure_topology
+
+        assert self.bus_security is not None
+        credentials = await asyncio.to_thread(Credentials.load, self.bus_security.credentials_for(BOOTSTRAP))
+        began = time.monotonic()
+        deadline = began + 30
+        while True:
+            try:
+                nc = await connect(self.nats_url, "trainyard-bootstrap", credentials=credentials)
+                try:
+                    await ensure_topology(nc.jetstream())
+                finally:
+                    await nc.close()
+                break
+            except Exception as err:  # JetStream still starting (a cluster electing its leader)
+                if time.monotonic() > deadline:
+                    raise StackError(f"nats: creating the streams and buckets failed: {err}") from err
+                await asyncio.sleep(0.3)
+        self.say(f"  bus         ready   streams and buckets; {len(self.bus_security.credentials)} identities "
+                 f"in {self.bus_dir}  ({_since(began)})")
 
     @property
     def nats_children(self) -> list[str]:
@@ -229,6 +283,8 @@ class Stack:
         argv = [str(nats_server_binary()), "--jetstream", "--store_dir", str(store),
                 "--addr", LOOPBACK, "--port", str(client_port),
                 "--server_name", "trainyard" if self.config.nats_cluster == 1 else f"trainyard-{index}"]
+        if self.bus_security is not None:  # TLS, NKey users, least privilege (flags above override ports)
+            argv[1:1] = ["--config", str(self.bus_security.server_config)]
         if self.config.nats_cluster > 1:
             routes = [f"nats://{LOOPBACK}:{port}" for i, port in enumerate(self.nats_route_ports, 1) if i != index]
             argv += ["--cluster_name", "trainyard", "--cluster", f"nats://{LOOPBACK}:{self.nats_route_ports[index - 1]}",
@@ -251,6 +307,8 @@ class Stack:
             await child.wait_ready(lambda port=port: self._nats_answers(port), timeout_s=30)
         nodes = f"; a JetStream cluster of {len(ports)} nodes" if len(ports) > 1 else ""
         self.say(f"  nats        ready   {self.nats_url}  ({_since(began)}; JetStream data in {self.layout.nats_dir}{nodes})")
+        if self.bus_security is not None:
+            await self.bootstrap_bus()
 
     async def _nats_answers(self, port: int | None = None) -> bool:
         assert self.ports is not None
@@ -333,7 +391,7 @@ class Stack:
                               "--http-port", str(port), "--cluster", cluster.name)
         if service == "planner":
             argv += ["--webhook-port", str(cluster.webhook_port)]
-        await self._start_service_child(cluster.child(service), argv, port)
+        await self._start_service_child(cluster.child(service), argv, port, self.bus_env(service, cluster.name))
 
     async def start_dispatcher(self) -> None:
         port = self.ports.services["dispatcher"] if self.ports else 0
@@ -342,10 +400,11 @@ class Stack:
                               "--secrets-namespace", SECRETS_NAMESPACE,
                               "--worker-lost-timeout", f"{self.config.worker_lost_timeout_s:g}",
                               "--probe-interval", "1", "--resync-interval", "2")
-        await self._start_service_child("dispatcher", argv, port)
+        await self._start_service_child("dispatcher", argv, port, self.bus_env("dispatcher"))
 
-    async def _start_service_child(self, name: str, argv: list[str], port: int) -> None:
-        child = self._child(ChildSpec(name=name, argv=argv, log_file=self.layout.log_file(name)))
+    async def _start_service_child(self, name: str, argv: list[str], port: int,
+                                   env: dict[str, str] | None = None) -> None:
+        child = self._child(ChildSpec(name=name, argv=argv, log_file=self.layout.log_file(name), env=env or {}))
 
         async def ready() -> bool:
             import httpx
@@ -363,6 +422,7 @@ class Stack:
         if not self.clusters:
             self.plan_clusters()
         if "nats" not in self.config.skip:
+            await self.prepare_bus_security()
             await self.start_nats()
         if "devcluster" not in self.config.skip:
             await asyncio.gather(*(self.start_devcluster(cluster) for cluster in self.clusters))
@@ -389,7 +449,7 @@ class Stack:
                               "--http-port", str(port), "--cluster", self.manager.name,
                               "--clusters", ",".join(cluster.name for cluster in self.clusters),
                               "--stack-state", str(self.layout.state_file))
-        await self._start_service_child("dashboard", argv, port)
+        await self._start_service_child("dashboard", argv, port, self.bus_env("dashboard"))
         if self.state is not None:
             self.state.dashboard_url = f"http://{LOOPBACK}:{port}/"
             self.state.ports["dashboard"] = port
@@ -512,6 +572,7 @@ def run_stack(config: StackConfig, say: Say, on_ready: Callable[[Stack], None]) 
             supervisor=me, kubeconfig=str(stack.layout.kubeconfig),
             ports={**stack.ports.as_dict(), **{f"nats-{i}": p for i, p in enumerate(stack.nats_extra_ports, 2)}},
             nats_url=stack.nats_url,
+            nats_credentials=str(stack.bus_dir / "credentials") if stack.secured_bus else "",
         )
         write_state(stack.layout, stack.state)
         write_pid_file(stack.layout, me.pid)

@@ -24,6 +24,8 @@ class StackState:
     # With workers: every cluster's kubeconfig and API URL by name (the manager included).
     clusters: dict[str, dict[str, str]] = field(default_factory=dict)
     dashboard_url: str = ""
+    # The bus's credentials files, one per identity (<identity>.json, 0600): docs/security.md.
+    nats_credentials: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -37,6 +39,7 @@ class StackState:
             "api_url": self.api_url,
             **({"clusters": self.clusters} if self.clusters else {}),
             **({"dashboard_url": self.dashboard_url} if self.dashboard_url else {}),
+            **({"nats_credentials": self.nats_credentials} if self.nats_credentials else {}),
         }
 
     @classmethod
@@ -52,6 +55,7 @@ class StackState:
             api_url=str(data.get("api_url") or ""),
             clusters={str(k): dict(v) for k, v in (data.get("clusters") or {}).items()},
             dashboard_url=str(data.get("dashboard_url") or ""),
+            nats_credentials=str(data.get("nats_credentials") or ""),
         )
 
 

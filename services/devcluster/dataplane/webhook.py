@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
-import ipaddress
 import json
 import logging
 import ssl
@@ -35,26 +34,13 @@ VALIDATING = Resource("admissionregistration.k8s.io", "v1", "validatingwebhookco
                       "ValidatingWebhookConfiguration", False)
 
 
-def self_signed_certificate() -> tuple[bytes, bytes]:
-    """(certificate PEM, key PEM) for 127.0.0.1, usable as its own CA bundle."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
+def serving_certificate() -> tuple[bytes, bytes, bytes]:
+    """(certificate chain PEM, key PEM, CA PEM) for 127.0.0.1, from the one CA helper."""
+    from trainyard.security import pki
 
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "trainyard-dataplane-webhook")])
-    now = dt.datetime.now(dt.timezone.utc)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=3650))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-                                                        x509.DNSName("localhost")]), critical=False)
-            .sign(key, hashes.SHA256()))
-    return (cert.public_bytes(serialization.Encoding.PEM),
-            key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                              serialization.NoEncryption()))
+    bundle = pki.issue(["127.0.0.1", "localhost"], ca_common_name="trainyard-dataplane-webhook-ca",
+                       common_name="trainyard-dataplane-webhook", cert_validity=dt.timedelta(days=3650))
+    return bundle.chain_pem, bundle.key_pem, bundle.ca_cert_pem
 
 
 def review_response(review: dict[str, Any], mutate: bool) -> dict[str, Any]:
@@ -94,8 +80,8 @@ class JobSetWebhook:
         return web.json_response(review_response(review, mutate))
 
     async def start(self) -> None:
-        cert, key = self_signed_certificate()
-        self.ca_bundle = base64.b64encode(cert).decode()
+        cert, key, ca = serving_certificate()
+        self.ca_bundle = base64.b64encode(ca).decode()
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         with tempfile.TemporaryDirectory(prefix="trainyard-webhook-") as tmp:
             cert_file, key_file = Path(tmp) / "tls.crt", Path(tmp) / "tls.key"

@@ -161,10 +161,8 @@ def test_second_up_on_a_running_data_dir_is_refused(tmp_path: Path) -> None:
 
 
 def test_up_again_resumes_with_jetstream_data_kept(tmp_path: Path) -> None:
-    import nats
-
-    async def put_then_get(url: str, value: bytes | None) -> bytes:
-        connection = await nats.connect(url)
+    async def put_then_get(stack, value: bytes | None) -> bytes:
+        connection = await stack.nats_connect("admin")
         try:
             js = connection.jetstream()
             if value is not None:
@@ -178,13 +176,13 @@ def test_up_again_resumes_with_jetstream_data_kept(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
     first = start_stack(data_dir, *NATS_ONLY)
     try:
-        assert asyncio.run(put_then_get(first.nats_url, b"kept")) == b"kept"
+        assert asyncio.run(put_then_get(first, b"kept")) == b"kept"
     finally:
         first.stop()
         first.kill()
     second = start_stack(data_dir, *NATS_ONLY)
     try:
-        assert asyncio.run(put_then_get(second.nats_url, None)) == b"kept"
+        assert asyncio.run(put_then_get(second, None)) == b"kept"
         assert f"trainyard: resuming in {data_dir}" in second.output()
     finally:
         second.stop()
