@@ -59,8 +59,9 @@ clean:
 # `make image` builds Dockerfile with Debian's buildah (vfs storage, chroot isolation: no daemon,
 # no overlay mounts, no runc needed) on a local bookworm + python3 base made with mmdebstrap from
 # Debian's packages, so no container registry is needed. Users with Docker: `docker build .`
-# (base python:3.11-slim). `make image-tools` installs the Debian packages (root, apt); runc
-# because crun cannot run containers in this VM's hybrid cgroup layout (docs/deploy.md).
+# (base python:3.11-slim). `make image-tools` installs the Debian packages (root, apt): runc
+# because crun cannot run containers in this VM's hybrid cgroup layout (docs/deploy.md), and the
+# CNI dnsname plugin so that compose services find each other by name.
 IMAGE        ?= localhost/trainyard:dev
 IMAGE_BASE   ?= localhost/trainyard-base:bookworm
 DEBIAN_MIRROR ?= http://deb.debian.org/debian
@@ -71,12 +72,13 @@ BASE_TAR     := build/image/base-bookworm.tar
 .PHONY: image image-tools image-base test-image compose-config
 
 image-tools:
-	@missing=""; for tool in buildah:buildah podman:podman runc:runc mmdebstrap:mmdebstrap podman-compose:podman-compose; do \
+	@missing=""; for tool in buildah:buildah podman:podman runc:runc mmdebstrap:mmdebstrap podman-compose:podman-compose \
+	    uidmap:newuidmap golang-github-containernetworking-plugin-dnsname:/usr/lib/cni/dnsname; do \
 	  command -v $${tool##*:} >/dev/null 2>&1 || missing="$$missing $${tool%%:*}"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing$$missing (Debian packages)"; \
-	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing uidmap >/dev/null \
-	    || (apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing uidmap >/dev/null); \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing >/dev/null \
+	    || (apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing >/dev/null); \
 	fi
 
 # Debian bookworm (minbase) with python3 and venv, no docs or man pages: the local stand-in for
