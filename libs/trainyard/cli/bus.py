@@ -25,6 +25,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
     creds.add_argument("--host", action="append", metavar="HOST",
                        help="a name or address the NATS server's certificate covers (repeat; "
                             "default 127.0.0.1 and localhost)")
+    install = sub.add_parser("install", help="on Kubernetes (the install Job of deploy/): credentials into "
+                             "Secrets (kept across runs, certificates rotated when due), then bootstrap")
+    install.add_argument("--namespace", default="kubeflow-system")
+    install.add_argument("--cluster", action="append", metavar="NAME",
+                         help="a cluster whose services use this bus (repeat; default: default)")
+    install.add_argument("--host", action="append", metavar="HOST", help="a name the NATS certificate covers (repeat)")
+    install.add_argument("--kubeconfig", default=None, help="default: as kubectl (in-cluster in the Job)")
+    install.add_argument("--nats-url", default=os.environ.get("TRAINYARD_NATS_URL",
+                                                              "tls://trainyard-nats.kubeflow-system.svc:4222"))
+    install.add_argument("--server-tls-dir", default="/etc/nats/auth",
+                         help="where the NATS pods mount the trainyard-nats-auth Secret")
+    install.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
+                         help="how long to wait for NATS to come up for the bootstrap")
     boot = sub.add_parser("bootstrap", help="create (or update) the streams and buckets")
     boot.add_argument("--nats-url", default=os.environ.get("TRAINYARD_NATS_URL", "nats://127.0.0.1:4222"))
     boot.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS")
@@ -41,7 +54,77 @@ def run(args: argparse.Namespace) -> int:
         return 0
     import asyncio
 
+    if args.bus_command == "install":
+        return asyncio.run(_install(args))
     return asyncio.run(_bootstrap(args.nats_url, args.timeout))
+
+
+SERVER_SECRET = "trainyard-nats-auth"  # nats-auth.conf, tls.crt, tls.key: mounted by the NATS pods
+CA_SECRET = "trainyard-bus-ca"  # the CA (key included): read by this installer only
+
+
+def identity_secret(identity: str) -> str:
+    """The Secret holding one identity's credentials.json (mounted by that service only)."""
+    return f"trainyard-bus-{identity}"
+
+
+async def _install(args: argparse.Namespace) -> int:
+    """Restores what earlier runs made (seeds, CA) from the Secrets, lets ``generate`` keep or
+    rotate it, writes every Secret back (server-side apply), then bootstraps the topology."""
+    import base64
+    import tempfile
+
+    from trainyard.bus.auth import BOOTSTRAP, generate, identities, identity_name
+    from trainyard.kube import resources as r
+    from trainyard.kube.client import KubeClient
+    from trainyard.security.pki import write_private
+
+    clusters = args.cluster or ["default"]
+    namespace = args.namespace
+    kube = await KubeClient.from_kubeconfig(args.kubeconfig)
+    try:
+        with tempfile.TemporaryDirectory(prefix="trainyard-bus-") as tmp:
+            work = Path(tmp)
+
+            async def restore(secret_name: str, files: dict[str, Path]) -> None:
+                secret = await kube.get(r.SECRET, namespace, secret_name)
+                data = (secret or {}).get("data") or {}
+                for key, path in files.items():
+                    if key in data:
+                        write_private(path, base64.b64decode(data[key]))
+
+            tls = work / "tls"
+            await restore(CA_SECRET, {"ca.crt": tls / "ca.crt", "ca.key": tls / "ca.key",
+                                      "ca-bundle.crt": tls / "ca-bundle.crt"})
+            await restore(SERVER_SECRET, {"tls.crt": tls / "tls.crt", "tls.key": tls / "tls.key"})
+            for identity in (identity_name(role, cluster) for role, cluster in identities(clusters)):
+                await restore(identity_secret(identity), {"credentials.json": work / "credentials" / f"{identity}.json"})
+            hosts = args.host or [f"trainyard-nats.{namespace}.svc", f"trainyard-nats.{namespace}.svc.cluster.local",
+                                  "trainyard-nats", "localhost", "127.0.0.1"]
+            made = generate(work, clusters, tls_hosts=hosts, server_tls_dir=args.server_tls_dir)
+
+            def secret(name: str, files: dict[str, Path], component: str) -> dict:
+                return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+                        "metadata": {"name": name, "namespace": namespace,
+                                     "labels": {"app.kubernetes.io/part-of": "trainyard",
+                                                "app.kubernetes.io/component": component}},
+                        "data": {key: base64.b64encode(path.read_bytes()).decode() for key, path in files.items()}}
+
+            await kube.apply(secret(CA_SECRET, {"ca.crt": tls / "ca.crt", "ca.key": tls / "ca.key",
+                                                "ca-bundle.crt": tls / "ca-bundle.crt"}, "bus-ca"),
+                             field_manager="trainyard-bus-install")
+            await kube.apply(secret(SERVER_SECRET, {"nats-auth.conf": made.server_config, "tls.crt": tls / "tls.crt",
+                                                    "tls.key": tls / "tls.key"}, "nats"),
+                             field_manager="trainyard-bus-install")
+            for identity, path in made.credentials.items():
+                await kube.apply(secret(identity_secret(identity), {"credentials.json": path}, "bus-identity"),
+                                 field_manager="trainyard-bus-install")
+            print(f"bus credentials: {len(made.credentials)} identities in Secrets trainyard-bus-*, "
+                  f"server config in {SERVER_SECRET}", file=sys.stderr, flush=True)
+            os.environ["TRAINYARD_NATS_CREDENTIALS"] = str(made.credentials[BOOTSTRAP])
+            return await _bootstrap(args.nats_url, args.timeout)
+    finally:
+        await kube.close()
 
 
 async def _bootstrap(url: str, timeout_s: float) -> int:
