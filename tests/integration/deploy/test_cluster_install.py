@@ -201,3 +201,15 @@ roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: r}
 subjects: [{kind: ServiceAccount, name: s, namespace: default}]
 """)
     assert binding.returncode != 0 and 'roleRef.kind: Unsupported value: "Role"' in binding.stderr, binding.stderr
+
+
+def test_applying_step_two_again_changes_nothing(installed) -> None:
+    cluster, _ = installed
+    before = {name: get(cluster, "deployment.apps", f"trainyard-{name}")["metadata"]["resourceVersion"]
+              for name in ("watcher", "planner", "applier", "status")}
+    sts_before = get(cluster, "statefulset.apps", "trainyard-nats")["metadata"]["resourceVersion"]
+    cluster.kubectl("apply", "--server-side", "-k", str(DEPLOY), timeout=180)
+    after = {name: get(cluster, "deployment.apps", f"trainyard-{name}")["metadata"]["resourceVersion"]
+             for name in ("watcher", "planner", "applier", "status")}
+    assert after == before
+    assert get(cluster, "statefulset.apps", "trainyard-nats")["metadata"]["resourceVersion"] == sts_before
