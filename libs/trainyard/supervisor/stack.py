@@ -283,6 +283,10 @@ class Stack:
         argv = [str(nats_server_binary()), "--jetstream", "--store_dir", str(store),
                 "--addr", LOOPBACK, "--port", str(client_port),
                 "--server_name", "trainyard" if self.config.nats_cluster == 1 else f"trainyard-{index}"]
+        if self.bus_security is not None and self.config.nats_cluster > 1:
+            # Routes authenticated too; the password in a 0600 file, never on a command line.
+            argv[1:1] = ["--config", str(self._nats_node_config(index))]
+            return argv
         if self.bus_security is not None:  # TLS, NKey users, least privilege (flags above override ports)
             argv[1:1] = ["--config", str(self.bus_security.server_config)]
         if self.config.nats_cluster > 1:
@@ -291,6 +295,29 @@ class Stack:
                      "--routes", ",".join(routes)]
         return argv
 
+
+    def _nats_node_config(self, index: int) -> Path:
+        """A node's config for a secured local JetStream cluster: the users and TLS (included),
+        and its cluster block, whose routes log in with a password kept in <data dir>/bus."""
+        import json
+        import secrets as random_secrets
+
+        from trainyard.security.pki import write_private
+
+        password_file = self.bus_dir / "route-password"
+        if not password_file.is_file():
+            write_private(password_file, random_secrets.token_urlsafe(32).encode())
+        password = password_file.read_text().strip()
+        routes = [f"nats://route:{password}@{LOOPBACK}:{port}"
+                  for i, port in enumerate(self.nats_route_ports, 1) if i != index]
+        text = (f"include {self.bus_security.server_config.name}\n"  # type: ignore[union-attr]
+                "cluster {\n  name: trainyard\n"
+                f"  listen: {json.dumps(f'{LOOPBACK}:{self.nats_route_ports[index - 1]}')}\n"
+                f"  authorization {{ user: route, password: {json.dumps(password)} }}\n"
+                f"  routes: {json.dumps(routes)}\n}}\n")
+        path = self.bus_dir / f"nats-node-{index}.conf"
+        write_private(path, text.encode())
+        return path
 
     async def start_nats(self) -> None:
         assert self.ports is not None

@@ -53,3 +53,44 @@ def test_up_runs_nats_with_tls_nkeys_and_no_anonymous_access(tmp_path: Path) -> 
     finally:
         stack.stop()
         stack.kill()
+
+
+def test_a_local_nats_cluster_authenticates_its_routes(tmp_path: Path) -> None:
+    """--nats-cluster 3: the nodes' routes log in with a password from a 0600 file (never on a
+    command line), an unauthenticated route is refused, and the cluster forms (replicas 3)."""
+    import re
+    import socket
+
+
+    stack = start_stack(tmp_path / "data", *NATS_ONLY, "--nats-cluster", "3")
+    try:
+        bus = stack.data_dir / "bus"
+        password = (bus / "route-password").read_text().strip()
+        assert stat.S_IMODE((bus / "route-password").stat().st_mode) == 0o600
+        for index in (1, 2, 3):
+            config = (bus / f"nats-node-{index}.conf").read_text()
+            assert stat.S_IMODE((bus / f"nats-node-{index}.conf").stat().st_mode) == 0o600
+            assert config.startswith("include nats-auth.conf") and password in config
+        for name in ("nats", "nats-2", "nats-3"):
+            pid = stack.state["children"][name]["pid"]
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode()
+            assert password not in cmdline and "--routes" not in cmdline
+        route_port = int(re.search(r'listen: "127.0.0.1:(\d+)"', (bus / "nats-node-1.conf").read_text()).group(1))
+        with socket.create_connection(("127.0.0.1", route_port), timeout=5) as conn:
+            info = json.loads(conn.recv(4096).decode().split(" ", 1)[1])
+            assert info.get("auth_required") is True
+            conn.sendall(b'CONNECT {"verbose":false,"pedantic":false,"name":"intruder"}\r\nPING\r\n')
+            reply = conn.recv(4096)
+            assert b"-ERR" in reply and b"PONG" not in reply
+
+        async def replicas() -> int:
+            admin = await stack.nats_connect("admin")
+            try:
+                return (await admin.jetstream().stream_info("TY_EVENTS")).config.num_replicas
+            finally:
+                await admin.close()
+
+        assert asyncio.run(replicas()) == 3
+    finally:
+        stack.stop()
+        stack.kill()
