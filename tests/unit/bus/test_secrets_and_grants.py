@@ -1,0 +1,72 @@
+"""What may go on the bus (a Secret as a reference; a planned MPI Secret without key material)
+and what each identity is granted (docs/security.md)."""
+from __future__ import annotations
+
+import base64
+
+import pytest
+
+from trainyard.bus.auth import grants_for, identities, identity_name, server_config
+from trainyard.bus.redact import DATA_DIGEST_ANNOTATION, DATA_KEYS_ANNOTATION, LAST_APPLIED, data_digest, redact
+from trainyard.pipeline.ssh_keys import (
+    GENERATE_ANNOTATION, defer_generated_secrets, materialize, needs_generation, new_ssh_key_pair,
+)
+
+
+def secret(**extra) -> dict:
+    return {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/ssh-auth", "immutable": True,
+            "metadata": {"name": "job-mpi-ssh-auth", "namespace": "ns",
+                         "annotations": {LAST_APPLIED: '{"data": {"ssh-privatekey": "c2VjcmV0"}}', "keep": "me"}},
+            "data": {"ssh-privatekey": "c2VjcmV0", "ssh-publickey": "cHVi"}, **extra}
+
+
+def test_a_secret_is_published_as_keys_and_digest_only() -> None:
+    original = secret(stringData={"extra": "plain"})
+    published = redact(original)
+    assert "data" not in published and "stringData" not in published
+    annotations = published["metadata"]["annotations"]
+    assert annotations == {"keep": "me", DATA_KEYS_ANNOTATION: "extra,ssh-privatekey,ssh-publickey",
+                           DATA_DIGEST_ANNOTATION: data_digest(original)}
+    assert "c2VjcmV0" not in repr(published) and "plain" not in repr(published)
+    assert original["data"]["ssh-privatekey"] == "c2VjcmV0"  # the input is left alone
+    changed = secret()
+    changed["data"]["ssh-privatekey"] = "b3RoZXI="
+    assert redact(changed)["metadata"]["annotations"][DATA_DIGEST_ANNOTATION] != data_digest(original)
+    configmap = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"k": "v"}}
+    assert redact(configmap) is configmap
+
+
+def test_the_planned_mpi_secret_has_no_key_until_the_applier_makes_it() -> None:
+    planned = {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/ssh-auth", "immutable": True,
+               "metadata": {"name": "job-mpi-ssh-auth", "namespace": "ns", "ownerReferences": [{"uid": "u"}]},
+               "data": {"ssh-privatekey": "", "ssh-publickey": ""}}
+    other = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "job-mpi-hostfile"}, "data": {"h": ""}}
+    deferred, kept = defer_generated_secrets([planned, other])
+    assert kept is other and "data" not in deferred and needs_generation(deferred)
+    made = materialize(deferred)
+    assert not needs_generation(made) and "annotations" not in made["metadata"]
+    assert made["metadata"]["ownerReferences"] == [{"uid": "u"}] and made["immutable"] is True
+    assert base64.b64decode(made["data"]["ssh-privatekey"]).startswith(b"-----BEGIN EC PRIVATE KEY-----")
+    assert base64.b64decode(made["data"]["ssh-publickey"]).startswith(b"ecdsa-sha2-nistp521 ")
+    assert materialize(deferred)["data"] != made["data"]  # a fresh pair each time it is made
+    bogus = {**deferred, "metadata": {**deferred["metadata"], "annotations": {GENERATE_ANNOTATION: "rsa"}}}
+    with pytest.raises(ValueError):
+        materialize(bogus)
+    assert len(new_ssh_key_pair()) == 2
+
+
+def test_grants_follow_the_code() -> None:
+    watcher = grants_for("watcher", "c1").as_config()
+    assert "ty.events.c1.>" in watcher["publish"]["allow"]
+    assert not any(s.startswith(("ty.desired", "ty.results", "$KV.ty_applied")) for s in watcher["publish"]["allow"])
+    assert watcher["subscribe"]["allow"] == ["_INBOX_watcher-c1.>"]
+    applier = grants_for("applier", "c1").as_config()["publish"]["allow"]
+    assert "$JS.API.CONSUMER.MSG.NEXT.TY_PLANS.applier_c1" in applier
+    assert not any("applier_c2" in s or ".c2." in s for s in applier)
+    assert not any(s.startswith("$JS.API.STREAM.CREATE") or s == "$JS.API.>" for s in applier)
+    assert grants_for("bootstrap", "c1").as_config()["publish"]["allow"] == ["$JS.API.>"]
+    names = {identity_name(role, cluster) for role, cluster in identities(["m", "w1"])}
+    assert names == {"bootstrap", "admin", "dispatcher", "dashboard", *(f"{r}-{c}" for r in
+                     ("watcher", "planner", "applier", "status") for c in ("m", "w1"))}
+    config = server_config([("watcher-c1", "UABC", grants_for("watcher", "c1"))], ("/x/tls.crt", "/x/tls.key"))
+    assert 'nkey: "UABC"' in config and 'cert_file: "/x/tls.crt"' in config
