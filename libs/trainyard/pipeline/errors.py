@@ -93,6 +93,20 @@ _REASON_OF_TYPE = {
 }
 
 
+_TYPE_OF_REASON = {reason: error_type for error_type, reason in _REASON_OF_TYPE.items()}
+
+
+def from_cause(field: str, reason: str, message: str) -> FieldError:
+    """The field error of an API server cause (``reason`` and its rendered ``message``), so that
+    ``str()`` gives back ``<field>: <message>`` byte for byte."""
+    error_type = _TYPE_OF_REASON.get(reason, ErrorType.INVALID)
+    if not message.startswith(error_type.value):
+        # A type error is rendered as "Invalid value: ..." by the API server.
+        error_type = next((t for t in ErrorType if message.startswith(t.value)), ErrorType.INVALID)
+    detail = message[len(error_type.value):].removeprefix(": ") if message.startswith(error_type.value) else message
+    return FieldError(error_type, field, detail=detail)
+
+
 def invalid(field: str, value: Any, detail: str) -> FieldError:
     return FieldError(ErrorType.INVALID, field, value, detail)
 

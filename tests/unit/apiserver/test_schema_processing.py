@@ -3,13 +3,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import celpy
 import pytest
 import yaml
 
 from trainyard_services.devcluster.errors import ApiError
 from trainyard_services.devcluster.registry import types_from_crd
 from trainyard_services.devcluster.resources import WriteOptions
-from trainyard_services.devcluster.schema import SchemaProcessor, _compiled_rule, _fast_rule
+from trainyard.apimachinery.cel import CelError, compile_rule
+from trainyard_services.devcluster.schema import SchemaProcessor
 
 REPO = Path(__file__).resolve().parents[3]
 CRD_DIR = REPO / "deploy" / "crds"
@@ -107,17 +109,33 @@ def test_transition_rules_in_map_lists_compare_items_with_the_same_key(trainjobs
     ("!(has(self.torch) && has(self.mpi))", [{"torch": {}}, {"torch": {}, "mpi": {}}, {}]),
 ])
 def test_native_rule_fast_paths_agree_with_cel(rule, values):
-    import celpy
-    fast = _fast_rule(rule)
-    assert fast is not None
-    evaluate = _compiled_rule(rule)
+    compiled = compile_rule(rule)
+    assert compiled.native is not None and compiled.program is not None
     for value in values:
         try:
-            expected = bool(evaluate({"self": celpy.json_to_cel(value)}))
+            expected = bool(compiled.program({"self": celpy.json_to_cel(value)}))
         except celpy.CELEvalError:
             expected = False  # an evaluation error fails the rule (the server re-runs CEL for its message)
-        assert fast(value) == expected, value
+        assert compiled.native(value, None) == expected, value
+        try:
+            assert compiled.holds(value) == expected, value
+        except CelError:
+            assert not expected
 
 
 def test_rules_outside_the_fast_shapes_use_cel():
-    assert _fast_rule("self.templates.all(t, !has(t.metadata.namespace))") is None
+    compiled = compile_rule("self.templates.all(t, !has(t.metadata.namespace))")
+    assert compiled.native is None
+    assert compiled.holds({"templates": [{"metadata": {}}]}) is True
+    assert compiled.holds({"templates": [{"metadata": {"namespace": "x"}}]}) is False
+
+
+def test_rules_are_compiled_once():
+    assert compile_rule("size(self) <= 3") is compile_rule("size(self) <= 3")
+
+
+def test_self_equals_old_self_is_exact_without_cel():
+    compiled = compile_rule("self == oldSelf")
+    assert compiled.transition and compiled.program is None
+    assert compiled.holds({"a": [1, 2]}, {"a": [1, 2]}) is True
+    assert compiled.holds("x", 1) is False  # different JSON types: not equal, not an evaluation error

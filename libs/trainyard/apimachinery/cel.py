@@ -1,0 +1,191 @@
+"""The one evaluator of CRD ``x-kubernetes-validations`` rules (CEL), pure and cached.
+
+Every rule text is compiled once per process (``compile_rule`` is memoised) into a
+``CompiledRule``: the cel-python program that defines the result, plus, for the few rule
+shapes the generated CRDs use on every write (name format and length, ``self in [...]``,
+``self > 0 || self in [...]``, ``has()`` logic, ``self == oldSelf``), a native check. A native
+check only ever answers *holds*: when it says no (or has nothing to say) the CEL program runs,
+so a rejection and its wording always come from CEL itself. tests/unit/apiserver checks the
+native checks against CEL value by value.
+
+The devcluster API server and ``trainyard validate`` both evaluate rules here (through
+``trainyard.apimachinery.structural``); nothing else evaluates CEL.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Callable
+
+_SELF_EQ_OLD = re.compile(r"^\s*self\s*==\s*oldSelf\s*$")
+_NAME_MATCHES = re.compile(r"^\s*self\.metadata\.name\.matches\('([^']*)'\)\s*$")
+_NAME_SIZE = re.compile(r"^\s*size\(self\.metadata\.name\)\s*<=\s*(\d+)\s*$")
+_IN_LIST = re.compile(r"^\s*self\s+in\s+\[((?:\s*'[^']*'\s*,?)*)\]\s*$")
+_POSITIVE_OR_IN_LIST = re.compile(r"^\s*self\s*>\s*0\s*\|\|\s*self\s+in\s+\[((?:\s*'[^']*'\s*,?)*)\]\s*$")
+_HAS_TOKEN = re.compile(r"\s*(has\(self((?:\.[A-Za-z_][A-Za-z0-9_]*)+)\)|&&|\|\||!|\(|\))")
+_OLD_SELF = re.compile(r"\boldSelf\b")
+
+# A native check: (self, oldSelf) -> True when the rule certainly holds.
+NativeCheck = Callable[[Any, Any], bool]
+
+
+class CelError(Exception):
+    """A rule that does not compile or cannot be evaluated on the given value."""
+
+
+@dataclass(frozen=True)
+class CompiledRule:
+    """One compiled rule. ``transition``: the rule reads ``oldSelf`` (runs on update only)."""
+
+    rule: str
+    transition: bool
+    native: NativeCheck | None
+    program: Callable[[dict[str, Any]], Any] | None
+    compile_error: str = ""
+    # ``self == oldSelf``: JSON equality is CEL's equality on JSON values, so the native
+    # answer is the answer both ways (no CEL run, no type-mismatch evaluation errors).
+    exact: bool = False
+
+    def holds(self, value: Any, old: Any = None) -> bool:
+        """Whether the rule holds for ``self``=value (and ``oldSelf``=old for transition rules).
+
+        Raises ``CelError`` when the rule cannot be evaluated (the API server reports that as
+        ``rule evaluation error``; a rule that did not compile is reported the same way).
+        """
+        if self.native is not None:
+            verdict = self.native(value, old)
+            if verdict or self.exact:
+                return verdict
+        if self.program is None:
+            raise CelError(self.compile_error or "CEL is not available")
+        from celpy import json_to_cel  # the program exists, so celpy is importable
+
+        activation = {"self": json_to_cel(value)}
+        if self.transition:
+            activation["oldSelf"] = json_to_cel(old)
+        try:
+            return bool(self.program(activation))
+        except Exception as err:  # noqa: BLE001 - cel-python raises several types for one meaning
+            if "overload" in str(err):
+                # cel-python has no heterogeneous equality (``0 in ['auto']`` is an overload
+                # error there, false in cel-go), and an int-or-string value compared with the
+                # other type is a mismatch of the value, not of the rule: the rule fails with its
+                # own message (docs/compatibility.md).
+                return False
+            raise CelError(str(err)) from err
+
+
+@lru_cache(maxsize=1024)
+def compile_rule(rule: str) -> CompiledRule:
+    """Compile ``rule`` once; later calls with the same text return the same object."""
+    transition = bool(_OLD_SELF.search(rule))
+    if _SELF_EQ_OLD.match(rule):
+        return CompiledRule(rule, True, lambda v, old: bool(v == old), None, exact=True)
+    native = _native_check(rule)
+    try:
+        import celpy
+    except ImportError:  # pragma: no cover - cel-python is a declared dependency
+        return CompiledRule(rule, transition, native, None, "cel-python is not installed")
+    env = celpy.Environment()
+    try:
+        program = env.program(env.compile(rule)).evaluate
+    except Exception as err:  # noqa: BLE001 - a bad rule is reported where it is evaluated
+        return CompiledRule(rule, transition, native, None, str(err))
+    return CompiledRule(rule, transition, native, program)
+
+
+# --- native checks ------------------------------------------------------------------------
+
+def _strings(listed: str) -> frozenset[str]:
+    return frozenset(re.findall(r"'([^']*)'", listed))
+
+
+def _has(value: Any, path: str) -> bool:
+    current = value
+    for part in path.strip(".").split("."):
+        if not isinstance(current, dict) or part not in current:
+            return False
+        current = current[part]
+    return True
+
+
+def _has_expression(rule: str) -> Callable[[Any], bool] | None:
+    """Rules made only of ``has(self.a.b)``, ``!``, ``&&``, ``||`` and parentheses."""
+    tokens: list[tuple[str, str]] = []
+    pos = 0
+    text = rule.strip()
+    while pos < len(text):
+        m = _HAS_TOKEN.match(text, pos)
+        if not m:
+            return None
+        tokens.append(("has", m.group(2)) if m.group(2) else (m.group(1), ""))
+        pos = m.end()
+    index = [0]
+
+    def peek() -> str | None:
+        return tokens[index[0]][0] if index[0] < len(tokens) else None
+
+    def parse_or() -> Callable[[Any], bool]:
+        left = parse_and()
+        while peek() == "||":
+            index[0] += 1
+            right, first = parse_and(), left
+            left = (lambda a, b: lambda v: a(v) or b(v))(first, right)
+        return left
+
+    def parse_and() -> Callable[[Any], bool]:
+        left = parse_not()
+        while peek() == "&&":
+            index[0] += 1
+            right, first = parse_not(), left
+            left = (lambda a, b: lambda v: a(v) and b(v))(first, right)
+        return left
+
+    def parse_not() -> Callable[[Any], bool]:
+        if peek() == "!":
+            index[0] += 1
+            inner = parse_not()
+            return lambda v: not inner(v)
+        if peek() == "(":
+            index[0] += 1
+            inner = parse_or()
+            if peek() != ")":
+                raise ValueError("unbalanced")
+            index[0] += 1
+            return inner
+        if peek() == "has":
+            path = tokens[index[0]][1]
+            index[0] += 1
+            return lambda v: _has(v, path)
+        raise ValueError("unexpected token")
+    try:
+        compiled = parse_or()
+    except (ValueError, IndexError):
+        return None
+    return compiled if index[0] == len(tokens) else None
+
+
+def _native_check(rule: str) -> NativeCheck | None:
+    """A native check for the rule shapes of the generated CRDs; None for any other rule."""
+    m = _NAME_MATCHES.match(rule)
+    if m:
+        pattern = re.compile(m.group(1))
+        return lambda v, _old: isinstance(v, dict) and isinstance(v.get("metadata"), dict) and \
+            isinstance(v["metadata"].get("name"), str) and bool(pattern.search(v["metadata"]["name"]))
+    m = _NAME_SIZE.match(rule)
+    if m:
+        limit = int(m.group(1))
+        return lambda v, _old: isinstance(v, dict) and isinstance(v.get("metadata"), dict) and \
+            isinstance(v["metadata"].get("name"), str) and len(v["metadata"]["name"]) <= limit
+    m = _IN_LIST.match(rule)
+    if m:
+        allowed = _strings(m.group(1))
+        return lambda v, _old: isinstance(v, str) and v in allowed
+    m = _POSITIVE_OR_IN_LIST.match(rule)
+    if m:
+        allowed = _strings(m.group(1))
+        return lambda v, _old: (isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0) or \
+            (isinstance(v, str) and v in allowed)
+    has = _has_expression(rule)
+    return (lambda v, _old: has(v)) if has is not None else None
