@@ -59,12 +59,18 @@ class ResourceType:
         return STORAGE_ALIASES.get((self.group, self.resource), (self.group, self.resource))
 
 
+# Core kinds a cluster install creates: validated against their definitions like the stored-only
+# kinds below (pods, events, nodes are written by our own controllers and left as they were).
+_VALIDATED_CORE = {"Namespace", "Service", "ConfigMap", "Secret", "ServiceAccount"}
+
+
 def _core(resource: str, kind: str, namespaced: bool, short: tuple[str, ...] = (), subs: Iterable[str] = (),
           categories: tuple[str, ...] = (), returns_object: bool = False) -> ResourceType:
     return ResourceType(
         group="", version="v1", resource=resource, kind=kind, singular=kind.lower(), namespaced=namespaced,
         short_names=short, categories=categories, subresources=frozenset(subs),
         definition=f"io.k8s.api.core.v1.{kind}", return_deleted_object=returns_object,
+        validated=kind in _VALIDATED_CORE,
     )
 
 
@@ -88,10 +94,10 @@ BUILTIN_TYPES: tuple[ResourceType, ...] = (
                  definition="io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceDefinition"),
     ResourceType("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations",
                  "ValidatingWebhookConfiguration", "validatingwebhookconfiguration", False, (), ("api-extensions",),
-                 definition="io.k8s.api.admissionregistration.v1.ValidatingWebhookConfiguration"),
+                 definition="io.k8s.api.admissionregistration.v1.ValidatingWebhookConfiguration", validated=True),
     ResourceType("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations",
                  "MutatingWebhookConfiguration", "mutatingwebhookconfiguration", False, (), ("api-extensions",),
-                 definition="io.k8s.api.admissionregistration.v1.MutatingWebhookConfiguration"),
+                 definition="io.k8s.api.admissionregistration.v1.MutatingWebhookConfiguration", validated=True),
 )
 
 def _stored(api_version: str, resource: str, kind: str, namespaced: bool, short: tuple[str, ...] = (),

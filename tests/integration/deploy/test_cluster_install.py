@@ -213,3 +213,22 @@ def test_applying_step_two_again_changes_nothing(installed) -> None:
              for name in ("watcher", "planner", "applier", "status")}
     assert after == before
     assert get(cluster, "statefulset.apps", "trainyard-nats")["metadata"]["resourceVersion"] == sts_before
+
+
+def test_core_kinds_of_the_install_are_validated_too(devcluster_module) -> None:
+    service = devcluster_module.kubectl("apply", "--server-side", "-f", "-", check=False, input="""
+apiVersion: v1
+kind: Service
+metadata: {name: bad-port, namespace: default}
+spec: {selector: {a: b}, ports: [{name: http, port: "eighty"}]}
+""")
+    assert service.returncode != 0
+    assert 'spec.ports[0].port: Invalid value: "eighty": must be of type integer' in service.stderr, service.stderr
+    hook = devcluster_module.kubectl("create", "-f", "-", check=False, input="""
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata: {name: incomplete}
+webhooks: [{name: a.example.com, clientConfig: {url: "https://127.0.0.1:1/x"}}]
+""")
+    assert hook.returncode != 0
+    assert "webhooks[0].sideEffects: Required value" in hook.stderr, hook.stderr
