@@ -171,3 +171,57 @@ def test_a_resumed_trainjob_is_reported_running_not_created(client: Any, trainya
     job = client.wait_for_job_status("resumed-job", {"Running", "Complete"}, timeout=120, polling_interval=1)
     assert job.status == "Running"
     assert client.wait_for_job_status("resumed-job", {"Complete"}, timeout=120, polling_interval=1).status == "Complete"
+
+
+def test_runtime_patch_and_active_deadline_reach_the_jobset_and_pods(
+        client: Any, trainyard_stack_module: RunningStack) -> None:
+    """SDK 0.5.0's v2.3 options against the stack: the RuntimePatch lands on the JobSet, its Jobs
+    and pods; ActiveDeadlineSeconds fails a TrainJob that runs too long and removes its JobSet."""
+    from kubeflow.trainer import CustomTrainerContainer
+    from kubeflow.trainer.options import kubernetes as o
+
+    stack = trainyard_stack_module
+    toleration = {"key": "example.com/slow", "operator": "Exists", "effect": "NoSchedule"}
+    patch = o.RuntimePatch(training_runtime_spec=o.TrainingRuntimeSpecPatch(template=o.JobSetTemplatePatch(
+        metadata={"labels": {"team": "vision"}},
+        spec=o.JobSetSpecPatch(replicated_jobs=[o.ReplicatedJobPatch(name="node", template=o.JobTemplatePatch(
+            metadata={"labels": {"tier": "batch"}},
+            spec=o.JobSpecPatch(template=o.PodTemplatePatch(
+                metadata={"labels": {"sdk-patched": "yes"}},
+                spec=o.PodSpecPatch(tolerations=[toleration]))))),
+        ]))))
+    name = client.train(
+        runtime="torch-distributed-cpu",
+        trainer=CustomTrainerContainer(image="pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime", num_nodes=1),
+        options=[o.TrainerCommand(["bash", "-c", "echo patched pod started; sleep 300"]),
+                 o.ActiveDeadlineSeconds(seconds=15), patch],
+    )
+
+    def get(kind: str, *args: str) -> Any:
+        return json.loads(stack.kubectl("get", kind, *args, "-o", "json").stdout)
+
+    assert get("trainjob", name)["spec"]["activeDeadlineSeconds"] == 15
+    deadline = time.monotonic() + 12
+    while True:  # the JobSet and a running pod, before the deadline removes them
+        jobsets = get("jobsets", "--field-selector", f"metadata.name={name}")["items"]
+        selector = f"jobset.sigs.k8s.io/jobset-name={name}"
+        jobs, pods = get("jobs", "-l", selector)["items"], get("pods", "-l", selector)["items"]
+        if jobsets and jobs and pods and pods[0]["status"].get("phase") == "Running":
+            break
+        assert time.monotonic() < deadline, f"no JobSet or running pod of {name}: {jobsets} {pods}"
+        time.sleep(0.5)
+    assert jobsets[0]["metadata"]["labels"]["team"] == "vision"
+    assert jobs[0]["metadata"]["labels"]["tier"] == "batch"
+    pod = pods[0]
+    assert pod["metadata"]["labels"]["sdk-patched"] == "yes"
+    assert toleration in pod["spec"]["tolerations"]
+
+    job = client.wait_for_job_status(name, {"Failed"}, timeout=60, polling_interval=1)
+    assert job.status == "Failed"
+    failed = next(c for c in get("trainjob", name)["status"]["conditions"] if c["type"] == "Failed")
+    assert failed["reason"] == "DeadlineExceeded"
+    deadline = time.monotonic() + 60
+    while stack.kubectl("get", "jobsets,pods", "-o", "name").stdout.count(name):
+        assert time.monotonic() < deadline, "the JobSet or pods of the timed-out TrainJob remain"
+        time.sleep(1)
+    client.delete_job(name)
