@@ -125,7 +125,9 @@ def test_installs_the_runtimes_of_the_kustomization_in_order() -> None:
     runtimes = load_runtimes(repository_deploy_dir())
     names = [r["metadata"]["name"] for r in runtimes]
     assert names[:2] == ["torch-distributed", "torch-distributed-cpu"]
-    assert len(names) == 8
+    # upstream v2.1.0's seven, v2.3.0's jax-distributed and xgboost-distributed, and the CPU variant
+    assert len(names) == 10
+    assert {"jax-distributed", "xgboost-distributed", "torchtune-qwen2.5-1.5b"} <= set(names)
 
 
 def test_public_configmap_is_where_the_kubeflow_sdk_reads_it() -> None:
