@@ -25,6 +25,8 @@ def _subresource_kind(rt: ResourceType, sub: str) -> dict[str, str]:
         return {"group": "", "version": "", "kind": "Pod"}
     if sub == "binding":
         return {"group": "", "version": "v1", "kind": "Binding"}
+    if sub == "token":
+        return {"group": "authentication.k8s.io", "version": "v1", "kind": "TokenRequest"}
     return {"group": rt.group, "version": rt.version, "kind": rt.kind}
 
 
@@ -102,8 +104,12 @@ def resource_list(registry: Registry, group: str, version: str) -> dict[str, Any
             entry["categories"] = list(t.categories)
         resources.append(entry)
         for sub in sorted(t.subresources):
-            sub_kind = _subresource_kind(t, sub)["kind"]
-            resources.append({"name": f"{t.resource}/{sub}", "singularName": "", "namespaced": t.namespaced,
-                              "kind": sub_kind, "verbs": list(SUBRESOURCE_VERBS.get(sub, ("get",)))})
+            sub_kind = _subresource_kind(t, sub)
+            entry = {"name": f"{t.resource}/{sub}", "singularName": "", "namespaced": t.namespaced,
+                     "kind": sub_kind["kind"], "verbs": list(SUBRESOURCE_VERBS.get(sub, ("get",)))}
+            if sub_kind["group"] and sub_kind["group"] != t.group:
+                # A subresource of another group's kind names it, as kube-apiserver does.
+                entry.update(group=sub_kind["group"], version=sub_kind["version"])
+            resources.append(entry)
     return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": f"{group}/{version}" if group else version,
             "resources": resources}

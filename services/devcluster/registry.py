@@ -11,6 +11,7 @@ SUBRESOURCE_VERBS = {
     "log": ("get",),
     "binding": ("create",),
     "finalize": ("update",),
+    "token": ("create",),
 }
 
 
@@ -80,7 +81,7 @@ BUILTIN_TYPES: tuple[ResourceType, ...] = (
     _core("services", "Service", True, ("svc",), ("status",), ("all",)),
     _core("configmaps", "ConfigMap", True, ("cm",)),
     _core("secrets", "Secret", True),
-    _core("serviceaccounts", "ServiceAccount", True, ("sa",)),
+    _core("serviceaccounts", "ServiceAccount", True, ("sa",), ("token",)),
     _core("events", "Event", True, ("ev",)),
     _core("nodes", "Node", False, ("no",), ("status",)),
     ResourceType("events.k8s.io", "v1", "events", "Event", "event", True, (),

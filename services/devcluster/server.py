@@ -24,6 +24,7 @@ from .registry import Registry, ResourceType
 from .resources import Api, WriteOptions
 from .storage import Store, dumps
 from .tls import Credentials
+from .tokens import TokenIssuer
 from .writelocks import ObjectWriteLocks
 from . import metrics as devcluster_metrics
 
@@ -108,6 +109,7 @@ class ApiServer:
         self.address = "127.0.0.1:0"
         self._stopping = asyncio.Event()
         self.logs = podlogs.PodLogs(data_dir / "pods")
+        self.tokens = TokenIssuer(data_dir)
         devcluster_metrics.register_store(self.store)
 
     # ---------------------------------------------------------------- app
@@ -218,6 +220,12 @@ class ApiServer:
             return web.Response(text="ok", content_type="text/plain")
         if segments == ["version"]:
             return self._json(KUBERNETES_VERSION)
+        # Service account issuer discovery: public keys, served without credentials so that
+        # relying parties (the trainer status endpoint) need none.
+        if segments == [".well-known", "openid-configuration"] and method == "GET":
+            return self._json(self.tokens.discovery())
+        if segments == ["openid", "v1", "jwks"] and method == "GET":
+            return self._json(self.tokens.jwks(), content_type="application/jwk-set+json")
         if not self._authorised(request):
             raise errors.unauthorized()
         if segments == ["metrics"] and method == "GET":
@@ -344,6 +352,11 @@ class ApiServer:
             if method != "GET":
                 raise errors.method_not_allowed(method, rt.qualified_resource, rt.group, rt.resource)
             return await self.logs.serve(request, self.api, rt, ns or "default", name or "", query)
+        if sub == "token":
+            if method != "POST":
+                raise errors.method_not_allowed(method, rt.qualified_resource, rt.group, rt.resource)
+            body = await self._decode_object(request)
+            return self._json(self.tokens.token_request(self.api, self.registry, ns or "default", name or "", body), 201)
         if sub == "binding":
             if method != "POST":
                 raise errors.method_not_allowed(method, rt.qualified_resource, rt.group, rt.resource)
@@ -521,6 +534,7 @@ async def serve(data_dir: Path, host: str = "127.0.0.1", port: int = 6443, tls: 
         bound = sockets[0].getsockname()[1] if sockets else port
         server.address = f"{host}:{bound}"
         url = f"{'https' if tls else 'http'}://{host}:{bound}"
+        server.tokens.issuer = url
         if on_ready is not None:
             result = on_ready(url, bound)
             if asyncio.iscoroutine(result):

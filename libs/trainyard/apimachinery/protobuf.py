@@ -37,6 +37,7 @@ KIND_MESSAGES: dict[tuple[str, str], str] = {
     ("batch/v1", "Job"): "batch.Job",
     ("coordination.k8s.io/v1", "Lease"): "coordination.Lease",
     ("events.k8s.io/v1", "Event"): "events.Event",
+    ("authentication.k8s.io/v1", "TokenRequest"): "authentication.TokenRequest",
 }
 
 # Scalar fields that are pointers in the Go types: present on the wire means set, even when zero.
@@ -66,6 +67,7 @@ POINTER_FIELDS: frozenset[tuple[str, str]] = frozenset({
     ("coordination.LeaseSpec", "holderIdentity"), ("coordination.LeaseSpec", "leaseDurationSeconds"),
     ("coordination.LeaseSpec", "leaseTransitions"),
     ("core.ServiceSpec", "allocateLoadBalancerNodePorts"),
+    ("authentication.TokenRequestSpec", "expirationSeconds"),
 })
 
 _WIRE_VARINT, _WIRE_FIXED64, _WIRE_BYTES, _WIRE_FIXED32 = 0, 1, 2, 5

@@ -5,7 +5,7 @@ JSON), `i` varint integer, `?` bool, `d` double, `f` float, `<alias>.<Message>` 
 `T` metav1.Time, `M` metav1.MicroTime, `D` metav1.Duration, `Q` resource.Quantity, `I`
 intstr.IntOrString, `R` runtime.RawExtension, `F` metav1.FieldsV1, `{k:v}` a map, `*` prefix a
 repeated field, `^` prefix an embedded (inlined) struct whose fields belong to the parent in JSON.
-Aliases: core = k8s.io.api.core.v1, batch = k8s.io.api.batch.v1, coordination =
+Aliases: authentication = k8s.io.api.authentication.v1, core = k8s.io.api.core.v1, batch = k8s.io.api.batch.v1, coordination =
 k8s.io.api.coordination.v1, events = k8s.io.api.events.v1, meta =
 k8s.io.apimachinery.pkg.apis.meta.v1, runtime = k8s.io.apimachinery.pkg.runtime.
 Field numbers are those of the Kubernetes API (`generated.proto` of each group); messages and
@@ -13,6 +13,10 @@ fields the server does not need are left out and skipped while decoding.
 """
 
 MESSAGES = {
+    "authentication.BoundObjectReference": "1 kind s;2 apiVersion s;3 name s;4 uid s",
+    "authentication.TokenRequest": "1 metadata meta.ObjectMeta;2 spec authentication.TokenRequestSpec;3 status authentication.TokenRequestStatus",
+    "authentication.TokenRequestSpec": "1 audiences *s;3 boundObjectRef authentication.BoundObjectReference;4 expirationSeconds i",
+    "authentication.TokenRequestStatus": "1 token s;2 expirationTimestamp T",
     "batch.Job": "1 metadata meta.ObjectMeta;2 spec batch.JobSpec;3 status batch.JobStatus",
     "batch.JobCondition": "1 type s;2 status s;3 lastProbeTime T;4 lastTransitionTime T;5 reason s;6 message s",
     "batch.JobSchedulingConfiguration": "",

@@ -1,0 +1,96 @@
+"""The ServiceAccount token issuer of the devcluster: the ``serviceaccounts/token`` subresource
+(TokenRequest, ``kubectl create token``) and the issuer's OIDC discovery documents
+(``/.well-known/openid-configuration``, ``/openid/v1/jwks``), as kube-apiserver serves them.
+
+The signing key is made once per data directory (``sa-signing.key``, 0600) so tokens outlive a
+restart; the issuer is the API server's own URL, where its discovery documents are served. The
+token format and checks are ``trainyard.apimachinery.serviceaccount_tokens``.
+"""
+from __future__ import annotations
+
+import os
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from trainyard.apimachinery import serviceaccount_tokens as sat
+
+from . import errors
+from .registry import Registry
+from .resources import Api
+
+KEY_FILE = "sa-signing.key"
+TOKEN_REQUEST_KIND = "TokenRequest"
+TOKEN_REQUEST_API_VERSION = "authentication.k8s.io/v1"
+
+
+def load_or_create_key(data_dir: Path) -> sat.SigningKey:
+    path = data_dir / KEY_FILE
+    if path.exists():
+        return sat.SigningKey.from_pem(path.read_bytes())
+    key = sat.SigningKey.generate()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_suffix(".tmp")
+    # Created 0600 from the start: the key signs every token of the cluster.
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        out.write(key.to_pem())
+    os.replace(temporary, path)
+    return key
+
+
+class TokenIssuer:
+    def __init__(self, data_dir: Path) -> None:
+        self.key = load_or_create_key(data_dir)
+        self.issuer = ""  # set once the server knows its URL
+
+    def discovery(self) -> dict[str, Any]:
+        return sat.openid_configuration(self.issuer)
+
+    def jwks(self) -> dict[str, Any]:
+        return sat.jwks([self.key])
+
+    def token_request(self, api: Api, registry: Registry, namespace: str, name: str, body: Any) -> dict[str, Any]:
+        """Answer ``POST .../serviceaccounts/<name>/token``: the TokenRequest with its status."""
+        accounts = registry.lookup("", "v1", "serviceaccounts")
+        assert accounts is not None
+        account = api.get(accounts, namespace, name)  # 404 as kube-apiserver when it does not exist
+        if not isinstance(body, dict) or body.get("kind") not in (None, TOKEN_REQUEST_KIND):
+            raise errors.bad_request(f"the body of a {TOKEN_REQUEST_KIND} must be a {TOKEN_REQUEST_KIND} object")
+        spec = dict(body.get("spec") or {})
+        spec.setdefault("expirationSeconds", sat.DEFAULT_EXPIRATION_SECONDS)
+        if not spec.get("audiences"):
+            spec["audiences"] = [self.issuer]  # the API server's own audience, as its default
+        problems = sat.request_errors(spec)
+        if problems:
+            raise errors.invalid(f"{TOKEN_REQUEST_KIND}.authentication.k8s.io", name, "authentication.k8s.io",
+                                 TOKEN_REQUEST_KIND,
+                                 [errors.field_cause(field, "FieldValueInvalid", message) for field, message in problems])
+        bound = self._bound_object(api, registry, namespace, spec.get("boundObjectRef"))
+        now = int(time.time())
+        token = sat.issue(self.key, issuer=self.issuer, namespace=namespace, service_account=name,
+                          service_account_uid=str((account.get("metadata") or {}).get("uid", "")),
+                          audiences=list(spec["audiences"]), expiration_seconds=int(spec["expirationSeconds"]),
+                          now=now, bound=bound)
+        expires = datetime.fromtimestamp(now + int(spec["expirationSeconds"]), timezone.utc)
+        return {"kind": TOKEN_REQUEST_KIND, "apiVersion": TOKEN_REQUEST_API_VERSION,
+                "metadata": {"name": name, "namespace": namespace, "creationTimestamp": None},
+                "spec": spec,
+                "status": {"token": token, "expirationTimestamp": expires.strftime("%Y-%m-%dT%H:%M:%SZ")}}
+
+    @staticmethod
+    def _bound_object(api: Api, registry: Registry, namespace: str, ref: Any) -> sat.BoundObject | None:
+        if not isinstance(ref, dict):
+            return None
+        kind, name = ref["kind"], ref["name"]
+        resource = {"Pod": "pods", "Secret": "secrets", "Node": "nodes"}[kind]
+        rt = registry.lookup("", "v1", resource)
+        assert rt is not None
+        found = api.get(rt, namespace if rt.namespaced else None, name)
+        uid = str((found.get("metadata") or {}).get("uid", ""))
+        if ref.get("uid") and ref["uid"] != uid:
+            raise errors.conflict(rt.qualified_resource, name, rt.group, rt.resource,
+                                  f"the UID in the bound object reference ({ref['uid']}) does not match the UID in "
+                                  "record. The object might have been deleted and then recreated")
+        return sat.BoundObject(kind, name, uid)
