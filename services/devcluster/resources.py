@@ -109,6 +109,10 @@ class Api:
             if self.store.get(ns_type.storage_key, "", name) is None:
                 await self.create(ns_type, None, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}},
                                   WriteOptions(manager="devcluster"))
+        for _, stored in self.store.list(ns_type.storage_key):  # data directories from before
+            meta = stored.load()["metadata"]
+            if not meta.get("deletionTimestamp"):
+                await self.ensure_default_service_account(meta["name"])
 
     # ------------------------------------------------------------------ reads
 
@@ -200,7 +204,22 @@ class Api:
         if managed_fields is not None:
             meta["managedFields"] = managed_fields
         obj = await self._finish_write(rt, "CREATE", obj, None, opts, managed_fields_done=managed_fields is not None)
+        if rt.group == "" and rt.kind == "Namespace" and not opts.dry_run:
+            await self.ensure_default_service_account(name)
         return obj
+
+    async def ensure_default_service_account(self, namespace: str) -> None:
+        """The ServiceAccount controller's part: every namespace has a ``default`` ServiceAccount
+        (pods run as it unless they name another, and their projected tokens are its tokens)."""
+        accounts = self.registry.lookup("", "v1", "serviceaccounts")
+        if accounts is None or self.store.get(accounts.storage_key, namespace, "default") is not None:
+            return
+        body = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": namespace}}
+        try:
+            await self.create(accounts, namespace, body, WriteOptions(manager="devcluster"))
+        except errors.ApiError as err:
+            if err.code != 409:  # created meanwhile by someone else: fine
+                raise
 
     def _check_body(self, rt: ResourceType, body: Any) -> dict[str, Any]:
         if not isinstance(body, dict):

@@ -18,6 +18,7 @@ from trainyard.kube.resources import CONFIGMAP, COSCHEDULING_PODGROUP, SECRET, V
 from .hosts import HostsTable
 from .informers import NODE, POD, Informer, key_of
 from .network import PodNetwork
+from .podenv import ContainerConfigError, TokenProjection
 from .podstatus import now_rfc3339
 from .runner import PodRunner, RunnerConfig
 from .scheduling import GPU, GangKey, node_allocatable, pod_key, pod_requests, schedule
@@ -232,7 +233,7 @@ class Kubelet:
         self.dirty[uid] = dirty
         runner = PodRunner(pod, config=self.config, network=self.network, hosts=self.hosts,
                            mountpoints=self.mountpoints, fetch_sources=self._fetch_sources,
-                           on_change=dirty.set, gpu_ids=gpu_ids)
+                           on_change=dirty.set, gpu_ids=gpu_ids, fetch_token=self._fetch_token)
         self.runners[uid] = runner
         log.info("starting pod %s/%s", runner.namespace, runner.name)
         runner.start()
@@ -250,6 +251,22 @@ class Kubelet:
             if obj is not None:
                 found_secret[name] = obj
         return found_cm, found_secret
+
+    async def _fetch_token(self, namespace: str, account: str, pod_name: str, pod_uid: str,
+                           projection: TokenProjection) -> str:
+        body: dict[str, Any] = {
+            "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+            "spec": {"expirationSeconds": projection.expiration_seconds,
+                     "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": pod_name, "uid": pod_uid}}}
+        if projection.audience:
+            body["spec"]["audiences"] = [projection.audience]
+        try:
+            answer = await self.client.request(
+                "POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token", body=body)
+        except KubeError as err:
+            # As the kubelet: the pod waits in ContainerCreating and the request is retried.
+            raise ContainerConfigError(f"failed to fetch token: {err.message}") from err
+        return str(answer["status"]["token"])
 
     async def _write_status(self, runner: PodRunner, dirty: asyncio.Event) -> None:
         last: dict[str, Any] | None = None

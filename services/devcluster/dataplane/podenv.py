@@ -35,6 +35,34 @@ class PodContext:
     secrets: Mapping[str, dict[str, Any]] = field(default_factory=dict)
     node_allocatable: Mapping[str, str] = field(default_factory=dict)
     base_env: Mapping[str, str] = field(default_factory=dict)
+    # Projected ServiceAccount tokens, by "<volume>/<path>" (see token_projections).
+    tokens: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TokenProjection:
+    """A ``serviceAccountToken`` source of a projected volume: what the kubelet requests."""
+
+    volume: str
+    path: str
+    audience: str
+    expiration_seconds: int
+
+    @property
+    def key(self) -> str:
+        return f"{self.volume}/{self.path}"
+
+
+def token_projections(pod: dict[str, Any]) -> list[TokenProjection]:
+    found = []
+    for volume in (pod.get("spec") or {}).get("volumes") or []:
+        for source in ((volume.get("projected") or {}).get("sources") or []):
+            projection = source.get("serviceAccountToken")
+            if isinstance(projection, dict):
+                found.append(TokenProjection(volume.get("name", ""), projection.get("path", ""),
+                                             projection.get("audience") or "",
+                                             int(projection.get("expirationSeconds") or 3600)))
+    return found
 
 
 def referenced_sources(pod: dict[str, Any]) -> tuple[set[str], set[str]]:

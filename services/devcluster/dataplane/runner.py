@@ -25,8 +25,8 @@ from typing import Any, Awaitable, Callable
 
 from .hosts import HostsTable
 from .network import PodAddress, PodNetwork, kill_netns_processes
-from .podenv import (ContainerConfigError, PodContext, container_argv, container_env,
-                     pod_hostname, qos_class, referenced_sources)
+from .podenv import (ContainerConfigError, PodContext, TokenProjection, container_argv, container_env,
+                     pod_hostname, qos_class, referenced_sources, token_projections)
 from .podstatus import ContainerRecord, PodView, now_rfc3339, render_status
 from .volumes import (Mount, MountpointRegistry, VolumeError, container_mounts,
                       materialize_volumes, remove_tree)
@@ -35,6 +35,9 @@ log = logging.getLogger(__name__)
 
 SourceFetcher = Callable[[str, set[str], set[str]],
                          Awaitable[tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]]]
+# (namespace, service account, pod name, pod uid, projection) -> token; raises
+# ContainerConfigError when the API server refuses.
+TokenFetcher = Callable[[str, str, str, str, TokenProjection], Awaitable[str]]
 POD_MARKER_ENV = "TRAINYARD_POD_UID"
 CRASH_BACKOFF_BASE_S = 10.0
 CRASH_BACKOFF_MAX_S = 300.0
@@ -110,8 +113,9 @@ class PodRunner:
     def __init__(self, pod: dict[str, Any], *, config: RunnerConfig, network: PodNetwork,
                  hosts: HostsTable, mountpoints: MountpointRegistry,
                  fetch_sources: SourceFetcher, on_change: Callable[[], None],
-                 gpu_ids: list[int] | None = None) -> None:
+                 gpu_ids: list[int] | None = None, fetch_token: TokenFetcher | None = None) -> None:
         self.pod = pod
+        self.fetch_token = fetch_token
         self.config = config
         self.network = network
         self.hosts = hosts
@@ -237,12 +241,13 @@ class PodRunner:
             try:
                 configmaps, secrets = await self.fetch_sources(self.namespace, configmap_names,
                                                                secret_names)
+                tokens = await self._tokens()
                 if self.address is None:
                     self.address = await self.network.attach()
                 self._context = PodContext(
                     pod_ip=self.address.ip, host_ip=self.network.host_ip,
                     node_name=self.config.node_name, configmaps=configmaps, secrets=secrets,
-                    base_env=self.config.base_env())
+                    base_env=self.config.base_env(), tokens=tokens)
                 self._volume_paths = materialize_volumes(
                     self.pod, self._context, self.sandbox / "volumes",
                     self.config.data_dir / "claims")
@@ -267,6 +272,17 @@ class PodRunner:
         self.sandbox_ready = True
         self._changed()
         return True
+
+    async def _tokens(self) -> dict[str, str]:
+        """The pod's projected ServiceAccount tokens, requested as the kubelet does: for the
+        pod's ServiceAccount, bound to the pod (they are not refreshed: pods here are short)."""
+        projections = token_projections(self.pod)
+        if not projections:
+            return {}
+        if self.fetch_token is None:
+            raise ContainerConfigError("serviceAccountToken projections need the API server")
+        account = (self.pod.get("spec") or {}).get("serviceAccountName") or "default"
+        return {p.key: await self.fetch_token(self.namespace, account, self.name, self.uid, p) for p in projections}
 
     def _set_waiting(self, reason: str, message: str) -> None:
         for record in self.init + self.regular:

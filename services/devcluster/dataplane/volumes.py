@@ -93,6 +93,13 @@ def materialize_volumes(pod: dict[str, Any], ctx: PodContext, volumes_dir: Path,
                     items = {item.get("path", ""): field_value(pod, (item.get("fieldRef") or {}).get("fieldPath", ""), ctx).encode()
                              for item in projection["downwardAPI"].get("items") or [] if item.get("fieldRef")}
                     _write_items(directory, items, None, 0o644, "downwardAPI", True)
+                elif "serviceAccountToken" in projection:
+                    path = (projection["serviceAccountToken"] or {}).get("path", "")
+                    token = ctx.tokens.get(f"{name}/{path}")
+                    if token is None:
+                        raise ContainerConfigError(f"no ServiceAccount token for volume {name!r} path {path!r}")
+                    # 0600: a credential, readable by the pod's processes only.
+                    _write_items(directory, {path: token.encode()}, None, 0o600, "serviceAccountToken", False)
         elif "hostPath" in volume:
             directory = Path((volume["hostPath"] or {}).get("path", "/"))
             if (volume["hostPath"] or {}).get("type") in ("DirectoryOrCreate",):
