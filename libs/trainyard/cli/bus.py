@@ -31,6 +31,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     install.add_argument("--cluster", action="append", metavar="NAME",
                          help="a cluster whose services use this bus (repeat; default: default)")
     install.add_argument("--host", action="append", metavar="HOST", help="a name the NATS certificate covers (repeat)")
+    install.add_argument("--route-host", action="append", metavar="HOST",
+                         help="a name the NATS route certificate covers (repeat; default: the "
+                              "headless Service's pod names)")
     install.add_argument("--kubeconfig", default=None, help="default: as kubectl (in-cluster in the Job)")
     install.add_argument("--nats-url", default=os.environ.get("TRAINYARD_NATS_URL",
                                                               "tls://trainyard-nats.kubeflow-system.svc:4222"))
@@ -96,12 +99,16 @@ async def _install(args: argparse.Namespace) -> int:
             tls = work / "tls"
             await restore(CA_SECRET, {"ca.crt": tls / "ca.crt", "ca.key": tls / "ca.key",
                                       "ca-bundle.crt": tls / "ca-bundle.crt"})
-            await restore(SERVER_SECRET, {"tls.crt": tls / "tls.crt", "tls.key": tls / "tls.key"})
+            await restore(SERVER_SECRET, {"tls.crt": tls / "tls.crt", "tls.key": tls / "tls.key",
+                                          "route.crt": tls / "route.crt", "route.key": tls / "route.key"})
             for identity in (identity_name(role, cluster) for role, cluster in identities(clusters)):
                 await restore(identity_secret(identity), {"credentials.json": work / "credentials" / f"{identity}.json"})
             hosts = args.host or [f"trainyard-nats.{namespace}.svc", f"trainyard-nats.{namespace}.svc.cluster.local",
                                   "trainyard-nats", "localhost", "127.0.0.1"]
             made = generate(work, clusters, tls_hosts=hosts, server_tls_dir=args.server_tls_dir)
+            route_hosts = args.route_host or [f"*.trainyard-nats-headless.{namespace}.svc",
+                                              f"*.trainyard-nats-headless.{namespace}.svc.cluster.local"]
+            _ensure_route_certificate(tls, route_hosts)
 
             def secret(name: str, files: dict[str, Path], component: str) -> dict:
                 return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
@@ -114,7 +121,9 @@ async def _install(args: argparse.Namespace) -> int:
                                                 "ca-bundle.crt": tls / "ca-bundle.crt"}, "bus-ca"),
                              field_manager="trainyard-bus-install")
             await kube.apply(secret(SERVER_SECRET, {"nats-auth.conf": made.server_config, "tls.crt": tls / "tls.crt",
-                                                    "tls.key": tls / "tls.key"}, "nats"),
+                                                    "tls.key": tls / "tls.key", "route.crt": tls / "route.crt",
+                                                    "route.key": tls / "route.key",
+                                                    "ca-bundle.crt": tls / "ca-bundle.crt"}, "nats"),
                              field_manager="trainyard-bus-install")
             for identity, path in made.credentials.items():
                 await kube.apply(secret(identity_secret(identity), {"credentials.json": path}, "bus-identity"),
@@ -125,6 +134,23 @@ async def _install(args: argparse.Namespace) -> int:
             return await _bootstrap(args.nats_url, args.timeout)
     finally:
         await kube.close()
+
+
+def _ensure_route_certificate(tls: Path, hosts: list[str]) -> None:
+    """The NATS nodes' route certificate (server and client: the routes are mutual TLS, each node
+    verifying the other's certificate against the bus CA), kept until due for rotation."""
+    from trainyard.security import pki
+
+    ca, ca_key, bundle = (tls / "ca.crt").read_bytes(), (tls / "ca.key").read_bytes(), (tls / "ca-bundle.crt").read_bytes()
+    if (tls / "route.crt").is_file() and (tls / "route.key").is_file():
+        chain = (tls / "route.crt").read_bytes()
+        current = pki.CertBundle(ca, ca_key, chain[: len(chain) - len(ca)] if chain.endswith(ca) else chain,
+                                 (tls / "route.key").read_bytes(), bundle)
+        if chain.endswith(ca) and not pki.needs_rotation(current, hosts):
+            return
+    cert, key = pki.new_serving_cert(ca, ca_key, hosts, common_name="trainyard-nats-route", client_auth=True)
+    pki.write_private(tls / "route.crt", cert + ca)
+    pki.write_private(tls / "route.key", key)
 
 
 async def _bootstrap(url: str, timeout_s: float) -> int:
@@ -141,9 +167,11 @@ async def _bootstrap(url: str, timeout_s: float) -> int:
     deadline = asyncio.get_running_loop().time() + timeout_s
     while True:
         try:
-            nc = await connect(url, "trainyard-bus-bootstrap")
+            # The client retries a refused connection by itself: bound each try by what is left.
+            remaining = max(deadline - asyncio.get_running_loop().time(), 1.0)
+            nc = await asyncio.wait_for(connect(url, "trainyard-bus-bootstrap"), timeout=remaining)
             try:
-                await ensure_topology(nc.jetstream())
+                await asyncio.wait_for(ensure_topology(nc.jetstream()), timeout=max(remaining, 30.0))
             finally:
                 await nc.close()
             print("bus topology ready", file=sys.stderr)

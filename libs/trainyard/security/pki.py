@@ -89,9 +89,10 @@ def new_ca(common_name: str, *, organization: str = ORGANIZATION, now: dt.dateti
 def new_serving_cert(ca_cert_pem: bytes, ca_key_pem: bytes, hosts: list[str], *,
                      organization: str = ORGANIZATION, now: dt.datetime | None = None,
                      validity: dt.timedelta = dt.timedelta(days=365),
-                     common_name: str | None = None) -> tuple[bytes, bytes]:
+                     common_name: str | None = None, client_auth: bool = False) -> tuple[bytes, bytes]:
     """(certificate PEM, key PEM) for ``hosts`` (DNS names or IP addresses), signed by the CA;
-    never valid past the CA."""
+    never valid past the CA. ``client_auth``: also a client certificate (mutual TLS between
+    peers, e.g. NATS routes)."""
     now = now or dt.datetime.now(dt.timezone.utc)
     ca_cert = x509.load_pem_x509_certificate(ca_cert_pem)
     ca_key = serialization.load_pem_private_key(ca_key_pem, password=None)
@@ -111,7 +112,9 @@ def new_serving_cert(ca_cert_pem: bytes, ca_key_pem: bytes, hosts: list[str], *,
         .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(not_after)
         .add_extension(x509.SubjectAlternativeName(alt_names), critical=False)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]
+                                             + ([ExtendedKeyUsageOID.CLIENT_AUTH] if client_auth else [])),
+                       critical=False)
         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),  # type: ignore[arg-type]
                        critical=False)
         .sign(ca_key, hashes.SHA256())  # type: ignore[arg-type]

@@ -67,7 +67,7 @@ def test_install_job_makes_secrets_then_bootstraps_and_keeps_identities(devclust
 
         watcher = json.loads(base64.b64decode(secret(devcluster, "trainyard-bus-watcher-default")["data"]["credentials.json"]))
         admin = json.loads(base64.b64decode(secret(devcluster, "trainyard-bus-admin")["data"]["credentials.json"]))
-        assert sorted(auth["data"]) == ["nats-auth.conf", "tls.crt", "tls.key"]
+        assert sorted(auth["data"]) == ["ca-bundle.crt", "nats-auth.conf", "route.crt", "route.key", "tls.crt", "tls.key"]
         assert watcher["seed"] not in base64.b64decode(auth["data"]["nats-auth.conf"]).decode()
         for name in ("planner-default", "applier-default", "status-default", "dispatcher", "dashboard", "bootstrap"):
             assert secret(devcluster, f"trainyard-bus-{name}") is not None, name
@@ -102,12 +102,14 @@ def test_install_job_makes_secrets_then_bootstraps_and_keeps_identities(devclust
 
         # Again (an upgrade re-runs the Job): identities and CA kept, NATS config the same users.
         ca_before = secret(devcluster, "trainyard-bus-ca")["data"]["ca.crt"]
+        route_before = secret(devcluster, "trainyard-nats-auth")["data"]["route.crt"]
         second = install(devcluster, port, tls_dir)
         out, err = second.communicate(timeout=90)
         assert second.returncode == 0, err
         again = json.loads(base64.b64decode(secret(devcluster, "trainyard-bus-watcher-default")["data"]["credentials.json"]))
         assert again["seed"] == watcher["seed"]
         assert secret(devcluster, "trainyard-bus-ca")["data"]["ca.crt"] == ca_before
+        assert secret(devcluster, "trainyard-nats-auth")["data"]["route.crt"] == route_before
     finally:
         if first.poll() is None:
             first.kill()
@@ -155,3 +157,73 @@ def test_deploy_wires_each_service_to_its_own_identity(devcluster, tmp_path: Pat
     assert args[-2:] == ["--cluster", "manager"]
     pod = by_name[("Deployment", "trainyard-dispatcher")]["spec"]["template"]["spec"]
     assert [v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v] == ["trainyard-bus-dispatcher"]
+
+
+def test_nats_routes_are_mutual_tls_with_the_install_jobs_certificate(devcluster, tmp_path: Path) -> None:
+    """The cluster block deploy/ ships (its `tls {}` taken verbatim from the ConfigMap, the mount
+    path pointed at a local copy of trainyard-nats-auth): two nodes form a route with the Job's
+    route certificate; a third node without one is refused."""
+    import re
+    import urllib.request
+
+    import yaml
+
+    tls_dir = tmp_path / "auth"
+    done = subprocess.run(
+        [sys.executable, "-m", "trainyard.cli.main", "bus", "install", "--kubeconfig", str(devcluster.kubeconfig),
+         "--namespace", NAMESPACE, "--nats-url", "tls://127.0.0.1:1", "--server-tls-dir", str(tls_dir),
+         "--route-host", "127.0.0.1", "--route-host", "localhost", "--timeout", "0"],
+        capture_output=True, text=True, timeout=120)
+    assert "bus credentials:" in done.stderr, done.stderr  # (the bootstrap itself has no NATS here)
+    auth = secret(devcluster, "trainyard-nats-auth")["data"]
+    assert {"route.crt", "route.key", "ca-bundle.crt"} <= set(auth)
+    mount(auth, tls_dir)
+
+    shipped = next(d for d in yaml.safe_load_all((REPO / "deploy" / "services" / "nats.yaml").read_text())
+                   if d["kind"] == "ConfigMap")["data"]["nats.conf"]
+    route_tls = re.search(r"\n( *)tls \{.*?\n\1\}", shipped, re.S).group(0).replace("/etc/nats/auth", str(tls_dir))
+    assert "verify: true" in route_tls
+
+    route_ports = [free_port(), free_port(), free_port()]
+    monitor_ports = [free_port(), free_port(), free_port()]
+    processes: list[subprocess.Popen] = []
+
+    def node(index: int, with_tls: bool) -> None:
+        routes = ", ".join(f'"nats://127.0.0.1:{port}"' for i, port in enumerate(route_ports[:2]) if i != index)
+        config = tmp_path / f"node-{index}.conf"
+        config.write_text(f"port: {free_port()}\nhttp_port: {monitor_ports[index]}\nserver_name: n{index}\n"
+                          f"cluster {{\n  name: trainyard\n  listen: 127.0.0.1:{route_ports[index]}\n"
+                          f"  routes: [{routes}]\n{route_tls if with_tls else ''}\n}}\n")
+        log = open(tmp_path / f"node-{index}.log", "wb")
+        processes.append(subprocess.Popen([str(Path(sys.executable).parent / "nats-server"), "-c", str(config)],
+                                          stdout=log, stderr=subprocess.STDOUT))
+        log.close()
+
+    def routes_of(index: int) -> int:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{monitor_ports[index]}/routez", timeout=2) as response:
+                return json.loads(response.read())["num_routes"]
+        except OSError:
+            return -1
+
+    try:
+        node(0, True)
+        node(1, True)
+        deadline = time.monotonic() + 30
+        while not (routes_of(0) >= 1 and routes_of(1) >= 1) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert routes_of(0) >= 1 and routes_of(1) >= 1, (tmp_path / "node-0.log").read_text()[-2000:]
+        before = routes_of(0)
+        node(2, False)  # an intruder: routes to node 0 with no certificate
+        time.sleep(3)
+        assert routes_of(0) == before and routes_of(2) == 0
+        assert "TLS" in (tmp_path / "node-0.log").read_text()
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
