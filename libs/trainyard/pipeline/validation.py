@@ -135,7 +135,7 @@ def _name_errors(new: dict[str, Any]) -> list[FieldError]:
 
 
 @lru_cache(maxsize=None)
-def _crd_schema(kind: str) -> dict[str, Any]:
+def crd_schema(kind: str) -> dict[str, Any]:
     """The openAPIV3Schema of the generated CRD served for ``kind`` (computed once)."""
     for crd in generate_crds():
         if crd["spec"]["names"]["kind"] == kind:
@@ -147,7 +147,7 @@ def crd_errors(new: dict[str, Any], old: dict[str, Any] | None, kind: str) -> li
     """What the API server's schema validation answers for ``new`` (an update of ``old``): the
     CRD's own schema and ``x-kubernetes-validations``, through the evaluator the devcluster runs
     (``trainyard.apimachinery.structural``), after the CRD's defaults as the server applies them."""
-    schema = _crd_schema(kind)
+    schema = crd_schema(kind)
     new_doc = apply_defaults(copy.deepcopy(new), schema)
     old_doc = apply_defaults(copy.deepcopy(old), schema) if old is not None else None
     return [from_cause(c["field"], c["reason"], c["message"]) for c in validate_schema(new_doc, old_doc, schema)]
