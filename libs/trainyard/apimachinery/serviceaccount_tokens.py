@@ -151,6 +151,17 @@ def _public_key(jwk: dict[str, Any]) -> rsa.RSAPublicKey:
     return rsa.RSAPublicNumbers(e, n).public_key()
 
 
+def unverified_header(token: str) -> dict[str, Any]:
+    """The header of a token without checking anything (its ``kid``, to pick the key)."""
+    try:
+        header = json.loads(_unb64(token.split(".")[0]))
+    except (IndexError, ValueError) as err:
+        raise TokenError("malformed token") from err
+    if not isinstance(header, dict):
+        raise TokenError("malformed token")
+    return header
+
+
 def unverified_claims(token: str) -> dict[str, Any]:
     """The claims of a token without checking anything (to find its issuer first)."""
     try:

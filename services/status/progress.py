@@ -1,0 +1,122 @@
+"""The trainer status endpoint (v2.3.0 TrainJobStatus): trainer pods POST their progress here
+over HTTPS with a projected ServiceAccount token; verified against the cluster issuer's keys
+(OIDC discovery and JWKS, read through the API server), it is written to the TrainJob's
+``status.trainerStatus`` by server-side apply (field manager ``trainer-status``).
+
+Decisions are ``trainyard.pipeline.trainer_status``; this module is the HTTP and API plumbing.
+Answers are ``metav1.Status`` bodies as upstream's: 403 ``Forbidden``, 422 ``Invalid payload``
+or the API server's own validation message, 404 ``Train job not found``, 413 ``Payload too
+large``; 200 echoes the report.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from typing import Any
+
+from aiohttp import web
+
+from trainyard.apimachinery import serviceaccount_tokens as sat
+from trainyard.kube.client import KubeClient, KubeError
+from trainyard.kube.resources import TRAINJOB
+from trainyard.pipeline import trainer_status as ts
+
+log = logging.getLogger(__name__)
+
+# A key set is re-read at most this often when a token names a key it does not hold (rotation).
+KEYS_REFRESH_MIN_S = 30.0
+
+
+def _status(code: int, reason: str, message: str) -> web.Response:
+    body = {"metadata": {}, "status": "Failure", "message": message, "reason": reason, "code": code}
+    return web.json_response(body, status=code)
+
+
+class IssuerKeys:
+    """The cluster issuer and its key set, read through the API server and cached."""
+
+    def __init__(self, client: KubeClient) -> None:
+        self.client = client
+        self.issuer = ""
+        self.keys: dict[str, Any] = {"keys": []}
+        self._read_at = 0.0
+        self._lock = asyncio.Lock()
+
+    async def refresh(self, *, force: bool = False) -> None:
+        async with self._lock:
+            if not force and self.issuer and time.monotonic() - self._read_at < KEYS_REFRESH_MIN_S:
+                return
+            discovery = await self.client.request("GET", sat.DISCOVERY_PATH)
+            issuer = str(discovery["issuer"])
+            jwks_uri = str(discovery["jwks_uri"])
+            # The key set is served by the API server itself: read it with the same client.
+            path = jwks_uri[len(issuer.rstrip("/")):] if jwks_uri.startswith(issuer.rstrip("/")) else sat.JWKS_PATH
+            self.keys = await self.client.request("GET", path)
+            self.issuer = issuer
+            self._read_at = time.monotonic()
+
+    async def authorized(self, header: str | None, namespace: str, name: str) -> bool:
+        if not self.issuer:
+            await self.refresh(force=True)
+        if ts.authorized(header, namespace, name, self.keys, issuer=self.issuer, now=int(time.time())):
+            return True
+        token = ts.bearer_token(header)
+        known = {k.get("kid") for k in self.keys.get("keys") or []}
+        if token and _kid(token) not in known:
+            await self.refresh()  # a new signing key, perhaps
+            return ts.authorized(header, namespace, name, self.keys, issuer=self.issuer, now=int(time.time()))
+        return False
+
+
+def _kid(token: str) -> str | None:
+    try:
+        return sat.unverified_header(token).get("kid")
+    except sat.TokenError:
+        return None
+
+
+def make_app(client: KubeClient, keys: IssuerKeys | None = None) -> web.Application:
+    keys = keys or IssuerKeys(client)
+
+    async def report(request: web.Request) -> web.Response:
+        namespace, name = request.match_info["namespace"], request.match_info["name"]
+        if request.content_length is not None and request.content_length > ts.MAX_BODY_BYTES:
+            return _status(413, "RequestEntityTooLarge", "Payload too large")
+        try:
+            allowed = await keys.authorized(request.headers.get("Authorization"), namespace, name)
+        except (KubeError, KeyError, ValueError) as err:
+            log.warning("cannot read the issuer's keys: %s", err)
+            return _status(500, "InternalError", "Internal error")
+        if not allowed:
+            return _status(403, "Forbidden", "Forbidden")
+        raw = await request.content.read(ts.MAX_BODY_BYTES + 1)
+        if len(raw) > ts.MAX_BODY_BYTES:
+            return _status(413, "RequestEntityTooLarge", "Payload too large")
+        try:
+            body = json.loads(raw)
+            apply = ts.status_apply(namespace, name, body)
+        except (ValueError, ts.InvalidPayload):
+            return _status(422, "Invalid", "Invalid payload")
+        if apply is not None:
+            try:
+                await client.request("PATCH", TRAINJOB.path(namespace, name, "status"),
+                                     query={"fieldManager": ts.FIELD_MANAGER, "force": "true"}, body=apply,
+                                     content_type="application/apply-patch+yaml")
+            except KubeError as err:
+                if err.status in (400, 422):
+                    return _status(422, "Invalid", err.message or f"Validation failed: {err}")
+                if err.not_found:
+                    return _status(404, "NotFound", "Train job not found")
+                log.error("status write of %s/%s failed: %s", namespace, name, err)
+                return _status(500, "InternalError", "Internal error")
+        return web.json_response(body)
+
+    async def other(_: web.Request) -> web.Response:
+        return _status(404, "NotFound", "Not found")
+
+    app = web.Application(client_max_size=ts.MAX_BODY_BYTES + 1024)
+    app.router.add_post(ts.status_path("{namespace}", "{name}"), report)
+    app.router.add_route("*", "/{tail:.*}", other)
+    return app
