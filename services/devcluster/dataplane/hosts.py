@@ -3,7 +3,9 @@
 For a pod with hostname ``h`` and subdomain ``s`` in namespace ``ns`` (a headless Service
 ``s`` exists), ``h.s.ns.svc.cluster.local`` and its short forms ``h.s.ns.svc``, ``h.s.ns``,
 ``h.s`` name the pod's address; ``s.ns.svc.cluster.local`` (and short forms) names every
-such pod. Each pod's own file also maps its bare hostname. The files are rewritten in place
+such pod; a headless Service without a selector names the addresses of its EndpointSlices (how
+pods reach a process outside the cluster by Service name). Each pod's own file also maps its
+bare hostname. The files are rewritten in place
 (same inode) so a bind mount over /etc/hosts sees every update.
 """
 from __future__ import annotations
@@ -36,8 +38,33 @@ def service_names(namespace: str, service: str) -> list[str]:
             f"{service}.{namespace}"]
 
 
+SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+
+
+def external_addresses(services: list[dict], slices: list[dict]) -> dict[tuple[str, str], list[str]]:
+    """(namespace, Service) -> addresses, for headless Services without a selector: their
+    EndpointSlices' endpoints that are not marked not-ready, as cluster DNS answers for them."""
+    wanted = {((s.get("metadata") or {}).get("namespace", ""), (s.get("metadata") or {}).get("name", ""))
+              for s in services
+              if (s.get("spec") or {}).get("clusterIP") == "None" and not (s.get("spec") or {}).get("selector")}
+    found: dict[tuple[str, str], list[str]] = {}
+    for endpoint_slice in slices:
+        meta = endpoint_slice.get("metadata") or {}
+        key = (meta.get("namespace", ""), (meta.get("labels") or {}).get(SERVICE_NAME_LABEL, ""))
+        if key not in wanted:
+            continue
+        for endpoint in endpoint_slice.get("endpoints") or []:
+            if ((endpoint.get("conditions") or {}).get("ready")) is False:
+                continue
+            for address in endpoint.get("addresses") or []:
+                if address not in found.setdefault(key, []):
+                    found[key].append(address)
+    return found
+
+
 def render_hosts(own_ip: str, own_hostname: str, own_fqdn: str | None,
-                 records: list[PodRecord], own_namespace: str = "") -> str:
+                 records: list[PodRecord], own_namespace: str = "",
+                 external: dict[tuple[str, str], list[str]] | None = None) -> str:
     """One pod's hosts file: its own names first, then every published pod and service.
 
     The relative form ``h.s`` is namespace-local (the resolver's search list starts with the
@@ -53,6 +80,9 @@ def render_hosts(own_ip: str, own_hostname: str, own_fqdn: str | None,
             names = names[:-1]
         lines.append(f"{record.ip}\t{' '.join(names)}\n")
         services.setdefault((record.namespace, record.subdomain), []).append(record.ip)
+    # Selector-less headless Services: the addresses of their EndpointSlices.
+    for (namespace, service), ips in sorted((external or {}).items()):
+        services.setdefault((namespace, service), []).extend(ips)
     for (namespace, service), ips in sorted(services.items()):
         for ip in ips:
             lines.append(f"{ip}\t{' '.join(service_names(namespace, service))}\n")
@@ -80,6 +110,8 @@ class HostsTable:
         self.files: dict[str, tuple[Path, str, str, str | None, str]] = {}
         # (namespace, headless Service) -> publishNotReadyAddresses; None: publish everything
         self.services: dict[tuple[str, str], bool] | None = None
+        # (namespace, selector-less headless Service) -> its endpoint addresses
+        self.external: dict[tuple[str, str], list[str]] = {}
 
     def published(self) -> list[PodRecord]:
         # A replacement pod with the same hostname was added later: its record wins.
@@ -117,6 +149,11 @@ class HostsTable:
             self.services = dict(services)
             self.refresh()
 
+    def set_external(self, external: dict[tuple[str, str], list[str]]) -> None:
+        if external != self.external:
+            self.external = {key: list(ips) for key, ips in external.items()}
+            self.refresh()
+
     def set_ready(self, uid: str, ready: bool) -> None:
         """Pod readiness matters for Services with ``publishNotReadyAddresses: false``."""
         if self.ready.get(uid) != ready:
@@ -128,6 +165,6 @@ class HostsTable:
         records = self.published()
         for path, ip, hostname, fqdn, namespace in list(self.files.values()):
             try:
-                write_in_place(path, render_hosts(ip, hostname, fqdn, records, namespace))
+                write_in_place(path, render_hosts(ip, hostname, fqdn, records, namespace, self.external))
             except OSError:
                 continue

@@ -22,6 +22,7 @@ POD = Resource("", "v1", "pods", "Pod")
 SERVICE = Resource("", "v1", "services", "Service")
 NODE = Resource("", "v1", "nodes", "Node", False)
 JOB = Resource("batch", "v1", "jobs", "Job")
+ENDPOINT_SLICE = Resource("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice")
 
 
 def key_of(obj: dict[str, Any]) -> Key:

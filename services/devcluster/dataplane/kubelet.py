@@ -15,7 +15,7 @@ from typing import Any
 from trainyard.kube.client import KubeClient, KubeError
 from trainyard.kube.resources import CONFIGMAP, COSCHEDULING_PODGROUP, SECRET, VOLCANO_PODGROUP
 
-from .hosts import HostsTable
+from .hosts import HostsTable, external_addresses
 from .informers import NODE, POD, Informer, key_of
 from .network import PodNetwork
 from .podenv import ContainerConfigError, TokenProjection
@@ -177,8 +177,10 @@ class Kubelet:
     """Runs every pod bound to this node and reports its status."""
 
     def __init__(self, client: KubeClient, config: RunnerConfig, network: PodNetwork,
-                 pods: Informer, services: Informer, gpus: int) -> None:
+                 pods: Informer, services: Informer, gpus: int,
+                 endpoint_slices: Informer | None = None) -> None:
         self.client = client
+        self.endpoint_slices = endpoint_slices
         self.config = config
         self.network = network
         self.pods = pods
@@ -193,12 +195,16 @@ class Kubelet:
         self.hosts.set_services({})
         pods.listeners.append(self._on_pod)
         services.listeners.append(lambda _e, _o: self._refresh_services())
+        if endpoint_slices is not None:
+            endpoint_slices.listeners.append(lambda _e, _o: self._refresh_services())
         self._stopping = False
 
     def _refresh_services(self) -> None:
         self.hosts.set_services({key_of(s): bool((s.get("spec") or {}).get("publishNotReadyAddresses"))
                                  for s in self.services.items()
                                  if (s.get("spec") or {}).get("clusterIP") == "None"})
+        if self.endpoint_slices is not None:
+            self.hosts.set_external(external_addresses(self.services.items(), self.endpoint_slices.items()))
 
     def _on_pod(self, event: str, pod: dict[str, Any]) -> None:
         if self._stopping:

@@ -12,7 +12,7 @@ from trainyard.kube.client import KubeClient
 from trainyard.kube.resources import JOBSET, Resource
 
 from .controllers import JobController, JobSetController
-from .informers import JOB, NODE, POD, SERVICE, Informer
+from .informers import ENDPOINT_SLICE, JOB, NODE, POD, SERVICE, Informer
 from .kubelet import (Kubelet, Scheduler, detect_gpus, machine_capacity, node_object,
                       podgroup_informers, register_node, runner_config)
 from .network import open_network
@@ -55,8 +55,9 @@ async def run_dataplane(options: DataPlaneOptions, stop: asyncio.Event) -> None:
         services = Informer(client, SERVICE)
         jobsets = Informer(client, JOBSET)
         nodes = Informer(client, NODE)
+        endpoint_slices = Informer(client, ENDPOINT_SLICE)
         groups = podgroup_informers(client)
-        informers = [pods, jobs, services, jobsets, nodes] + [informer for _, informer in groups]
+        informers = [pods, jobs, services, jobsets, nodes, endpoint_slices] + [informer for _, informer in groups]
         for informer in informers:
             running[informer.resource.plural + "." + informer.resource.group] = asyncio.create_task(
                 informer.run(stop), name=f"informer-{informer.resource.plural}")
@@ -78,7 +79,7 @@ async def run_dataplane(options: DataPlaneOptions, stop: asyncio.Event) -> None:
                                               services.synced.wait()), SYNC_TIMEOUT_S)
         config = runner_config(options.data_dir, options.node_name, options.time_scale,
                                client._host, gpus)  # noqa: SLF001 - the API endpoint for pods
-        kubelet = Kubelet(client, config, network, pods, services, gpus)
+        kubelet = Kubelet(client, config, network, pods, services, gpus, endpoint_slices)
         kubelet.adopt_existing()
         kubelet._refresh_services()  # noqa: SLF001
         scheduler = Scheduler(client, options.node_name, capacity, pods, groups, nodes)
