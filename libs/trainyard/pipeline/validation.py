@@ -216,7 +216,10 @@ def num_nodes_change_errors(new: dict[str, Any], old: dict[str, Any] | None,
 
 def runtime_schema_errors(new: dict[str, Any], old: dict[str, Any] | None) -> list[FieldError]:
     """The runtime CRDs' structural schema and CEL rules (§1.2) on a defaulted object."""
-    return _name_errors(new) + crd_errors(new, old, str(new.get("kind") or names.TRAINING_RUNTIME_KIND))
+    # The two runtime CRDs share one schema; any other kind is checked as a TrainingRuntime.
+    kind = names.CLUSTER_TRAINING_RUNTIME_KIND if new.get("kind") == names.CLUSTER_TRAINING_RUNTIME_KIND \
+        else names.TRAINING_RUNTIME_KIND
+    return _name_errors(new) + crd_errors(new, old, kind)
 
 
 def replicated_job_errors(runtime: dict[str, Any]) -> list[FieldError]:
