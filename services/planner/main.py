@@ -27,6 +27,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--webhook-namespace", default=env("TRAINYARD_WEBHOOK_NAMESPACE", "kubeflow-system"),
                         help="namespace of the webhook Service and certificate Secret "
                              "(env TRAINYARD_WEBHOOK_NAMESPACE)")
+    parser.add_argument("--trainjob-status-url", default=env("TRAINYARD_TRAINJOB_STATUS_URL"),
+                        help="feature gate TrainJobStatus (v2.3.0, off by default): the status endpoint as trainer "
+                             "pods reach it, https://<service>.<namespace>.svc:<port>; trainer pods then get its URL, "
+                             "CA and a projected token (env TRAINYARD_TRAINJOB_STATUS_URL)")
+    parser.add_argument("--trainjob-status-ca-file", default=env("TRAINYARD_TRAINJOB_STATUS_CA_FILE"),
+                        help="PEM of the CA that signed the status endpoint's certificate "
+                             "(env TRAINYARD_TRAINJOB_STATUS_CA_FILE)")
     parser.add_argument("--cert-check-interval", default=env("TRAINYARD_CERT_CHECK_INTERVAL", "60"),
                         help="seconds between certificate expiry checks (env TRAINYARD_CERT_CHECK_INTERVAL)")
 
@@ -57,6 +64,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--cert-check-interval: expected seconds, got {args.cert_check_interval!r}") from None
     if args.webhook_url and not str(args.webhook_url).startswith("https://"):
         raise UserError(f"--webhook-url: must start with https://, got {args.webhook_url!r}")
+    plugins = _plugins(args, UserError)
 
     async def main(stop) -> None:
         import asyncio
@@ -75,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
         tasks = []
         try:
             await runtime.start(stop)
-            planner = Planner(runtime.bus, config.cluster, config.ack_wait_s)
+            planner = Planner(runtime.bus, config.cluster, config.ack_wait_s, plugins)
             if webhook_port is not None:
                 from trainyard_services.planner.certmanager import CertManager
                 from trainyard_services.planner.webhook import TlsFiles, WebhookServer, build_app
@@ -110,6 +118,26 @@ def run(args: argparse.Namespace) -> int:
             await runtime.close()
 
     return run_service(config, main)
+
+
+def _plugins(args: argparse.Namespace, user_error: type[Exception]) -> tuple:
+    """The planning plugins: REGISTRY, plus TrainJobStatus when its endpoint is given."""
+    from pathlib import Path
+
+    from trainyard.pipeline.plugins import REGISTRY
+    from trainyard.pipeline.plugins.trainjobstatus import StatusEndpoint, with_trainjob_status
+
+    if not args.trainjob_status_url:
+        return REGISTRY
+    if not str(args.trainjob_status_url).startswith("https://"):
+        raise user_error(f"--trainjob-status-url: must start with https://, got {args.trainjob_status_url!r}")
+    if not args.trainjob_status_ca_file:
+        raise user_error("--trainjob-status-url needs --trainjob-status-ca-file")
+    try:
+        ca_pem = Path(args.trainjob_status_ca_file).read_text()
+    except OSError as err:
+        raise user_error(f"--trainjob-status-ca-file: {err}") from None
+    return with_trainjob_status(REGISTRY, StatusEndpoint(str(args.trainjob_status_url), ca_pem))
 
 
 async def _retry_until(stop, action, log) -> None:

@@ -13,7 +13,9 @@ from trainyard.bus.session import BusSession
 from trainyard.bus.subjects import ObjectKey, bus_kind, plan_subject, result_subject
 from trainyard.pipeline.errors import PlanningError
 from trainyard.pipeline.lifecycle import deadline_exceeded, is_finished
+from trainyard.pipeline.framework import Plugin
 from trainyard.pipeline.planning import plan, plan_hash
+from trainyard.pipeline.plugins import REGISTRY
 from trainyard.pipeline.ssh_keys import defer_generated_secrets, deferred_ssh_key
 from trainyard.telemetry import metrics
 
@@ -31,6 +33,7 @@ CHILD_KINDS: tuple[tuple[str, str, str], ...] = (
     ("scheduling.volcano.sh/v1beta1", "PodGroup", ""),
     ("v1", "Secret", "-mpi-ssh-auth"),
     ("v1", "ConfigMap", "-mpi-hostfile"),
+    ("v1", "ConfigMap", "-tls-config"),  # TrainJobStatus (feature gate)
 )
 
 
@@ -142,23 +145,24 @@ def is_child(obj: dict[str, Any], trainjob_name: str) -> bool:
     )
 
 
-def owned_refs(trainjob: dict[str, Any], observed: list[dict[str, Any]]) -> list[ObjectRef]:
+def owned_refs(trainjob: dict[str, Any], observed: list[dict[str, Any]],
+               plugins: tuple[Plugin, ...] = REGISTRY) -> list[ObjectRef]:
     """Every object the TrainJob should own now, including the ones upstream leaves untouched
     because they exist (a running JobSet): planned as if none of its children existed."""
     name = trainjob["metadata"]["name"]
     without_children = [o for o in observed if not is_child(o, name)]
-    full = plan(trainjob, None, without_children, new_ssh_key=_placeholder_ssh_key)
+    full = plan(trainjob, None, without_children, new_ssh_key=_placeholder_ssh_key, plugins=plugins)
     return [ObjectRef.of(o) for o in full.objects]
 
 
 def owned_refs_for(trainjob: dict[str, Any], observed: list[dict[str, Any]],
-                   planned: list[dict[str, Any]]) -> list[ObjectRef]:
+                   planned: list[dict[str, Any]], plugins: tuple[Plugin, ...] = REGISTRY) -> list[ObjectRef]:
     """:func:`owned_refs`, without a second planning pass when no child exists yet (then the
     plan itself lists everything)."""
     name = trainjob["metadata"]["name"]
     if not any(is_child(o, name) for o in observed):
         return [ObjectRef.of(o) for o in planned]
-    return owned_refs(trainjob, observed)
+    return owned_refs(trainjob, observed, plugins)
 
 
 @dataclass(frozen=True)
@@ -170,7 +174,9 @@ class PlanDecision:
     skipped: str = ""
 
 
-async def decide(bus: BusSession, cluster: str, trainjob: dict[str, Any]) -> PlanDecision:
+async def decide(bus: BusSession, cluster: str, trainjob: dict[str, Any],
+                 plugins: tuple[Plugin, ...] = REGISTRY) -> PlanDecision:
+    """``plugins``: REGISTRY, plus TrainJobStatus when that feature gate is on."""
     meta = trainjob["metadata"]
     namespace, name, uid = meta.get("namespace") or "", meta["name"], meta.get("uid", "")
     generation = int(meta.get("generation") or 0)
@@ -189,9 +195,9 @@ async def decide(bus: BusSession, cluster: str, trainjob: dict[str, Any]) -> Pla
         return PlanDecision(skipped="deadline exceeded")
     try:
         # No key material in a plan (it is published): the applier generates the MPI SSH keys.
-        result = plan(trainjob, None, observed, new_ssh_key=deferred_ssh_key)
+        result = plan(trainjob, None, observed, new_ssh_key=deferred_ssh_key, plugins=plugins)
         objects = defer_generated_secrets(list(result.objects))
-        owned = owned_refs_for(trainjob, observed, objects)
+        owned = owned_refs_for(trainjob, observed, objects, plugins)
     except PlanningError as err:
         return PlanDecision(failure=ApplyResult(
             cluster=cluster, namespace=namespace, name=name, uid=uid, generation=generation,
@@ -243,7 +249,7 @@ def child_event_changes_nothing(event: ObjectEvent, trainjob: dict[str, Any], ap
 
 
 async def reconcile_trainjob(bus: BusSession, cluster: str, namespace: str, name: str,
-                             trigger: ObjectEvent | None = None) -> str:
+                             trigger: ObjectEvent | None = None, plugins: tuple[Plugin, ...] = REGISTRY) -> str:
     """One planning pass; returns what happened (for logs and metrics)."""
     trainjob = await bus.snapshots.get(ObjectKey(cluster, "TrainJob", namespace, name))
     if trainjob is None:
@@ -253,7 +259,7 @@ async def reconcile_trainjob(bus: BusSession, cluster: str, namespace: str, name
         if child_event_changes_nothing(trigger, trainjob, applied):
             metrics.PLANS.labels("child_unchanged").inc()
             return "child unchanged"
-    decision = await decide(bus, cluster, trainjob)
+    decision = await decide(bus, cluster, trainjob, plugins)
     outcome_key = applied_store_key(cluster, namespace, name)
     if decision.failure is not None:
         failure = decision.failure

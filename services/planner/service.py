@@ -12,6 +12,8 @@ from trainyard.bus.subjects import ObjectKey, event_filter
 from trainyard.bus.topology import EVENTS_STREAM, ConsumerSpec, durable_name
 from trainyard.kube import resources as r
 from trainyard.kube.client import KubeClient, KubeError
+from trainyard.pipeline.framework import Plugin
+from trainyard.pipeline.plugins import REGISTRY
 
 from trainyard_services.planner.reconcile import reconcile_trainjob
 
@@ -24,7 +26,7 @@ def trainjob_lane(subject: str) -> str:
     """Lane key: namespace + name. Children share their TrainJob's name (a JobSet, PodGroups),
     so one TrainJob's events are handled in order."""
     namespace, name = subject.split(".")[-2:]
-    for suffix in ("-mpi-ssh-auth", "-mpi-hostfile"):  # encoded tokens keep "-" and letters
+    for suffix in ("-mpi-ssh-auth", "-mpi-hostfile", "-tls-config"):  # encoded tokens keep "-" and letters
         if name.endswith(suffix):
             name = name[: -len(suffix)]
     return f"{namespace}.{name}"
@@ -35,6 +37,7 @@ class Planner:
     bus: BusSession
     cluster: str
     ack_wait_s: float = 30.0
+    plugins: tuple[Plugin, ...] = REGISTRY  # + TrainJobStatus when its feature gate is on
 
     async def handle(self, delivery: Delivery) -> None:
         try:
@@ -51,7 +54,7 @@ class Planner:
         if event.kind == "TrainJob" and not managed_by_us(event.object):
             return  # e.g. a manager's TrainJob that the dispatcher runs on a worker (managedBy is immutable)
         for namespace, name in await affected_trainjobs(self.bus, event):
-            outcome = await reconcile_trainjob(self.bus, self.cluster, namespace, name, event)
+            outcome = await reconcile_trainjob(self.bus, self.cluster, namespace, name, event, self.plugins)
             log.debug("planned", extra={"trainjob": f"{namespace}/{name}", "outcome": outcome})
 
     def consumer_spec(self) -> ConsumerSpec:

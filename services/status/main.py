@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 HELP = "Fold JobSet status and apply results into TrainJob status; keep runtime finalizers."
 
@@ -10,22 +11,54 @@ def configure(parser: argparse.ArgumentParser) -> None:
     from trainyard.telemetry.service import add_common_flags
 
     add_common_flags(parser)
+    env = os.environ.get
+    parser.add_argument("--trainjob-status-port", default=env("TRAINYARD_TRAINJOB_STATUS_PORT", "off"),
+                        help="feature gate TrainJobStatus (v2.3.0, off by default): HTTPS port of the endpoint "
+                             "trainer pods report progress to; 'off' serves none (env TRAINYARD_TRAINJOB_STATUS_PORT)")
+    parser.add_argument("--trainjob-status-host", default=env("TRAINYARD_TRAINJOB_STATUS_HOST", "127.0.0.1"),
+                        help="bind address of that endpoint (env TRAINYARD_TRAINJOB_STATUS_HOST)")
+    parser.add_argument("--trainjob-status-cert-dir", default=env("TRAINYARD_TRAINJOB_STATUS_CERT_DIR"),
+                        help="directory with its tls.crt and tls.key (env TRAINYARD_TRAINJOB_STATUS_CERT_DIR)")
+
+
+def _status_port(value: str, user_error: type[Exception]) -> int | None:
+    if str(value).lower() == "off":
+        return None
+    try:
+        port = int(value)
+    except ValueError:
+        raise user_error(f"--trainjob-status-port: expected a port number or 'off', got {value!r}") from None
+    if not 0 <= port <= 65535:
+        raise user_error(f"--trainjob-status-port: must be between 0 and 65535, got {port}")
+    return port
 
 
 def run(args: argparse.Namespace) -> int:
+    from trainyard.cli.main import UserError
     from trainyard.telemetry.service import config_from_args, run_service
 
     config = config_from_args("status", args)
+    status_port = _status_port(args.trainjob_status_port, UserError)
+    if status_port is not None and not args.trainjob_status_cert_dir:
+        raise UserError("--trainjob-status-port needs --trainjob-status-cert-dir")
 
     async def main(stop) -> None:
         from trainyard.telemetry.runtime import ServiceRuntime
         from trainyard_services.status.service import StatusService, run_status
 
         runtime = ServiceRuntime(config)
+        endpoint = None
         try:
             await runtime.start(stop)
+            if status_port is not None:
+                from trainyard_services.status.progress import serve
+
+                endpoint = await serve(runtime.kube, args.trainjob_status_host, status_port,
+                                       args.trainjob_status_cert_dir)
             await run_status(StatusService(runtime.bus, runtime.kube, config.cluster, config.ack_wait_s), stop)
         finally:
+            if endpoint is not None:
+                await endpoint.cleanup()
             await runtime.close()
 
     return run_service(config, main)

@@ -120,3 +120,18 @@ def make_app(client: KubeClient, keys: IssuerKeys | None = None) -> web.Applicat
     app.router.add_post(ts.status_path("{namespace}", "{name}"), report)
     app.router.add_route("*", "/{tail:.*}", other)
     return app
+
+
+async def serve(client: KubeClient, host: str, port: int, cert_dir: str) -> web.AppRunner:
+    """Serve the endpoint over HTTPS with ``<cert_dir>/tls.crt`` and ``tls.key``; the caller
+    cleans the returned runner up."""
+    import ssl
+    from pathlib import Path
+
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(Path(cert_dir) / "tls.crt", Path(cert_dir) / "tls.key")
+    runner = web.AppRunner(make_app(client), access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host, port, ssl_context=context).start()
+    log.info("trainer status endpoint listening", extra={"host": host, "port": port})
+    return runner

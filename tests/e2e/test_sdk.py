@@ -31,6 +31,18 @@ def ddp_hello(greeting):
     dist.destroy_process_group()
 
 
+def report_progress():
+    # Runs in the trainer pod: the SDK's own progress call, to the endpoint trainyard injects
+    # (TrainJobStatus); the status is read while the pod still runs.
+    import time
+
+    from kubeflow.trainer import update_trainjob_status
+
+    sent = update_trainjob_status(progress_percent=50, estimated_remaining_seconds=20, metrics={"loss": 0.5})
+    print(f"progress sent: {sent}", flush=True)
+    time.sleep(20)
+
+
 @pytest.fixture(scope="module")
 def client(trainyard_stack_module: RunningStack) -> Any:
     from kubeflow.common.types import KubernetesBackendConfig
@@ -225,3 +237,29 @@ def test_runtime_patch_and_active_deadline_reach_the_jobset_and_pods(
         assert time.monotonic() < deadline, "the JobSet or pods of the timed-out TrainJob remain"
         time.sleep(1)
     client.delete_job(name)
+
+
+def test_training_progress_reaches_the_trainjob_status(client: Any, trainyard_stack_module: RunningStack) -> None:
+    """v2.3.0 TrainJobStatus, on in `trainyard up`: the SDK's update_trainjob_status in a trainer
+    pod reaches status.trainerStatus through the status endpoint, authenticated by the pod's
+    projected token."""
+    from kubeflow.trainer import CustomTrainer
+
+    stack = trainyard_stack_module
+    name = client.train(runtime="torch-distributed-cpu", trainer=CustomTrainer(func=report_progress, num_nodes=1))
+    deadline = time.monotonic() + 120
+    while True:
+        trainjob = json.loads(stack.kubectl("get", "trainjob", name, "-o", "json").stdout)
+        progress = (trainjob.get("status") or {}).get("trainerStatus")
+        if progress:
+            break
+        assert time.monotonic() < deadline, "no progress reported:\n" + "\n".join(client.get_job_logs(name))
+        time.sleep(1)
+    assert (progress["progressPercentage"], progress["estimatedRemainingSeconds"]) == (50, 20)
+    assert progress["metrics"] == [{"name": "loss", "value": "0.5"}]
+    assert progress["lastUpdatedTime"].endswith("Z")
+    header, row = stack.kubectl("get", "trainjob", name).stdout.splitlines()[:2]
+    assert row[header.index("PROGRESS"):].split()[0] == "50"  # by position: STATE is blank while running
+    assert "progress sent: True" in "\n".join(client.get_job_logs(name))
+    client.delete_job(name)
+

@@ -364,6 +364,9 @@ CRDS: tuple[CrdInfo, ...] = (
             # the last condition's type, empty while a TrainJob runs.
             _column("Status", ".status.state", description="Running, Suspended, Complete or Failed"),
             _column("Runtime", ".spec.runtimeRef.name", description="Referenced runtime"),
+            # trainyard: v2.3.0's progress report (TrainJobStatus), shown while it trains.
+            _column("Progress", ".status.trainerStatus.progressPercentage", "integer",
+                    description="Training progress in percent, as the trainer reports it"),
             _column("Suspended", ".spec.suspend", "boolean", priority=1),
             # trainyard: the worker cluster a delegated TrainJob runs on (the dispatcher's annotation).
             _column("Cluster", ".metadata.annotations.trainyard\\.kubeflow\\.org/worker-cluster",

@@ -57,6 +57,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--merge-kubeconfig", action="store_true",
                         help="add this stack as a context (trainyard-<data dir>-<hash>, made current) to "
                              "$KUBECONFIG's first file or ~/.kube/config, as kind does; `down` removes it")
+    parser.add_argument("--no-trainjob-status", action="store_true",
+                        help="turn the TrainJobStatus feature gate off (upstream's default): trainer pods then get "
+                             "no status endpoint to report progress to")
     parser.add_argument("--startup-timeout", type=float, default=120.0, metavar="SECONDS",
                         help="how long each component may take to become ready (default 120)")
 
@@ -95,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
         skip=frozenset(args.skip), startup_timeout_s=args.startup_timeout,
         dashboard_port=0 if args.free_ports else args.dashboard_port,
         workers=args.workers, worker_lost_timeout_s=args.worker_lost_timeout,
-        nats_cluster=args.nats_cluster,
+        nats_cluster=args.nats_cluster, trainjob_status=not args.no_trainjob_status,
     )
 
     def say(line: str) -> None:

@@ -85,3 +85,20 @@ async def wait_until_served(client: Any, collection_path: str, timeout_s: float)
             if err.status != 404 or time.monotonic() > deadline:
                 raise InstallError(f"{collection_path} is not served: HTTP {err.status} {err.reason}") from err
         await asyncio.sleep(0.2)
+
+
+async def node_address(client: Any, timeout_s: float) -> str:
+    """The InternalIP of the (data plane's) node, once it has registered."""
+    import asyncio
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        nodes = await _call(client, "GET", "/api/v1/nodes")
+        for node in (nodes or {}).get("items") or []:
+            for address in (node.get("status") or {}).get("addresses") or []:
+                if address.get("type") == "InternalIP" and address.get("address"):
+                    return str(address["address"])
+        if time.monotonic() > deadline:
+            raise InstallError("no node registered (its address is where trainer pods reach the status endpoint)")
+        await asyncio.sleep(0.2)

@@ -114,6 +114,29 @@ def public_configmap() -> Manifest:
     }
 
 
+# Feature gate TrainJobStatus: the Service trainer pods reach the status endpoint by. It has no
+# selector (the endpoint is a host process); its EndpointSlice names the node's address.
+STATUS_SERVICE = "trainyard-status"
+
+
+def status_service(port: int) -> Manifest:
+    return {"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": STATUS_SERVICE, "namespace": SYSTEM_NAMESPACE},
+            "spec": {"clusterIP": "None", "ports": [{"name": "https", "port": port, "protocol": "TCP"}]}}
+
+
+def status_endpoint_slice(address: str, port: int) -> Manifest:
+    return {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": STATUS_SERVICE, "namespace": SYSTEM_NAMESPACE,
+                         "labels": {"kubernetes.io/service-name": STATUS_SERVICE}},
+            "addressType": "IPv4", "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
+            "endpoints": [{"addresses": [address], "conditions": {"ready": True}}]}
+
+
+def status_service_hosts() -> list[str]:
+    return [f"{STATUS_SERVICE}.{SYSTEM_NAMESPACE}.svc", f"{STATUS_SERVICE}.{SYSTEM_NAMESPACE}.svc.cluster.local"]
+
+
 @dataclass(frozen=True)
 class ResourcePath:
     """Where a manifest lives in the REST API."""
@@ -135,6 +158,8 @@ _PLURALS = {
     "TrainJob": "trainjobs",
     "Secret": "secrets",
     "MultiKueueCluster": "multikueueclusters",
+    "Service": "services",
+    "EndpointSlice": "endpointslices",
 }
 _CLUSTER_SCOPED = {"CustomResourceDefinition", "Namespace", "ClusterTrainingRuntime", "MultiKueueCluster"}
 

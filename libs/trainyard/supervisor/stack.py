@@ -49,6 +49,9 @@ class StackConfig:
     worker_lost_timeout_s: float = 900.0
     dashboard_port: int = 0
     nats_cluster: int = 1  # NATS nodes; more than one: a local JetStream cluster (routes on free ports)
+    # Feature gate TrainJobStatus (off by default upstream; on in a local stack): trainer pods
+    # report progress to the status service's HTTPS endpoint (docs/pipeline.md).
+    trainjob_status: bool = True
 
 
 @dataclass(frozen=True)
@@ -134,6 +137,8 @@ class Stack:
         # --nats-cluster: the other nodes' client ports and every node's route port (free ports).
         self.nats_extra_ports: list[int] = []
         self.nats_route_ports: list[int] = []
+        # TrainJobStatus per cluster: (bind address, port, certificate directory).
+        self.trainjob_status: dict[str, tuple[str, int, Path]] = {}
 
     def plan_clusters(self) -> None:
         """The manager from the configured ports; workers on free ports, each in its own
@@ -412,12 +417,40 @@ class Stack:
         self.say(f"  installed   runtimes {', '.join(r['metadata']['name'] for r in runtimes)}"
                  f"{' on ' + cluster.name if self.config.workers else ''}  ({_since(began)})")
 
+    async def prepare_trainjob_status(self, cluster: ClusterPlan) -> None:
+        """The status endpoint's certificate, and the Service trainer pods reach it by (its
+        EndpointSlice names the node's address, where the status service listens)."""
+        from trainyard.security import pki
+
+        began = time.monotonic()
+        client = await kubeapi.open_client(cluster.kubeconfig)
+        try:
+            address = await kubeapi.node_address(client, timeout_s=self.config.startup_timeout_s)
+            port = free_port()
+            directory = self.config.data_dir / "trainjob-status" / cluster.name
+            pki.ensure_bundle(directory, manifests.status_service_hosts() + [address],
+                              ca_common_name="trainyard trainer status CA")
+            for manifest in (manifests.status_service(port), manifests.status_endpoint_slice(address, port)):
+                await kubeapi.create_or_update(client, manifest)
+        finally:
+            await client.close()
+        self.trainjob_status[cluster.name] = (address, port, directory)
+        self.say(f"  prepared    trainer status endpoint https://{manifests.status_service_hosts()[0]}:{port}"
+                 f"{' on ' + cluster.name if self.config.workers else ''}  ({_since(began)})")
+
     async def start_service(self, cluster: ClusterPlan, service: str) -> None:
         port = cluster.service_ports[service]
         argv = trainyard_argv(service, "--kubeconfig", str(cluster.kubeconfig), "--nats-url", self.nats_url,
                               "--http-port", str(port), "--cluster", cluster.name)
         if service == "planner":
             argv += ["--webhook-port", str(cluster.webhook_port)]
+        endpoint = self.trainjob_status.get(cluster.name)
+        if endpoint is not None and service == "planner":
+            argv += ["--trainjob-status-url", f"https://{manifests.status_service_hosts()[0]}:{endpoint[1]}",
+                     "--trainjob-status-ca-file", str(endpoint[2] / "ca.crt")]
+        if endpoint is not None and service == "status":
+            argv += ["--trainjob-status-host", endpoint[0], "--trainjob-status-port", str(endpoint[1]),
+                     "--trainjob-status-cert-dir", str(endpoint[2])]
         await self._start_service_child(cluster.child(service), argv, port, self.bus_env(service, cluster.name))
 
     async def start_dispatcher(self) -> None:
@@ -454,6 +487,8 @@ class Stack:
         if "devcluster" not in self.config.skip:
             await asyncio.gather(*(self.start_devcluster(cluster) for cluster in self.clusters))
             await asyncio.gather(*(self.install_crds(cluster) for cluster in self.clusters))
+            if self.config.trainjob_status and {"planner", "status"}.isdisjoint(self.config.skip):
+                await asyncio.gather(*(self.prepare_trainjob_status(cluster) for cluster in self.clusters))
         services = [name for name in SERVICES if name not in self.config.skip]
         await asyncio.gather(*(self.start_service(cluster, name) for cluster in self.clusters for name in services))
         if "devcluster" not in self.config.skip:

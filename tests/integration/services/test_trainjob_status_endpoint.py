@@ -12,13 +12,12 @@ from pathlib import Path
 
 import httpx
 import pytest
-from aiohttp import web
 
 from integration.apiserver._manifests import install_trainer_crds, trainjob
 from trainyard.kube.client import KubeClient
 from trainyard.pipeline.trainer_status import status_path, token_audience
 from trainyard.security import pki
-from trainyard_services.status.progress import make_app
+from trainyard_services.status.progress import serve
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -36,18 +35,10 @@ def token_for(cluster, name: str) -> str:
 
 @pytest.fixture
 async def endpoint(cluster, tmp_path: Path):
-    bundle = pki.issue(["127.0.0.1"], ca_common_name="status-endpoint-test")
-    (tmp_path / "ca.crt").write_bytes(bundle.ca_cert_pem)
-    (tmp_path / "tls.crt").write_bytes(bundle.chain_pem)
-    (tmp_path / "tls.key").write_bytes(bundle.key_pem)
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(tmp_path / "tls.crt", tmp_path / "tls.key")
+    pki.save_bundle(tmp_path, pki.issue(["127.0.0.1"], ca_common_name="status-endpoint-test"))
     client = await KubeClient.from_kubeconfig(str(cluster.kubeconfig))
-    runner = web.AppRunner(make_app(client))
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    runner = await serve(client, "127.0.0.1", 0, str(tmp_path))  # as the status service does
+    port = runner.addresses[0][1]
     try:
         yield f"https://127.0.0.1:{port}", tmp_path / "ca.crt"
     finally:

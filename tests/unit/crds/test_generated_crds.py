@@ -145,7 +145,7 @@ def test_upstream_defaults_enums_rules_and_list_types_are_kept(release: str, fil
 
 def test_trainer_printer_columns_include_state_and_runtime() -> None:
     columns = generated()["trainer.kubeflow.org_trainjobs.yaml"]["spec"]["versions"][0]["additionalPrinterColumns"]
-    assert [c["name"] for c in columns] == ["State", "Status", "Runtime", "Suspended", "Cluster", "Age"]
+    assert [c["name"] for c in columns] == ["State", "Status", "Runtime", "Progress", "Suspended", "Cluster", "Age"]
     assert columns[0]["jsonPath"] == ".status.conditions[-1:].type"
     assert columns[1]["jsonPath"] == ".status.state"
     assert columns[2]["jsonPath"] == ".spec.runtimeRef.name"

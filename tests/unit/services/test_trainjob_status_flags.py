@@ -1,0 +1,49 @@
+"""The TrainJobStatus flags of the planner and the status service: off by default, refused
+when incomplete, and the planner's plugins gain TrainJobStatus before the JobSet builder."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from trainyard.pipeline.plugins import REGISTRY
+from trainyard_services.planner.main import _plugins
+from trainyard_services.status.main import _status_port
+
+
+class Refused(Exception):
+    pass
+
+
+def args(**values: str | None) -> argparse.Namespace:
+    return argparse.Namespace(trainjob_status_url=values.get("url"), trainjob_status_ca_file=values.get("ca"))
+
+
+def test_off_by_default_the_planner_plans_with_the_registry() -> None:
+    assert _plugins(args(), Refused) is REGISTRY
+
+
+def test_on_the_planner_adds_trainjob_status_before_the_jobset_builder(tmp_path: Path) -> None:
+    (tmp_path / "ca.crt").write_text("-----BEGIN CERTIFICATE-----\n")
+    plugins = _plugins(args(url="https://trainyard-status.kubeflow-system.svc:8443", ca=str(tmp_path / "ca.crt")),
+                       Refused)
+    assert [p.name for p in plugins][-2:] == ["TrainJobStatus", "JobSet"]
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"url": "http://x:1"}, "must start with https://"),
+    ({"url": "https://x:1"}, "needs --trainjob-status-ca-file"),
+    ({"url": "https://x:1", "ca": "/nonexistent/ca.crt"}, "--trainjob-status-ca-file"),
+])
+def test_incomplete_planner_flags_are_refused(values: dict, message: str) -> None:
+    with pytest.raises(Refused, match=message):
+        _plugins(args(**values), Refused)
+
+
+def test_status_port_flag() -> None:
+    assert _status_port("off", Refused) is None and _status_port("8443", Refused) == 8443
+    with pytest.raises(Refused, match="expected a port number or 'off'"):
+        _status_port("https", Refused)
+    with pytest.raises(Refused, match="between 0 and 65535"):
+        _status_port("70000", Refused)
