@@ -53,6 +53,9 @@ def test_up_apply_example_complete_logs_down_then_resume(tmp_path: Path) -> None
         trainjob = json.loads(stack.kubectl("get", "-n", namespace, f"trainjob/{name}", "-o", "json").stdout)
         complete = [c for c in trainjob["status"]["conditions"] if c["type"] == "Complete"]
         assert complete and complete[0]["status"] == "True"
+        # TrainJobStatus (on in `trainyard up`): the example reported its progress, the last at 100 %.
+        progress = trainjob["status"]["trainerStatus"]
+        assert progress["progressPercentage"] == 100 and progress["metrics"][0]["name"] == "loss"
 
         pods = json.loads(stack.kubectl(
             "get", "pods", "-n", namespace, "-l",
