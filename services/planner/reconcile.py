@@ -238,6 +238,11 @@ def child_event_changes_nothing(event: ObjectEvent, trainjob: dict[str, Any], ap
     matches the TrainJob's, or any other child, leaves the plan as it is. Deletions always count."""
     if event.kind == "TrainJob" or event.type == "DELETED" or event.kind.endswith("Runtime"):
         return False
+    if event.kind == "ConfigMap" and event.name == trainjob["metadata"]["name"] + "-tls-config":
+        # TrainJobStatus's CA ConfigMap: planning never reads it, and it is applied before the
+        # JobSet, so its ADDED event arrives while that plan is still being applied (re-planning
+        # then would re-apply the same plan under the ConfigMap's trace).
+        return True
     meta = trainjob["metadata"]
     if applied is None or applied.uid != meta.get("uid") or applied.state != "applied" \
             or applied.generation != int(meta.get("generation") or 0):

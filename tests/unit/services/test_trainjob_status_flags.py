@@ -47,3 +47,19 @@ def test_status_port_flag() -> None:
         _status_port("https", Refused)
     with pytest.raises(Refused, match="between 0 and 65535"):
         _status_port("70000", Refused)
+
+
+def test_the_ca_configmap_being_created_does_not_replan_a_plan_still_being_applied() -> None:
+    """It is applied before the JobSet: re-planning on its ADDED event would re-apply the plan
+    under the ConfigMap's trace. Its deletion still re-plans (it is re-created)."""
+    from trainyard.bus.envelopes import ObjectEvent
+    from trainyard_services.planner.reconcile import child_event_changes_nothing
+
+    trainjob = {"metadata": {"name": "mnist", "uid": "u", "generation": 1}, "spec": {}}
+
+    def event(kind: str, name: str, type_: str = "ADDED") -> ObjectEvent:
+        return ObjectEvent(cluster="default", type=type_, kind=kind, apiVersion="v1", namespace="default",
+                           name=name, object={"metadata": {"name": name}})
+    assert child_event_changes_nothing(event("ConfigMap", "mnist-tls-config"), trainjob, None)
+    assert not child_event_changes_nothing(event("ConfigMap", "mnist-tls-config", "DELETED"), trainjob, None)
+    assert not child_event_changes_nothing(event("ConfigMap", "mnist-mpi-hostfile"), trainjob, None)
