@@ -204,8 +204,9 @@ class Applier:
     async def _apply_one(self, obj: dict[str, Any]) -> bool:
         meta = obj["metadata"]
         resource = resource_for(obj["apiVersion"], obj["kind"])
-        if obj["kind"] == "Secret" and obj.get("immutable") is True:
-            # Created once, never updated (the MPI SSH keys, spec §5.3).
+        if obj["kind"] == "Secret" and (obj.get("immutable") is True or needs_generation(obj)):
+            # Created once, never updated (the MPI SSH keys, spec §5.3; the Flux CURVE
+            # certificate, whose key the running brokers hold).
             if await self.kube.get(resource, meta.get("namespace"), meta["name"],
                                    timeout_s=self.request_timeout_s) is not None:
                 return False

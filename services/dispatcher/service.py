@@ -58,7 +58,7 @@ def _now() -> str:
 
 
 def _no_ssh_key() -> tuple[bytes, bytes]:
-    return b"", b""  # placement only sums requests: an MPI plan needs no real key here
+    return b"", b""  # placement only sums requests: an MPI or Flux plan needs no real key here
 
 
 def _lane(subject: str) -> str:
@@ -300,7 +300,8 @@ class Dispatcher:
         if runtime is None:
             return {}
         try:
-            return plan_requests(plan(trainjob, runtime, new_ssh_key=_no_ssh_key).objects)
+            return plan_requests(plan(trainjob, runtime, new_ssh_key=_no_ssh_key,
+                                      new_curve_key=_no_ssh_key).objects)
         except PlanningError:
             return {}  # the worker's trainyard reports the planning error on the copy
 

@@ -16,6 +16,7 @@ from trainyard.pipeline.lifecycle import deadline_exceeded, is_finished
 from trainyard.pipeline.framework import Plugin
 from trainyard.pipeline.planning import plan, plan_hash
 from trainyard.pipeline.plugins import REGISTRY
+from trainyard.pipeline.curve_keys import deferred_curve_key
 from trainyard.pipeline.ssh_keys import defer_generated_secrets, deferred_ssh_key
 from trainyard.telemetry import metrics
 
@@ -34,6 +35,8 @@ CHILD_KINDS: tuple[tuple[str, str, str], ...] = (
     ("v1", "Secret", "-mpi-ssh-auth"),
     ("v1", "ConfigMap", "-mpi-hostfile"),
     ("v1", "ConfigMap", "-tls-config"),  # TrainJobStatus (feature gate)
+    ("v1", "ConfigMap", "-flux-entrypoint"),
+    ("v1", "Secret", "-flux-curve"),
 )
 
 
@@ -151,7 +154,8 @@ def owned_refs(trainjob: dict[str, Any], observed: list[dict[str, Any]],
     because they exist (a running JobSet): planned as if none of its children existed."""
     name = trainjob["metadata"]["name"]
     without_children = [o for o in observed if not is_child(o, name)]
-    full = plan(trainjob, None, without_children, new_ssh_key=_placeholder_ssh_key, plugins=plugins)
+    full = plan(trainjob, None, without_children, new_ssh_key=_placeholder_ssh_key,
+                new_curve_key=deferred_curve_key, plugins=plugins)
     return [ObjectRef.of(o) for o in full.objects]
 
 
@@ -194,8 +198,10 @@ async def decide(bus: BusSession, cluster: str, trainjob: dict[str, Any],
         # The status service fails it and deletes the JobSet; the snapshot may not show it yet.
         return PlanDecision(skipped="deadline exceeded")
     try:
-        # No key material in a plan (it is published): the applier generates the MPI SSH keys.
-        result = plan(trainjob, None, observed, new_ssh_key=deferred_ssh_key, plugins=plugins)
+        # No key material in a plan (it is published): the applier generates the MPI SSH keys
+        # and the Flux CURVE certificate.
+        result = plan(trainjob, None, observed, new_ssh_key=deferred_ssh_key,
+                      new_curve_key=deferred_curve_key, plugins=plugins)
         objects = defer_generated_secrets(list(result.objects))
         owned = owned_refs_for(trainjob, observed, objects, plugins)
     except PlanningError as err:

@@ -150,6 +150,28 @@ type: kubernetes.io/ssh-auth
     assert [o["kind"] for o in yaml.safe_load_all(result.stdout)] == ["ConfigMap", "JobSet"]
 
 
+def test_plan_a_flux_trainjob_and_keep_its_observed_curve_secret() -> None:
+    golden = REPO / "tests" / "unit" / "pipeline" / "golden" / "flux"
+    stdin = (golden / "flux_distributed.runtime.yaml").read_text() + "\n---\n" \
+        + (golden / "flux_distributed.trainjob.yaml").read_text()
+    result = trainyard("plan", "-f", "-", stdin=stdin)
+    assert result.returncode == 0, result.stderr
+    objects = list(yaml.safe_load_all(result.stdout))
+    assert [(o["kind"], o["metadata"]["name"]) for o in objects] == [
+        ("ConfigMap", "lammps-flux-flux-entrypoint"), ("Secret", "lammps-flux-flux-curve"), ("JobSet", "lammps-flux")]
+    pod = objects[2]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert pod["initContainers"][0]["name"] == "flux-installer"
+    assert pod["containers"][0]["command"][:2] == ["/bin/bash", "/etc/flux-config/entrypoint.sh"]
+    kept = trainyard("plan", "-f", "-", stdin=stdin + """
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: lammps-flux-flux-curve, namespace: hpc}
+""")
+    assert kept.returncode == 0, kept.stderr
+    assert [o["kind"] for o in yaml.safe_load_all(kept.stdout)] == ["ConfigMap", "JobSet"]
+
+
 # --- validate ---------------------------------------------------------------------------
 
 def test_validate_accepts_good_objects(tmp_path: Path) -> None:

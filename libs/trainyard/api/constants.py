@@ -345,3 +345,25 @@ ERR_TORCHTUNE_QLORA_GPU = "must have gpu resource with value 1 for {model} model
 ERR_MPI_IMPLEMENTATION_UNSUPPORTED = "MPI implementation for {value} doesn't supported"
 ERR_VOLCANO_PRIORITY_CLASS_MISSING = 'PriorityClass "{name}" doesn\'t exist: {error}'
 ERR_SSH_AUTH_SECRET_BUILD = "failed to build SSH Auth secret: {error}"
+
+# v2.3.0 Flux (pkg/constants): the installer image and broker defaults a TrainJob's or the
+# runtime's trainer env may change (FLUX_VIEW_IMAGE, FLUX_NETWORK_DEVICE, FLUX_QUEUE_POLICY),
+# and the names and paths of what the plugin adds to the node pods.
+FLUX_INSTALLER_IMAGE = "ghcr.io/converged-computing/flux-view-ubuntu:tag-jammy"
+FLUX_NETWORK_DEVICE = "eth0"
+FLUX_QUEUE_POLICY = "fcfs"
+FLUX_INSTALLER_CONTAINER_NAME = "flux-installer"
+FLUX_INSTALL_VOLUME_NAME = "flux-install"
+FLUX_VOLUME_PATH = "/mnt/flux"
+FLUX_CONFIG_MOUNT_PATH = "/etc/flux-config"  # upstream's FluxConfigVolumeName, used as a mount path
+FLUX_CURVE_VOLUME_NAME = "flux-curve"
+FLUX_CURVE_VOLUME_PATH = "/curve"
+FLUX_MEMORY_VOLUME_NAME = "shared-memory"
+FLUX_MEMORY_VOLUME_PATH = "/dev/shm"
+FLUX_SPACK_VIEW_VOLUME_NAME = "spack-install"
+FLUX_SPACK_VIEW_VOLUME_PATH = "/opt/software"
+FLUX_ENTRYPOINT_CONFIGMAP_SUFFIX = "-flux-entrypoint"
+FLUX_CURVE_SECRET_SUFFIX = "-flux-curve"
+FLUX_CURVE_CERT_KEY = "curve.cert"
+FLUX_CONFIGMAP_DEFAULT_MODE = 0o755
+FLUX_CURVE_DEFAULT_MODE = 0o400

@@ -13,6 +13,7 @@ from opentelemetry import trace
 
 from . import names
 from .documents import dig, mapping
+from .curve_keys import CurveKeyFactory, new_curve_key_pair
 from .errors import FieldError
 from .info import RuntimeInfo
 from .observed import ObservedState
@@ -32,6 +33,7 @@ class PlanContext:
     info: RuntimeInfo
     observed: ObservedState
     new_ssh_key: SshKeyFactory
+    new_curve_key: CurveKeyFactory = new_curve_key_pair  # the Flux CURVE certificate's key pair
     # Read once from the TrainJob (plugins ask for them many times).
     name: str = field(init=False)
     namespace: str = field(init=False)

@@ -75,6 +75,9 @@ class RuntimeInfo:
     # Set by Torch in TorchTune mode: the command the JobSet builder writes instead of
     # trainer.command (in memory only; the TrainJob itself is never changed).
     torchtune_command: list[str] | None = None
+    # Set by Flux: the entrypoint command that wraps the trainer's; the JobSet builder writes it
+    # and leaves the TrainJob's args out (upstream clears them on its in-memory TrainJob).
+    flux_command: list[str] | None = None
 
     @property
     def torch_policy(self) -> dict[str, Any] | None:

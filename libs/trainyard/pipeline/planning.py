@@ -17,6 +17,7 @@ from .plugins import REGISTRY
 from trainyard.apimachinery.quantity import QuantityError
 from .resolution import ResolvedRuntime, RuntimeLookupError, SUPPORTED_KEYS, lookup_runtime, \
     registry_key, unsupported_runtime_message
+from .curve_keys import CurveKeyFactory, new_curve_key_pair
 from .ssh_keys import new_ssh_key_pair
 
 
@@ -69,6 +70,7 @@ def resolve(trainjob: dict[str, Any], observed: ObservedState, runtime: Any | No
 
 def plan(trainjob: Any, runtime: Any | None = None, observed: Iterable[Any] | ObservedState = (),
          *, new_ssh_key: SshKeyFactory = new_ssh_key_pair,
+         new_curve_key: CurveKeyFactory = new_curve_key_pair,
          plugins: Sequence[Plugin] = REGISTRY) -> Plan:
     """Plan the objects upstream's controller would apply for ``trainjob``.
 
@@ -82,7 +84,8 @@ def plan(trainjob: Any, runtime: Any | None = None, observed: Iterable[Any] | Ob
     resolved = resolve(job, state, runtime)
     try:
         info = build_info(job, resolved.spec)
-        ctx = PlanContext(trainjob=job, runtime=resolved, info=info, observed=state, new_ssh_key=new_ssh_key)
+        ctx = PlanContext(trainjob=job, runtime=resolved, info=info, observed=state, new_ssh_key=new_ssh_key,
+                          new_curve_key=new_curve_key)
         objects = run_planning(plugins, ctx)
     except QuantityError as err:
         raise PlanningError(str(err)) from None

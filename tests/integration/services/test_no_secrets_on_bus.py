@@ -99,3 +99,41 @@ def test_mpi_ssh_keys_never_reach_jetstream(stack, api) -> None:
     on_disk = [(str(p), needle[:20]) for p in store_files for needle in needles if needle in p.read_bytes()]
     assert on_disk == []
     assert any(b"mpi-keys-mpi-ssh-auth" in p.read_bytes() for p in store_files)
+
+
+def test_flux_curve_certificate_never_reaches_jetstream(stack, api) -> None:
+    """The Flux CURVE Secret follows the same rule: planned without data, written by the applier."""
+    stack.start_all()
+    golden = REPO / "tests" / "unit" / "pipeline" / "golden" / "flux"
+    api.create(CTR, yaml.safe_load((golden / "flux_distributed.runtime.yaml").read_text()))
+    job = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+           "metadata": {"name": "flux-keys", "namespace": "default"},
+           "spec": {"runtimeRef": {"name": "flux-distributed"}, "suspend": True,
+                    "trainer": {"numNodes": 2, "command": ["hostname"]}}}
+    created = api.create(TRAINJOBS.format(ns="default"), job)
+    secret = wait_for(lambda: api.get(SECRETS.format(ns="default") + "/flux-keys-flux-curve"),
+                      what="the Flux CURVE Secret")
+    jobset = wait_for(lambda: api.get(JOBSETS.format(ns="default") + "/flux-keys"), what="JobSet")
+    assert wait_for(lambda: api.get("/api/v1/namespaces/default/configmaps/flux-keys-flux-entrypoint"),
+                    what="the Flux ConfigMap")["data"]["init.sh"].startswith("#!/bin/bash")
+    pod = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert [c["name"] for c in pod["initContainers"]] == ["flux-installer"]
+
+    assert sorted(secret["data"]) == ["curve.cert"] and not secret.get("immutable")
+    assert not (secret["metadata"].get("annotations") or {})
+    owner = secret["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["name"], owner["uid"], owner["controller"]) == \
+        ("TrainJob", "flux-keys", created["metadata"]["uid"], True)
+    cert_b64 = secret["data"]["curve.cert"]
+    cert = base64.b64decode(cert_b64).decode()
+    assert '    name = "flux-keys"\n' in cert
+    secret_key = cert.split('secret-key = "')[1].split('"')[0]
+    assert len(secret_key) == 40
+
+    time.sleep(1.0)
+    messages = everything_on_the_bus(stack.nats.url)
+    assert any(b"flux-keys-flux-curve" in data for _, data in messages)  # went by as a reference
+    needles = [secret_key.encode(), cert_b64.encode(), cert_b64[8:72].encode()]
+    assert [(stream, n[:20]) for stream, data in messages for n in needles if n in data] == []
+    store_files = [p for p in Path(stack.nats.store_dir).rglob("*") if p.is_file()]
+    assert [(str(p), n[:20]) for p in store_files for n in needles if n in p.read_bytes()] == []

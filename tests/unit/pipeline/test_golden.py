@@ -5,7 +5,8 @@ name in ``shared/reference/trainer-v2.1.0/runtimes/`` and compared with
 ``golden/<stem>.plan.yaml`` (reviewed by hand against the spec). Set
 ``TRAINYARD_UPDATE_GOLDEN=1`` to rewrite the expected files after a deliberate change.
 ``golden/v2.3.0/`` does the same for ``trainer-v2.3.0/runtimes/`` (JAX, XGBoost, and the torch
-case with runtimePatches after podTemplateOverrides).
+case with runtimePatches after podTemplateOverrides). ``golden/flux/`` plans against the runtime
+beside each case (``<stem>.runtime.yaml``): v2.3.0 ships no Flux default runtime.
 """
 from __future__ import annotations
 
@@ -24,6 +25,12 @@ CASES = sorted(p.name.removesuffix(".trainjob.yaml") for p in GOLDEN.glob("*.tra
 GOLDEN_V23 = GOLDEN / "v2.3.0"
 RUNTIMES_V23 = RUNTIMES.parents[1] / "trainer-v2.3.0" / "runtimes"
 CASES_V23 = sorted(p.name.removesuffix(".trainjob.yaml") for p in GOLDEN_V23.glob("*.trainjob.yaml"))
+GOLDEN_FLUX = GOLDEN / "flux"
+CASES_FLUX = sorted(p.name.removesuffix(".trainjob.yaml") for p in GOLDEN_FLUX.glob("*.trainjob.yaml"))
+
+
+def fixed_curve_key() -> tuple[bytes, bytes]:
+    return bytes(range(32)), bytes(range(32, 64))
 
 
 def test_every_reference_runtime_has_a_golden_case() -> None:
@@ -36,12 +43,17 @@ def test_every_v2_3_0_reference_runtime_has_a_golden_case() -> None:
     assert sorted(p.stem for p in RUNTIMES_V23.glob("*.yaml")) == CASES_V23
 
 
-@pytest.mark.parametrize(("release", "stem"), [("v2.1.0", s) for s in CASES] + [("v2.3.0", s) for s in CASES_V23])
+@pytest.mark.parametrize(("release", "stem"), [("v2.1.0", s) for s in CASES] + [("v2.3.0", s) for s in CASES_V23]
+                         + [("flux", s) for s in CASES_FLUX])
 def test_golden_plan(release: str, stem: str) -> None:
-    runtimes, golden = (RUNTIMES, GOLDEN) if release == "v2.1.0" else (RUNTIMES_V23, GOLDEN_V23)
-    runtime = yaml.safe_load((runtimes / f"{stem}.yaml").read_text())
+    if release == "flux":
+        golden = GOLDEN_FLUX
+        runtime = yaml.safe_load((golden / f"{stem}.runtime.yaml").read_text())
+    else:
+        runtimes, golden = (RUNTIMES, GOLDEN) if release == "v2.1.0" else (RUNTIMES_V23, GOLDEN_V23)
+        runtime = yaml.safe_load((runtimes / f"{stem}.yaml").read_text())
     trainjob = yaml.safe_load((golden / f"{stem}.trainjob.yaml").read_text())
-    planned = plan(trainjob, runtime, new_ssh_key=fixed_ssh_key)
+    planned = plan(trainjob, runtime, new_ssh_key=fixed_ssh_key, new_curve_key=fixed_curve_key)
     rendered = render_yaml(planned.objects)
     expected_file = golden / f"{stem}.plan.yaml"
     if os.environ.get("TRAINYARD_UPDATE_GOLDEN") == "1":

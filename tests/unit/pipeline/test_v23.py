@@ -245,14 +245,13 @@ def test_torch_runtime_unaffected_by_new_sources() -> None:
     assert jobset is not None
 
 
-def test_flux_admission_rules_and_planning_refusal() -> None:
+def test_flux_admission_rules() -> None:
+    # Planning: tests/unit/pipeline/test_flux.py.
     rt = node_runtime({"flux": {"numProcPerNode": 1}}, init=[container("flux-installer")])
     result = validate_trainjob(trainjob(trainer={"numProcPerNode": 0}), runtime=rt)
     assert result.texts() == [
         "spec.trainer.numProcPerNode: Invalid value: 0: must be greater than or equal to 1 for Flux TrainJob",
         'spec.trainer.initContainers: Invalid value: "flux-installer": InitContainer \'flux-installer\' is reserved']
-    with pytest.raises(PlanningError, match="Flux ML policy is not supported by trainyard yet"):
-        plan(trainjob(trainer={"numNodes": 2}), node_runtime({"flux": {"numProcPerNode": 1}}))
 
 
 def test_mpi_reserved_envs_are_refused() -> None:

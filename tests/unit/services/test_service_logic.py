@@ -46,6 +46,22 @@ def test_a_running_jobset_is_kept_in_owned_although_the_plan_leaves_it_alone():
     assert ("JobSet", "job") in owned and ("PodGroup", "job") in owned
 
 
+def test_a_kept_flux_curve_secret_stays_owned_and_unplanned():
+    from trainyard.pipeline.planning import plan
+
+    flux = {**RUNTIME, "metadata": {"name": "flux"},
+            "spec": {**RUNTIME["spec"], "mlPolicy": {"numNodes": 1, "flux": {}}}}
+    job = trainjob(runtimeRef={"name": "flux"}, trainer={"numNodes": 2})
+    secret = {"apiVersion": "v1", "kind": "Secret",
+              "metadata": {"name": "job-flux-curve", "namespace": "ns",
+                           "ownerReferences": [{"kind": "TrainJob", "uid": "u1", "name": "job"}]}}
+    observed = [flux, secret]
+    planned = plan(job, None, observed)
+    assert [o["kind"] for o in planned.objects] == ["PodGroup", "ConfigMap", "JobSet"]
+    owned = {(r.kind, r.name) for r in owned_refs_for(job, observed, list(planned.objects))}
+    assert ("Secret", "job-flux-curve") in owned and ("ConfigMap", "job-flux-entrypoint") in owned
+
+
 def test_first_plan_owns_exactly_what_it_applies():
     from trainyard.pipeline.planning import plan
 
@@ -67,6 +83,8 @@ def test_managed_by_and_runtime_references():
 def test_children_share_their_trainjobs_lane():
     assert trainjob_lane("ty.events.c.JobSet.ns.job") == trainjob_lane("ty.events.c.TrainJob.ns.job")
     assert trainjob_lane("ty.events.c.Secret.ns.job-mpi-ssh-auth") == "ns.job"
+    assert trainjob_lane("ty.events.c.Secret.ns.job-flux-curve") == "ns.job"
+    assert trainjob_lane("ty.events.c.ConfigMap.ns.job-flux-entrypoint") == "ns.job"
     assert trainjob_lane("ty.events.c.TrainJob.ns.a") != trainjob_lane("ty.events.c.TrainJob.ns.b")
 
 

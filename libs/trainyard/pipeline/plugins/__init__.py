@@ -2,8 +2,9 @@
 
 This order is the order inside every phase (upstream iterates a Go map, so its order is
 random): ML policy plugins run before the JobSet plugin reads their results, and builders
-emit PodGroups, then the MPI Secret and ConfigMap, then the JobSet, so that what the
-JobSet's Pods reference exists first when the objects are applied in plan order.
+emit PodGroups, then the MPI Secret and ConfigMap, the Flux ConfigMap and Secret, then the
+JobSet, so that what the JobSet's Pods reference exists first when the objects are applied in
+plan order.
 """
 from __future__ import annotations
 

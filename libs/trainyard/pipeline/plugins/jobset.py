@@ -96,10 +96,10 @@ def _apply_trainer(ctx: PlanContext) -> None:
         if is_trainer:
             if trainer.get("image") is not None:
                 container["image"] = trainer["image"]
-            command = ctx.info.torchtune_command or trainer.get("command")
+            command = ctx.info.torchtune_command or ctx.info.flux_command or trainer.get("command")
             if command is not None:
                 container["command"] = list(command)
-            if trainer.get("args") is not None:
+            if trainer.get("args") is not None and ctx.info.flux_command is None:
                 container["args"] = list(trainer["args"])
         if isinstance(resources, dict) and (resources.get("limits") is not None or resources.get("requests") is not None):
             container["resources"] = {k: clone(resources[k]) for k in ("limits", "requests")
