@@ -250,8 +250,12 @@ def child_event_changes_nothing(event: ObjectEvent, trainjob: dict[str, Any], ap
         # then would re-apply the same plan under the ConfigMap's trace).
         return True
     meta = trainjob["metadata"]
-    if applied is None or applied.uid != meta.get("uid") or applied.state != "applied" \
-            or applied.generation != int(meta.get("generation") or 0):
+    # A plan of this generation that is applied, or being applied right now: a child's ADDED
+    # event then comes from that very apply (the JobSet appears before the applier records the
+    # plan as applied), and re-planning would only apply the same plan again under the child's
+    # trace, taking the TrainJob change's place as the trace status writes link to.
+    settled = applied is not None and (applied.state == "applied" or applied.claim_live())
+    if not settled or applied.uid != meta.get("uid") or applied.generation != int(meta.get("generation") or 0):
         return False
     if event.kind == "JobSet":
         want = (trainjob.get("spec") or {}).get("suspend") is True

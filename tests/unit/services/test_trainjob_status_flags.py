@@ -63,3 +63,32 @@ def test_the_ca_configmap_being_created_does_not_replan_a_plan_still_being_appli
     assert child_event_changes_nothing(event("ConfigMap", "mnist-tls-config"), trainjob, None)
     assert not child_event_changes_nothing(event("ConfigMap", "mnist-tls-config", "DELETED"), trainjob, None)
     assert not child_event_changes_nothing(event("ConfigMap", "mnist-mpi-hostfile"), trainjob, None)
+
+
+def test_a_jobset_appearing_while_its_plan_is_applied_does_not_replan() -> None:
+    """The JobSet's ADDED event can arrive before the applier records the plan as applied:
+    while the claim on this generation is live, it changes nothing (a mismatching suspend, a
+    deletion, an expired claim or another generation still re-plan)."""
+    import time
+
+    from trainyard.bus.envelopes import ObjectEvent
+    from trainyard.bus.kv import AppliedPlan
+    from trainyard_services.planner.reconcile import child_event_changes_nothing
+
+    trainjob = {"metadata": {"name": "mnist", "uid": "u", "generation": 2}, "spec": {}}
+
+    def jobset(type_: str = "ADDED", suspend: bool = False) -> ObjectEvent:
+        return ObjectEvent(cluster="default", type=type_, kind="JobSet", apiVersion="jobset.x-k8s.io/v1alpha2",
+                           namespace="default", name="mnist",
+                           object={"metadata": {"name": "mnist"}, "spec": {"suspend": suspend}})
+
+    def entry(state: str, generation: int = 2, expires_in: float = 30.0) -> AppliedPlan:
+        return AppliedPlan(uid="u", generation=generation, planHash="h", state=state,
+                           claimExpires=time.time() + expires_in)
+
+    assert child_event_changes_nothing(jobset(), trainjob, entry("applying"))
+    assert child_event_changes_nothing(jobset(), trainjob, entry("applied"))
+    assert not child_event_changes_nothing(jobset(), trainjob, entry("applying", expires_in=-1))
+    assert not child_event_changes_nothing(jobset(), trainjob, entry("applying", generation=1))
+    assert not child_event_changes_nothing(jobset(suspend=True), trainjob, entry("applying"))
+    assert not child_event_changes_nothing(jobset("DELETED"), trainjob, entry("applying"))
