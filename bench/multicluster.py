@@ -2,6 +2,7 @@
 
 1. The single-cluster sustained rate of bench/e2e.py (nats-server, one devcluster, the four
    services; TrainJobs created as fast as the API server takes them until every JobSet exists).
+   And the same on a plain `trainyard up` (one cluster, its data plane on, as each worker has).
 2. `trainyard up --workers 2` (three devclusters, four services each, the dispatcher, one NATS):
    - paced at 10 delegated TrainJobs/s: latency from sending the create on the manager to the
      JobSet's ADDED event on whichever worker runs it (p50/p99);
@@ -126,6 +127,30 @@ async def single_cluster(args) -> float:
         nats.stop()
 
 
+async def single_cluster_up(args, stack) -> float:
+    """The same run's single-cluster rate on the stack one worker is: `trainyard up` (its data
+    plane creates the JobSets' Jobs, as on the workers), TrainJobs without managedBy."""
+    endpoint = Endpoint(Path(stack.state["kubeconfig"]), args.concurrency)
+    await endpoint.prepare()
+    watch = JobSetWatch(endpoint.client)
+    await watch.start()
+
+    async def create(doc):
+        (await endpoint.client.post(TRAINJOBS.format(ns=NAMESPACE), json=doc)).raise_for_status()
+
+    for name in ("warm-0", "warm-1"):
+        await create(trainjob(name, False))
+    await wait_all([watch], [f"{NAMESPACE}/warm-0", f"{NAMESPACE}/warm-1"], timeout=60)
+    names = [f"up-{i}" for i in range(args.sustained)]
+    start = time.perf_counter()
+    await as_fast_as_possible(endpoint.client, NAMESPACE, [trainjob(n, False) for n in names], args.concurrency, create)
+    done = await wait_all([watch], [f"{NAMESPACE}/{n}" for n in names], timeout=300)
+    rate = len(done) / (time.perf_counter() - start)
+    await watch.stop()
+    await endpoint.client.aclose()
+    return rate
+
+
 async def delegated(args, stack) -> tuple[list[float], float, dict[str, float]]:
     clusters = stack.state["clusters"]
     endpoints = {name: Endpoint(Path(info["kubeconfig"]), args.concurrency) for name, info in clusters.items()}
@@ -183,7 +208,16 @@ def main() -> int:
     args = parser.parse_args()
     print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
     single = asyncio.run(single_cluster(args))
-    print(f"single-cluster sustained: {single:.1f} TrainJobs/s (create -> JobSet applied, {args.sustained} TrainJobs)")
+    print(f"single-cluster sustained: {single:.1f} TrainJobs/s (bench/e2e.py's setup: devcluster without data "
+          f"plane; create -> JobSet applied, {args.sustained} TrainJobs)")
+    up_dir = Path(tempfile.mkdtemp(prefix="trainyard-bench-up-")) / "data"
+    one = start_stack(up_dir, timeout=300)
+    try:
+        single_up = asyncio.run(single_cluster_up(args, one))
+    finally:
+        one.stop()
+        one.kill()
+    print(f"single-cluster sustained on `trainyard up` (data plane on, as each worker): {single_up:.1f} TrainJobs/s")
     data_dir = Path(tempfile.mkdtemp(prefix="trainyard-bench-mc-")) / "data"
     stack = start_stack(data_dir, "--workers", "2", timeout=300)
     try:
@@ -194,11 +228,13 @@ def main() -> int:
     print(f"delegated at 10/s: p50 {percentile(latencies, 0.5):.1f} ms, p99 {percentile(latencies, 0.99):.1f} ms "
           f"(n={len(latencies)}; manager create -> JobSet on a worker)")
     print(f"delegated sustained: {rate:.1f} TrainJobs/s with 2 workers ({args.sustained} TrainJobs, "
-          f"concurrency {args.concurrency}); ratio delegated/single-cluster = {rate / single:.2f}")
+          f"concurrency {args.concurrency}); ratio delegated/single-cluster = {rate / single:.2f} "
+          f"(vs `trainyard up` single cluster: {rate / single_up:.2f})")
     busiest = sorted(cpu.items(), key=lambda item: -item[1])
     print("CPU ms per delegated TrainJob: " + ", ".join(f"{name} {value:.1f}" for name, value in busiest)
           + f"; total {sum(cpu.values()):.1f}")
-    print(json.dumps({"single_rate": round(single, 1), "delegated_rate": round(rate, 1),
+    print(json.dumps({"single_rate": round(single, 1), "single_up_rate": round(single_up, 1),
+                      "delegated_rate": round(rate, 1),
                       "p50_ms_at_10": round(percentile(latencies, 0.5), 1),
                       "p99_ms_at_10": round(percentile(latencies, 0.99), 1)}))
     return 0
