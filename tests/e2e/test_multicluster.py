@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from fixtures.stack import KUBECTL, RunningStack, skip_unless_stack_available, start_stack
+from integration.services.conftest import wait_for as poll
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]
 
@@ -82,14 +83,8 @@ class Clusters:
 
 
 def wait_for(predicate, timeout: float = 120.0, interval: float = 0.5, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out waiting for {what}; last value: {last!r}")
+    """The services tests' poll, slower here: each poll runs kubectl against three clusters."""
+    return poll(predicate, timeout=timeout, interval=interval, what=what)
 
 
 def condition(obj: dict | None, kind: str) -> dict | None:
@@ -117,14 +112,19 @@ def stack(tmp_path_factory) -> RunningStack:
 def clusters(stack) -> Clusters:
     found = Clusters(stack)
     assert set(found.kubeconfigs) == {"manager", *WORKERS}
+    runtimes = "\n---\n".join(json.dumps(r) for r in (runtime("mc-echo", "echo trained on $(hostname); sleep 1"),
+                                                          runtime("mc-sleep", "sleep 600")))
     for cluster in found.kubeconfigs:
-        found.apply(cluster, runtime("mc-echo", "echo trained on $(hostname); sleep 1"),
-                    runtime("mc-sleep", "sleep 600"))
+        # Runtimes pass each cluster's validating webhook; retried briefly, so that a webhook
+        # answering late on a loaded machine fails the setup only if it stays down.
+        wait_for(lambda: found.kubectl(cluster, "apply", "-f", "-", stdin=runtimes, check=False).returncode == 0,
+                 timeout=30, what=f"runtimes applied on {cluster}")
     return found
 
 
 def test_workers_are_registered_and_active(stack, clusters):
-    table = clusters.kubectl("manager", "get", "multikueueclusters").stdout
+    table = wait_for(lambda: (lambda out: out if out.count("True") == 2 else None)(
+        clusters.kubectl("manager", "get", "multikueueclusters").stdout), timeout=30, what="both workers Active")
     assert table.split("\n")[0].split()[:2] == ["NAME", "ACTIVE"]
     rows = {line.split()[0]: line.split()[1] for line in table.strip().split("\n")[1:]}
     assert rows == {"worker-1": "True", "worker-2": "True"}
