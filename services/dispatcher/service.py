@@ -33,8 +33,10 @@ from trainyard.multicluster import delegation as d
 from trainyard.multicluster.placement import Amounts, Worker, choose_worker, node_allocatable, \
     plan_requests, pods_in_use
 from trainyard.multicluster.registry import WorkerRegistry
+from trainyard.pipeline.curve_keys import deferred_curve_key
 from trainyard.pipeline.errors import PlanningError
 from trainyard.pipeline.planning import plan
+from trainyard.pipeline.ssh_keys import deferred_ssh_key
 
 log = logging.getLogger(__name__)
 
@@ -55,10 +57,6 @@ MIRROR_DELAY_S = 0.2
 
 def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _no_ssh_key() -> tuple[bytes, bytes]:
-    return b"", b""  # placement only sums requests: an MPI or Flux plan needs no real key here
 
 
 def _lane(subject: str) -> str:
@@ -300,8 +298,8 @@ class Dispatcher:
         if runtime is None:
             return {}
         try:
-            return plan_requests(plan(trainjob, runtime, new_ssh_key=_no_ssh_key,
-                                      new_curve_key=_no_ssh_key).objects)
+            return plan_requests(plan(trainjob, runtime, new_ssh_key=deferred_ssh_key,
+                                      new_curve_key=deferred_curve_key).objects)
         except PlanningError:
             return {}  # the worker's trainyard reports the planning error on the copy
 

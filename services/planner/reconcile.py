@@ -40,10 +40,6 @@ CHILD_KINDS: tuple[tuple[str, str, str], ...] = (
 )
 
 
-def _placeholder_ssh_key() -> tuple[bytes, bytes]:
-    return b"", b""
-
-
 def applied_store_key(cluster: str, namespace: str, name: str) -> str:
     from trainyard.bus.kv import applied_key
 
@@ -154,7 +150,7 @@ def owned_refs(trainjob: dict[str, Any], observed: list[dict[str, Any]],
     because they exist (a running JobSet): planned as if none of its children existed."""
     name = trainjob["metadata"]["name"]
     without_children = [o for o in observed if not is_child(o, name)]
-    full = plan(trainjob, None, without_children, new_ssh_key=_placeholder_ssh_key,
+    full = plan(trainjob, None, without_children, new_ssh_key=deferred_ssh_key,
                 new_curve_key=deferred_curve_key, plugins=plugins)
     return [ObjectRef.of(o) for o in full.objects]
 

@@ -15,8 +15,6 @@ MULTIKUEUE_MANAGED_BY = "kueue.x-k8s.io/multikueue"
 ORIGIN_LABEL = "kueue.x-k8s.io/multikueue-origin"
 # On the manager TrainJob: the worker that runs it (the `-o wide` Cluster column reads it).
 WORKER_ANNOTATION = "trainyard.kubeflow.org/worker-cluster"
-# On the manager TrainJob: workers that may still hold a copy from before a re-dispatch.
-STALE_COPIES_ANNOTATION = "trainyard.kubeflow.org/stale-copies"
 # On the worker copy: the manager TrainJob's uid, so a copy left by a deleted-and-recreated
 # TrainJob of the same name is recognised and replaced.
 ORIGIN_UID_ANNOTATION = "trainyard.kubeflow.org/origin-uid"
@@ -25,8 +23,7 @@ FINALIZER = "trainyard.kubeflow.org/multicluster-dispatch"
 CONDITION_DISPATCHED = "Dispatched"
 
 # Written by clients, meaningless (or harmful) on the copy.
-_DROPPED_ANNOTATIONS = ("kubectl.kubernetes.io/last-applied-configuration", WORKER_ANNOTATION,
-                        STALE_COPIES_ANNOTATION)
+_DROPPED_ANNOTATIONS = ("kubectl.kubernetes.io/last-applied-configuration", WORKER_ANNOTATION)
 TERMINAL_CONDITIONS = ("Complete", "Failed")
 
 
@@ -36,11 +33,6 @@ def is_delegated(trainjob: Mapping[str, Any]) -> bool:
 
 def assigned_worker(trainjob: Mapping[str, Any]) -> str | None:
     return ((trainjob.get("metadata") or {}).get("annotations") or {}).get(WORKER_ANNOTATION) or None
-
-
-def stale_workers(trainjob: Mapping[str, Any]) -> list[str]:
-    raw = ((trainjob.get("metadata") or {}).get("annotations") or {}).get(STALE_COPIES_ANNOTATION) or ""
-    return sorted({name for name in raw.split(",") if name})
 
 
 def finished(trainjob: Mapping[str, Any]) -> bool:

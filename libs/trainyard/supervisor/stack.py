@@ -158,8 +158,7 @@ class Stack:
                 kubeconfig=directory / "kubeconfig", api_port=free_port(), webhook_port=free_port(),
                 service_ports={service: free_port() for service in SERVICES if service not in self.config.skip},
             ))
-            if self.ports is not None:
-                self.ports.services.update({f"{name}-{k}": v for k, v in self.clusters[-1].service_ports.items()})
+            self.ports.services.update({f"{name}-{k}": v for k, v in self.clusters[-1].service_ports.items()})
         if self.config.workers:
             self.ports.services["dispatcher"] = free_port()
 
