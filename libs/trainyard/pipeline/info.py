@@ -28,6 +28,9 @@ class PodSet:
     job: dict[str, Any]  # the replicated job inside the JobSet spec being built
     single_pod_requests: Requests
     replicas: int = 1
+    # Elastic trainer (torch elasticPolicy): the fewest pods the job runs with (minNodes), which
+    # gang scheduling admits; None: count.
+    min_count: int | None = None
     # Set by the PodNetwork phase (JobSet plugin): the host name prefix (up to the replica
     # index) and subdomain.
     endpoint_prefix: str = ""

@@ -16,7 +16,7 @@ from trainyard.api.crds import generate_crds
 from trainyard.apimachinery.structural import apply_defaults
 from trainyard.apimachinery.structural import validate as validate_schema
 
-from . import names
+from . import elastic, names
 from .defaults import runtime_with_defaults, trainjob_with_defaults
 from .documents import as_document, dig, items, mapping
 from .errors import ErrorType, FieldError, PlanningError, aggregate_message, from_cause, internal, invalid
@@ -189,6 +189,7 @@ def validate_trainjob(new: Any, old: Any | None = None, runtime: Any | None = No
         result.code, result.errors = 403, [internal("spec.podTemplateOverrides", str(err))]
         return result
     result.errors.extend(num_nodes_change_errors(new_doc, old_doc, resolved.spec))
+    result.errors.extend(elastic.num_nodes_errors(new_doc, old_doc, resolved.spec))
     verdict = run_validation(plugins, ValidationContext(new_doc, old_doc, resolved, info, state))
     result.warnings.extend(verdict.warnings)
     result.errors.extend(verdict.errors)

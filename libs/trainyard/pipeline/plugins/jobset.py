@@ -6,7 +6,7 @@ from trainyard.api import constants as c
 import re
 from typing import Any
 
-from .. import names
+from .. import elastic, names
 from ..documents import clone, dig, ensure_list, ensure_mapping, items, mapping
 from ..errors import FieldError, PlanningError, forbidden, internal, invalid, required
 from ..framework import PlanContext, Plugin, ValidationContext, Verdict
@@ -31,8 +31,23 @@ def build(ctx: PlanContext) -> list[dict[str, Any]]:
         raise PlanningError(str(err)) from None
     if existing is not None and ctx.spec.get("suspend") is not True \
             and dig(existing, "spec", "suspend") is not True:
+        if _elastic_resize(ctx, existing):
+            # The one change to a running JobSet: an elastic trainer's parallelism and
+            # completions together (JobSet's ElasticJobSet feature gate, docs/elastic.md).
+            return [jobset_document(ctx)]
         return []  # a running JobSet is never modified
     return [jobset_document(ctx)]
+
+
+def _elastic_resize(ctx: PlanContext, existing: dict[str, Any]) -> bool:
+    if elastic.ANNOTATION_ELASTIC not in ctx.info.annotations:
+        return False
+    if any(mapping(cond).get("type") in ("Completed", "Failed") and mapping(cond).get("status") == "True"
+           for cond in items(dig(existing, "status", "conditions"))):
+        return False  # a finished JobSet is never resized
+    trainer_set = ctx.info.pod_set_by_ancestor(names.ANCESTOR_TRAINER)
+    size = elastic.jobset_size(existing)
+    return trainer_set is not None and size is not None and size != trainer_set.count
 
 
 def jobset_document(ctx: PlanContext) -> dict[str, Any]:

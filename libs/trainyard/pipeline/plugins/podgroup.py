@@ -10,8 +10,13 @@ from trainyard.apimachinery.quantity import render_quantity
 from ..resources import Requests
 
 
+def gang_count(pod_set: Any) -> int:
+    """Pods of a PodSet the gang waits for: an elastic trainer's minNodes, else its count."""
+    return pod_set.min_count if pod_set.min_count is not None else pod_set.count
+
+
 def min_member(ctx: PlanContext) -> int:
-    return sum(pod_set.count for pod_set in ctx.info.pod_sets)
+    return sum(gang_count(pod_set) for pod_set in ctx.info.pod_sets)
 
 
 def min_resources(ctx: PlanContext) -> dict[str, str]:
@@ -19,7 +24,7 @@ def min_resources(ctx: PlanContext) -> dict[str, str]:
     total: Requests = {}
     for pod_set in ctx.info.pod_sets:
         for name, quantity in pod_set.single_pod_requests.items():
-            scaled = quantity.times(pod_set.count)
+            scaled = quantity.times(gang_count(pod_set))
             total[name] = total[name] + scaled if name in total else scaled
     return {name: render_quantity(quantity) for name, quantity in total.items()}
 

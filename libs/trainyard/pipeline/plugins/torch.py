@@ -5,8 +5,8 @@ from trainyard.api import constants as c
 
 from typing import Any
 
-from .. import names
-from ..documents import dig, ensure_list, items, mapping
+from .. import elastic, names
+from ..documents import dig, ensure_list, ensure_mapping, items, mapping
 from ..errors import FieldError, PlanningError, invalid
 from ..framework import PlanContext, Plugin, ValidationContext, Verdict
 from trainyard.apimachinery.quantity import QuantityError
@@ -51,6 +51,15 @@ def enforce_ml_policy(ctx: PlanContext) -> None:
         {"name": names.ENV_MASTER_ADDR, "value": master_address(ctx.name)},
         {"name": names.ENV_MASTER_PORT, "value": str(names.CONTAINER_TRAINER_PORT)},
     ]
+    elastic_policy = elastic.policy_of({"mlPolicy": {"torch": torch_policy}})
+    if elastic_policy is not None and trainer_set is not None:
+        # Elastic (issue #17): torchrun's own rendezvous replaces the fixed rank and master.
+        found = elastic.bounds(elastic_policy, count)
+        assert found is not None  # count is always known here
+        pet_envs = elastic.torchrun_env(ctx.name, elastic.rendezvous_id(ctx.trainjob), found, nproc,
+                                        master_address(ctx.name))
+        master_envs = []
+        _make_elastic(ctx, trainer_set, found)
     container = trainer_set.container(names.NODE) if trainer is not None and trainer_set is not None else None
     if container is not None:
         env = ensure_list(container, "env")
@@ -59,7 +68,7 @@ def enforce_ml_policy(ctx: PlanContext) -> None:
                 upsert_env(env, api_env_var(entry))
         for entry in pet_envs:
             upsert_env(env, entry)
-        if torchtune.is_torchtune(trainer):
+        if torchtune.is_torchtune(trainer) and elastic_policy is None:
             ctx.info.torchtune_command = torchtune.mutated_command(ctx, count, nproc, resources)
         else:
             for entry in master_envs:
@@ -75,6 +84,33 @@ def enforce_ml_policy(ctx: PlanContext) -> None:
         target_env = ensure_list(target, "env")
         for entry in pet_envs + master_envs:
             upsert_env(target_env, dict(entry))
+
+
+def _make_elastic(ctx: PlanContext, trainer_set: Any, found: elastic.Bounds) -> None:
+    """Fault tolerance of an elastic trainer: torchrun's restart budget is final. The pod never
+    restarts in place (a fresh torchrun would get a fresh budget), a pod lost to a signal is
+    replaced by the Job (up to maxRestarts times), any other failure fails the Job at once, and no
+    JobSet failurePolicy recreates every pod. Gang scheduling admits minNodes pods."""
+    trainer_set.min_count = found.min_nodes
+    trainer_set.pod_spec["restartPolicy"] = "Never"
+    job_spec = ensure_mapping(ensure_mapping(trainer_set.job, "template"), "spec")
+    job_spec["backoffLimit"] = found.max_restarts or 0
+    job_spec["podFailurePolicy"] = elastic.pod_failure_policy()
+    ctx.info.jobset_spec.pop("failurePolicy", None)
+    ctx.info.annotations[elastic.ANNOTATION_ELASTIC] = elastic.annotation_value(found)
+
+
+def build(ctx: PlanContext) -> list[dict[str, Any]]:
+    """The HorizontalPodAutoscaler of an elastic TrainJob whose policy has metrics."""
+    torch_policy = ctx.info.torch_policy
+    policy = elastic.policy_of({"mlPolicy": {"torch": torch_policy}}) if torch_policy is not None else None
+    if policy is None or not items(policy.get("metrics")):
+        return []
+    trainer_set = ctx.info.pod_set_by_ancestor(names.ANCESTOR_TRAINER)
+    count = trainer_set.count if trainer_set is not None else 1
+    found = elastic.bounds(policy, count)
+    assert found is not None
+    return [elastic.hpa_document(ctx.trainjob, found, items(policy.get("metrics")), ctx.owner_reference())]
 
 
 def env_injection_targets(torch_policy: dict[str, Any]) -> list[tuple[str, str]]:
@@ -134,4 +170,5 @@ def _torchtune_errors(ctx: ValidationContext) -> list[FieldError]:
         return [invalid("spec.trainer.resourcesPerNode", mapping(ctx.trainer).get("resourcesPerNode"), str(err))]
 
 
-PLUGIN = Plugin(name="Torch", enforce_ml_policy=enforce_ml_policy, validate=validate)
+PLUGIN = Plugin(name="Torch", enforce_ml_policy=enforce_ml_policy, build=build, validate=validate,
+                watches=("autoscaling/v2/HorizontalPodAutoscaler",))
