@@ -158,6 +158,9 @@ class Admission:
         name = hook.get("name", "")
         meta = (obj or old or {}).get("metadata") or {}
         gvk = {"group": rt.group, "version": rt.version, "kind": rt.kind}
+        if opts.subresource == "scale":
+            # a scale request's object is the autoscaling/v1 Scale, as kube-apiserver sends it
+            gvk = {"group": "autoscaling", "version": "v1", "kind": "Scale"}
         gvr = {"group": rt.group, "version": rt.version, "resource": rt.resource}
         review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
             "uid": str(uuid.uuid4()), "kind": gvk, "resource": gvr, "requestKind": gvk, "requestResource": gvr,
@@ -171,6 +174,7 @@ class Admission:
             review["request"]["namespace"] = meta.get("namespace", "")
         if opts.subresource:
             review["request"]["subResource"] = opts.subresource
+            review["request"]["requestSubResource"] = opts.subresource
         client_config = hook.get("clientConfig") or {}
         timeout = float(hook.get("timeoutSeconds") or 10)
         fail_open = hook.get("failurePolicy", "Fail") == "Ignore"

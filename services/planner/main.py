@@ -34,6 +34,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trainjob-status-ca-file", default=env("TRAINYARD_TRAINJOB_STATUS_CA_FILE"),
                         help="PEM of the CA that signed the status endpoint's certificate "
                              "(env TRAINYARD_TRAINJOB_STATUS_CA_FILE)")
+    parser.add_argument("--webhook-drain", default=env("TRAINYARD_WEBHOOK_DRAIN", "5"),
+                        help="seconds the webhook keeps answering after SIGTERM while /readyz already says "
+                             "not ready, so the Service stops routing to this replica before it closes "
+                             "(env TRAINYARD_WEBHOOK_DRAIN)")
     parser.add_argument("--cert-check-interval", default=env("TRAINYARD_CERT_CHECK_INTERVAL", "60"),
                         help="seconds between certificate expiry checks (env TRAINYARD_CERT_CHECK_INTERVAL)")
 
@@ -62,6 +66,12 @@ def run(args: argparse.Namespace) -> int:
         check_interval = float(args.cert_check_interval)
     except ValueError:
         raise UserError(f"--cert-check-interval: expected seconds, got {args.cert_check_interval!r}") from None
+    try:
+        drain_s = float(args.webhook_drain)
+    except ValueError:
+        raise UserError(f"--webhook-drain: expected seconds, got {args.webhook_drain!r}") from None
+    if drain_s < 0:
+        raise UserError(f"--webhook-drain: must be 0 or more, got {args.webhook_drain!r}")
     if args.webhook_url and not str(args.webhook_url).startswith("https://"):
         raise UserError(f"--webhook-url: must start with https://, got {args.webhook_url!r}")
     plugins = _plugins(args, UserError)
@@ -80,6 +90,9 @@ def run(args: argparse.Namespace) -> int:
             # Registered before the health server starts: /readyz must not say ready while
             # the admission webhook (failurePolicy Fail) cannot answer yet.
             runtime.add_check("certificates", lambda: manager is not None and manager.ready)
+            # Not ready from the moment a stop is asked: endpoints drop this replica while its
+            # webhook still answers for --webhook-drain seconds (the finally below).
+            runtime.add_check("not-stopping", lambda: not stop.is_set())
         tasks = []
         try:
             await runtime.start(stop)
@@ -110,7 +123,10 @@ def run(args: argparse.Namespace) -> int:
             await planner.consumer().run(stop)
         finally:
             if webhook is not None:
-                await webhook.stop()
+                if stop.is_set() and drain_s:
+                    log.info("draining the webhook before exit", extra={"drain_s": drain_s})
+                    await asyncio.sleep(drain_s)
+                await webhook.stop()  # stops accepting, then finishes the requests in flight
             for task in tasks:
                 task.cancel()
             if tls is not None:

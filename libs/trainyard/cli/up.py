@@ -32,6 +32,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              f"(default {DEFAULT_SERVICES_PORT}; 0: free ports)")
     parser.add_argument("--webhook-port", type=int, default=DEFAULT_WEBHOOK_PORT,
                         help=f"planner's admission webhook port (default {DEFAULT_WEBHOOK_PORT}; 0: a free port)")
+    parser.add_argument("--planner-replicas", type=int, default=2,
+                        help="planner processes per cluster (default 2); their webhooks sit behind one Service, "
+                             "so the API server calls a live one while another restarts")
     parser.add_argument("--dashboard-port", type=int, default=DEFAULT_DASHBOARD_PORT,
                         help=f"port of the live web dashboard (default {DEFAULT_DASHBOARD_PORT}; 0: a free port; "
                              f"--skip dashboard: none)")
@@ -99,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
         dashboard_port=0 if args.free_ports else args.dashboard_port,
         workers=args.workers, worker_lost_timeout_s=args.worker_lost_timeout,
         nats_cluster=args.nats_cluster, trainjob_status=not args.no_trainjob_status,
+        planner_replicas=args.planner_replicas,
     )
 
     def say(line: str) -> None:

@@ -102,3 +102,25 @@ async def node_address(client: Any, timeout_s: float) -> str:
         if time.monotonic() > deadline:
             raise InstallError("no node registered (its address is where trainer pods reach the status endpoint)")
         await asyncio.sleep(0.2)
+
+
+async def delete_labelled(client: Any, collection_path: str, selector: str, keep: set[str]) -> list[str]:
+    """Delete the objects of a collection matching a label selector, except those named in
+    ``keep``; returns the names deleted."""
+    from urllib.parse import quote
+
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    listing = await _call(client, "GET", f"{collection_path}?labelSelector={quote(selector)}")
+    deleted = []
+    for item in (listing or {}).get("items") or []:
+        name = (item.get("metadata") or {}).get("name", "")
+        if not name or name in keep:
+            continue
+        try:
+            await _call(client, "DELETE", f"{collection_path}/{name}")
+        except ApiException as err:
+            if err.status != 404:
+                raise InstallError(f"deleting {collection_path}/{name}: HTTP {err.status} {err.reason}") from err
+        deleted.append(name)
+    return deleted

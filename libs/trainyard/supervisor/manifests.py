@@ -137,6 +137,27 @@ def status_service_hosts() -> list[str]:
     return [f"{STATUS_SERVICE}.{SYSTEM_NAMESPACE}.svc", f"{STATUS_SERVICE}.{SYSTEM_NAMESPACE}.svc.cluster.local"]
 
 
+# The planner replicas' admission webhooks behind upstream's Service name, as deploy/ ships it;
+# locally the Service has no selector (the replicas are host processes) and one EndpointSlice
+# per replica names its port, so the API server spreads calls over live replicas.
+WEBHOOK_SERVICE = "kubeflow-trainer-controller-manager"
+WEBHOOK_PORT_NAME = "webhook"
+
+
+def webhook_service() -> Manifest:
+    return {"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": WEBHOOK_SERVICE, "namespace": SYSTEM_NAMESPACE},
+            "spec": {"ports": [{"name": WEBHOOK_PORT_NAME, "port": 443, "protocol": "TCP"}]}}
+
+
+def webhook_endpoint_slice(replica: str, address: str, port: int) -> Manifest:
+    return {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": f"{WEBHOOK_SERVICE}-{replica}", "namespace": SYSTEM_NAMESPACE,
+                         "labels": {"kubernetes.io/service-name": WEBHOOK_SERVICE}},
+            "addressType": "IPv4", "ports": [{"name": WEBHOOK_PORT_NAME, "port": port, "protocol": "TCP"}],
+            "endpoints": [{"addresses": [address], "conditions": {"ready": True}}]}
+
+
 @dataclass(frozen=True)
 class ResourcePath:
     """Where a manifest lives in the REST API."""

@@ -52,6 +52,9 @@ class StackConfig:
     # Feature gate TrainJobStatus (off by default upstream; on in a local stack): trainer pods
     # report progress to the status service's HTTPS endpoint (docs/pipeline.md).
     trainjob_status: bool = True
+    # Planner processes per cluster; each serves the admission webhooks behind one Service, so
+    # a planner that dies mid-burst costs clients nothing (docs/security.md, deploy/ runs 2).
+    planner_replicas: int = 2
 
 
 @dataclass(frozen=True)
@@ -65,9 +68,18 @@ class ClusterPlan:
     api_port: int
     webhook_port: int
     service_ports: dict[str, int]
+    # Replicas 2..N of the planner: (webhook port, health/metrics port) each.
+    extra_planners: tuple[tuple[int, int], ...] = ()
 
     def child(self, component: str) -> str:
         return f"{self.prefix}{component}"
+
+    def planner_replicas(self) -> list[tuple[str, int, int]]:
+        """Every planner process of this cluster: (child name, webhook port, health port)."""
+        first = [(self.child("planner"), self.webhook_port, self.service_ports["planner"])] \
+            if "planner" in self.service_ports else []
+        return first + [(self.child(f"planner-{index}"), webhook, http)
+                        for index, (webhook, http) in enumerate(self.extra_planners, 2)]
 
 
 @dataclass(frozen=True)
@@ -148,8 +160,10 @@ class Stack:
             name=MANAGER_CLUSTER if self.config.workers else SINGLE_CLUSTER, prefix="",
             devcluster_dir=self.layout.devcluster_dir, kubeconfig=self.layout.kubeconfig,
             api_port=self.ports.api, webhook_port=self.ports.webhook, service_ports=self.ports.services,
+            extra_planners=self._extra_planner_ports(),
         )
         self.clusters = [manager]
+        self._record_extra_planner_ports(manager)
         for index in range(1, self.config.workers + 1):
             name = f"worker-{index}"
             directory = self.layout.cluster_dir(name)
@@ -157,10 +171,27 @@ class Stack:
                 name=name, prefix=f"{name}-", devcluster_dir=directory / "devcluster",
                 kubeconfig=directory / "kubeconfig", api_port=free_port(), webhook_port=free_port(),
                 service_ports={service: free_port() for service in SERVICES if service not in self.config.skip},
+                extra_planners=self._extra_planner_ports(),
             ))
             self.ports.services.update({f"{name}-{k}": v for k, v in self.clusters[-1].service_ports.items()})
+            self._record_extra_planner_ports(self.clusters[-1])
         if self.config.workers:
             self.ports.services["dispatcher"] = free_port()
+
+    @property
+    def webhook_behind_service(self) -> bool:
+        """The planners' webhooks are called through a Service when the stack runs its own
+        devcluster (an external API server cannot reach host processes by a Service)."""
+        return "devcluster" not in self.config.skip and "planner" not in self.config.skip
+
+    def _record_extra_planner_ports(self, cluster: ClusterPlan) -> None:
+        assert self.ports is not None
+        self.ports.services.update({name: http for name, _, http in cluster.planner_replicas()[1:]})
+
+    def _extra_planner_ports(self) -> tuple[tuple[int, int], ...]:
+        if not self.webhook_behind_service:
+            return ()
+        return tuple((free_port(), free_port()) for _ in range(self.config.planner_replicas - 1))
 
     @property
     def manager(self) -> ClusterPlan:
@@ -175,6 +206,8 @@ class Stack:
     def preflight(self) -> None:
         if self.config.workers < 0:
             raise StackError(f"--workers: must be 0 or more, got {self.config.workers}")
+        if self.config.planner_replicas < 1:
+            raise StackError(f"--planner-replicas: must be 1 or more, got {self.config.planner_replicas}")
         if self.config.worker_lost_timeout_s <= 0:
             raise StackError("--worker-lost-timeout: must be greater than 0")
         if self.config.workers and "devcluster" in self.config.skip:
@@ -437,12 +470,41 @@ class Stack:
         self.say(f"  prepared    trainer status endpoint https://{manifests.status_service_hosts()[0]}:{port}"
                  f"{' on ' + cluster.name if self.config.workers else ''}  ({_since(began)})")
 
-    async def start_service(self, cluster: ClusterPlan, service: str) -> None:
-        port = cluster.service_ports[service]
+    async def prepare_webhook_service(self, cluster: ClusterPlan) -> None:
+        """The webhook Service and one EndpointSlice per planner replica; slices of replicas
+        this run does not have (an earlier run's) are deleted."""
+        client = await kubeapi.open_client(cluster.kubeconfig)
+        try:
+            await kubeapi.create_or_update(client, manifests.webhook_service())
+            wanted = set()
+            for replica, (name, webhook_port, _) in enumerate(cluster.planner_replicas(), 1):
+                slice_ = manifests.webhook_endpoint_slice(str(replica), LOOPBACK, webhook_port)
+                wanted.add(slice_["metadata"]["name"])
+                await kubeapi.create_or_update(client, slice_)
+            await kubeapi.delete_labelled(
+                client, f"/apis/discovery.k8s.io/v1/namespaces/{manifests.SYSTEM_NAMESPACE}/endpointslices",
+                f"kubernetes.io/service-name={manifests.WEBHOOK_SERVICE}", keep=wanted)
+        finally:
+            await client.close()
+
+    async def start_planners(self, cluster: ClusterPlan) -> None:
+        await asyncio.gather(*(self.start_service(cluster, "planner", replica=replica)
+                               for replica in cluster.planner_replicas()))
+
+    async def start_service(self, cluster: ClusterPlan, service: str,
+                            replica: tuple[str, int, int] | None = None) -> None:
+        if service == "planner" and replica is None:
+            await self.start_planners(cluster)
+            return
+        port = replica[2] if replica else cluster.service_ports[service]
         argv = trainyard_argv(service, "--kubeconfig", str(cluster.kubeconfig), "--nats-url", self.nats_url,
                               "--http-port", str(port), "--cluster", cluster.name)
-        if service == "planner":
-            argv += ["--webhook-port", str(cluster.webhook_port)]
+        if service == "planner" and replica is not None:
+            # No drain locally: devcluster tries the next replica when one refuses (docs/devcluster.md).
+            argv += ["--webhook-port", str(replica[1]), "--webhook-drain", "0"]
+            if self.webhook_behind_service:
+                argv += ["--webhook-service", manifests.WEBHOOK_SERVICE,
+                         "--webhook-namespace", manifests.SYSTEM_NAMESPACE]
         endpoint = self.trainjob_status.get(cluster.name)
         if endpoint is not None and service == "planner":
             argv += ["--trainjob-status-url", f"https://{manifests.status_service_hosts()[0]}:{endpoint[1]}",
@@ -450,7 +512,8 @@ class Stack:
         if endpoint is not None and service == "status":
             argv += ["--trainjob-status-host", endpoint[0], "--trainjob-status-port", str(endpoint[1]),
                      "--trainjob-status-cert-dir", str(endpoint[2])]
-        await self._start_service_child(cluster.child(service), argv, port, self.bus_env(service, cluster.name))
+        await self._start_service_child(replica[0] if replica else cluster.child(service), argv, port,
+                                        self.bus_env(service, cluster.name))
 
     async def start_dispatcher(self) -> None:
         port = self.ports.services["dispatcher"] if self.ports else 0
@@ -488,6 +551,8 @@ class Stack:
             await asyncio.gather(*(self.install_crds(cluster) for cluster in self.clusters))
             if self.config.trainjob_status and {"planner", "status"}.isdisjoint(self.config.skip):
                 await asyncio.gather(*(self.prepare_trainjob_status(cluster) for cluster in self.clusters))
+            if self.webhook_behind_service:
+                await asyncio.gather(*(self.prepare_webhook_service(cluster) for cluster in self.clusters))
         services = [name for name in SERVICES if name not in self.config.skip]
         await asyncio.gather(*(self.start_service(cluster, name) for cluster in self.clusters for name in services))
         if "devcluster" not in self.config.skip:

@@ -145,3 +145,87 @@ async def test_writes_with_one_resource_version_store_exactly_one_while_a_webhoo
 
         assert {a.status_code for a in await asyncio.gather(*(add(i) for i in range(6)))} == {200}
         assert {f"k{i}" for i in range(6)} <= set((await c.get(f"{CM}/race")).json()["data"])
+
+
+async def _serve_review(tmp_path, bundle, name: str):
+    """An HTTPS webhook on a free port allowing everything, presenting ``bundle``'s certificate."""
+    calls: list[str] = []
+
+    async def allow(request: web.Request) -> web.Response:
+        review = await request.json()
+        calls.append(name)
+        return web.json_response({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                                  "response": {"uid": review["request"]["uid"], "allowed": True}})
+
+    app = web.Application()
+    app.router.add_post("/check", allow)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    (tmp_path / f"{name}.crt").write_bytes(bundle.chain_pem)
+    (tmp_path / f"{name}.key").write_bytes(bundle.key_pem)
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(tmp_path / f"{name}.crt", tmp_path / f"{name}.key")
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=ctx)
+    await site.start()
+    return runner, site._server.sockets[0].getsockname()[1], calls
+
+
+def _slice(name: str, port: int, ready: bool = True) -> dict:
+    return {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": name, "namespace": "default", "labels": {"kubernetes.io/service-name": "hooks"}},
+            "addressType": "IPv4", "ports": [{"name": "https", "port": port}],
+            "endpoints": [{"addresses": ["127.0.0.1"], "conditions": {"ready": ready}}]}
+
+
+async def test_service_webhook_calls_a_live_endpoint(devcluster, tmp_path):
+    """clientConfig.service: the Service's port -> its named port on each ready EndpointSlice
+    endpoint, the certificate verified as hooks.default.svc. An endpoint that refuses the
+    connection (a replica that died) is skipped for the next one; not-ready endpoints are never
+    called; a Service without endpoints fails the call the way kube-apiserver words it."""
+    from trainyard.security import pki
+
+    bundle = pki.issue(["hooks.default.svc"], ca_common_name="test webhook CA")
+    runner, port, calls = await _serve_review(tmp_path, bundle, "live")
+    from trainyard.supervisor.ports import free_port
+
+    dead_port = free_port()  # nothing listens there: connection refused
+    ctx = ssl.create_default_context(cafile=str(devcluster.ca_cert))
+    try:
+        async with httpx.AsyncClient(base_url=devcluster.url, verify=ctx, timeout=20,
+                                     headers={"Authorization": f"Bearer {devcluster.token}"}) as c:
+            service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "hooks", "namespace": "default"},
+                       "spec": {"ports": [{"name": "https", "port": 443}]}}
+            assert (await c.post("/api/v1/namespaces/default/services", json=service)).status_code == 201
+            hook = {"name": "svc.example.com", "admissionReviewVersions": ["v1"], "sideEffects": "None",
+                    "failurePolicy": "Fail", "timeoutSeconds": 5,
+                    "clientConfig": {"service": {"name": "hooks", "namespace": "default", "path": "/check"},
+                                     "caBundle": base64.b64encode(bundle.ca_bundle_pem).decode()},
+                    "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
+                               "resources": ["configmaps"], "scope": "Namespaced"}]}
+            vwc = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+                   "metadata": {"name": "svc-hooks"}, "webhooks": [hook]}
+            assert (await c.post("/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
+                                 json=vwc)).status_code == 201
+
+            def cm(name: str) -> dict:
+                return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}}
+
+            none = await c.post(CM, json=cm("no-endpoints"))
+            assert none.status_code == 500
+            assert 'failed calling webhook "svc.example.com"' in none.json()["message"]
+            assert 'no endpoints available for service "hooks"' in none.json()["message"]
+
+            slices = "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices"
+            for body in (_slice("hooks-live", port), _slice("hooks-dead", dead_port),
+                         _slice("hooks-unready", dead_port, ready=False)):
+                assert (await c.post(slices, json=body)).status_code == 201
+            for index in range(8):  # the dead endpoint is picked first about half the time
+                answer = await c.post(CM, json=cm(f"through-service-{index}"))
+                assert answer.status_code == 201, answer.text
+            assert calls == ["live"] * 8
+
+            assert (await c.delete(f"{slices}/hooks-live")).status_code == 200
+            refused = await c.post(CM, json=cm("only-dead"))
+            assert refused.status_code == 500 and "svc.example.com" in refused.json()["message"]
+    finally:
+        await runner.cleanup()
