@@ -107,7 +107,8 @@ def _stored(api_version: str, resource: str, kind: str, namespaced: bool, short:
     install's Deployments, RBAC, policies): its schema is the Kubernetes definition."""
     group, version = api_version.split("/")
     package = {"rbac.authorization.k8s.io": "rbac", "networking.k8s.io": "networking",
-               "scheduling.k8s.io": "scheduling", "discovery.k8s.io": "discovery"}.get(group, group)
+               "scheduling.k8s.io": "scheduling", "discovery.k8s.io": "discovery",
+               "admissionregistration.k8s.io": "admissionregistration"}.get(group, group)
     return ResourceType(group, version, resource, kind, kind.lower(), namespaced, short, categories,
                         frozenset(subs), definition=f"io.k8s.api.{package}.{version}.{kind}", validated=True)
 
@@ -128,6 +129,11 @@ BUILTIN_TYPES += (
     _stored("scheduling.k8s.io/v1", "priorityclasses", "PriorityClass", False, ("pc",)),
     # The addresses of selector-less Services (a host process the pods reach by Service name).
     _stored("discovery.k8s.io/v1", "endpointslices", "EndpointSlice", True),
+    # Enforced on every write by services/devcluster/admissionpolicy.py (docs/devcluster.md).
+    _stored("admissionregistration.k8s.io/v1", "validatingadmissionpolicies", "ValidatingAdmissionPolicy", False,
+            (), ("status",), ("api-extensions",)),
+    _stored("admissionregistration.k8s.io/v1", "validatingadmissionpolicybindings",
+            "ValidatingAdmissionPolicyBinding", False, (), (), ("api-extensions",)),
     ResourceType("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", "persistentvolumeclaim", True,
                  ("pvc",), (), frozenset({"status"}), definition="io.k8s.api.core.v1.PersistentVolumeClaim",
                  validated=True),

@@ -92,6 +92,9 @@ class Api:
         self.registry = registry
         self.schemas = SchemaProcessor()
         self.admission: AdmissionHook | None = None
+        # ValidatingAdmissionPolicies (admissionpolicy.py): after mutation and schema checks
+        self.policies: Callable[[str, ResourceType, dict[str, Any] | None, dict[str, Any] | None, WriteOptions],
+                                None] | None = None
         self._service_ip = 10
         self._sweeping: set[str] = set()
         self._apply_memo: dict[tuple, tuple[int, bytes]] = {}  # (object, manager) -> (rv, body digest)
@@ -493,6 +496,9 @@ class Api:
                 obj = admitted
                 if not rt.builtin:
                     obj = self.schemas.process(rt, obj, old, opts)
+        if self.policies is not None and rt.group != "admissionregistration.k8s.io" \
+                and opts.manager not in INTERNAL_MANAGERS:
+            self.policies(operation, rt, obj, old, opts)
         if old is not None:
             changed = _outside_metadata(obj, rt.has_status) != _outside_metadata(old, rt.has_status)
             obj["metadata"]["generation"] = int(old["metadata"].get("generation") or 0) + (1 if changed else 0)
@@ -621,6 +627,9 @@ class Api:
             return obj, True
         if self.admission is not None and opts.manager not in INTERNAL_MANAGERS:
             await self.admission("DELETE", rt, None, obj, opts)
+        if self.policies is not None and rt.group != "admissionregistration.k8s.io" \
+                and opts.manager not in INTERNAL_MANAGERS:
+            self.policies("DELETE", rt, None, obj, opts)
         finalizers = list(meta.get("finalizers") or [])
         if policy == "Foreground" and FOREGROUND not in finalizers and self.store.dependents(meta["uid"]):
             finalizers.append(FOREGROUND)

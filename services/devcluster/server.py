@@ -124,6 +124,8 @@ class ApiServer:
         await self.api.bootstrap()
         from .webhooks import Admission
         self.api.admission = Admission(self.api).admit
+        from .admissionpolicy import ValidatingPolicies
+        self.api.policies = ValidatingPolicies(self.api).admit
 
     async def stop_watches(self) -> None:
         """Wake every watch so it ends its stream before the HTTP server shuts down."""

@@ -189,3 +189,105 @@ def _native_check(rule: str) -> NativeCheck | None:
             (isinstance(v, str) and v in allowed)
     has = _has_expression(rule)
     return (lambda v, _old: has(v)) if has is not None else None
+
+
+# --- expressions with the Kubernetes environment (ValidatingAdmissionPolicy) ----------------
+
+_IN_ACTIVATION = re.compile(r"\s*\(in activation '.*$", re.S)
+_NO_MEMBER = re.compile(r"^no such member in mapping: '([^']*)'$")
+
+
+def error_text(err: BaseException) -> str:
+    """One line for a cel-python error, worded as cel-go words the common ones."""
+    text = str(err.args[0]) if getattr(err, "args", None) else str(err)
+    text = _IN_ACTIVATION.sub("", text)
+    m = _NO_MEMBER.match(text)
+    if m:
+        return f"no such key: {m.group(1)}"
+    if text.startswith("undeclared reference to "):
+        return text
+    if text == "no such overload" and len(getattr(err, "args", ())) > 2 and err.args[2]:
+        return f"no such overload: {err.args[2][0]}" if isinstance(err.args[2], tuple) else text
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+@dataclass(frozen=True)
+class CompiledExpression:
+    """One compiled CEL expression with the Kubernetes libraries (``cel_library``).
+
+    ``compile_error`` is set (and ``program`` None) when the text does not compile; callers
+    report it where the expression is evaluated (a policy's failurePolicy decides).
+    """
+
+    expression: str
+    program: Callable[[dict[str, Any]], Any] | None
+    compile_error: str = ""
+
+    def evaluate(self, activation: dict[str, Any]) -> Any:
+        """The CEL value of the expression; ``activation`` maps names to JSON values or to CEL
+        values (``cel_value`` / ``LazyMap``). Raises ``CelError`` with a one-line message."""
+        if self.program is None:
+            raise CelError(f"compilation failed: {self.compile_error}")
+        try:
+            result = self.program(activation)
+        except CelError:
+            raise
+        except Exception as err:  # noqa: BLE001 - cel-python raises several types for one meaning
+            raise CelError(error_text(err)) from err
+        if type(result).__name__ == "CELEvalError":
+            raise CelError(error_text(result))
+        return result
+
+
+@lru_cache(maxsize=4096)
+def compile_expression(expression: str) -> CompiledExpression:
+    """Compile ``expression`` once per text, with the Kubernetes CEL libraries available."""
+    try:
+        import celpy
+        from trainyard.apimachinery.cel_library import FUNCTIONS
+    except ImportError:  # pragma: no cover - cel-python is a declared dependency
+        return CompiledExpression(expression, None, "cel-python is not installed")
+    env = celpy.Environment()
+    try:
+        program = env.program(env.compile(expression), functions=FUNCTIONS).evaluate
+    except Exception as err:  # noqa: BLE001 - reported where it is evaluated
+        return CompiledExpression(expression, None, " ".join(str(err).split()))
+    return CompiledExpression(expression, program)
+
+
+def cel_value(value: Any) -> Any:
+    """A JSON value as a CEL value (maps, lists, strings, numbers, null)."""
+    from celpy import json_to_cel
+    return json_to_cel(value)
+
+
+def lazy_map(resolve: Callable[[str], Any], names: list[str]) -> Any:
+    """A CEL map whose entries are computed on first access (a policy's ``variables``):
+    ``resolve(name)`` returns the entry's CEL value or raises ``CelError``; the error becomes
+    the expression's error only when the entry is read."""
+    from celpy import celtypes
+    from celpy.evaluation import CELEvalError
+
+    class LazyMap(celtypes.MapType):
+        def __init__(self) -> None:
+            super().__init__({celtypes.StringType(n): None for n in names})
+            self._done: dict[str, Any] = {}
+
+        def __getitem__(self, key: Any) -> Any:
+            name = str(key)
+            if name not in names:
+                raise KeyError(key)
+            if name not in self._done:
+                try:
+                    self._done[name] = resolve(name)
+                except CelError as err:
+                    self._done[name] = CELEvalError(str(err))
+            return self._done[name]
+
+    return LazyMap()
+
+
+def as_bool(value: Any) -> bool | None:
+    """A CEL result as a Python bool; None when it is not a CEL bool."""
+    from celpy import celtypes
+    return bool(value) if isinstance(value, celtypes.BoolType) else None

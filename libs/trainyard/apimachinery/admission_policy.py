@@ -1,0 +1,415 @@
+"""ValidatingAdmissionPolicy (``admissionregistration.k8s.io/v1``) evaluation, pure.
+
+Given the stored policies and bindings, one admission request (``Attributes``) and a
+``ParamSource`` that reads namespaces and parameter objects, ``evaluate`` answers an
+``Outcome``: the denial to return (HTTP code, reason, message as kube-apiserver words it) or
+none, and the warnings to send. Kubernetes' rules, from the API reference and the
+"Validating Admission Policy" documentation:
+
+- a policy applies when its ``matchConstraints`` match (``resourceRules`` with operations,
+  groups, versions, resources incl. ``x/sub``, ``*``, ``*/sub``, ``*/*``, resourceNames and
+  scope; ``namespaceSelector``; ``objectSelector`` on the new or the old object;
+  ``excludeResourceRules``; ``matchPolicy`` Equivalent also matches the same resource requested
+  at another served version) and, per binding naming it, the binding's ``matchResources`` (when
+  set) match too;
+- parameters: ``paramKind`` with the binding's ``paramRef`` by ``name`` (in ``namespace``, or in
+  the request's namespace for a namespaced kind when unset) or by ``selector`` (every match is
+  evaluated); none found: ``parameterNotFoundAction`` Allow skips the binding, Deny (default)
+  fails it;
+- ``matchConditions`` must all be true (one false: the binding does not apply, even if another
+  errs; an error otherwise goes through ``failurePolicy``);
+- ``variables`` are evaluated lazily, on first read, once per evaluation;
+- each of ``validations`` must be true; a false one is a failure with ``reason`` (default
+  Invalid → 422; Forbidden 403, Unauthorized 401, RequestEntityTooLarge 413) and
+  ``messageExpression`` / ``message`` / ``failed expression: <expr>``; an expression error is
+  a failure unless ``failurePolicy`` is Ignore;
+- a failure is acted on per the binding's ``validationActions``: Deny refuses the request,
+  Warn adds a ``Validation failed for ...`` warning, Audit is accepted and records nothing
+  (devcluster keeps no audit log; ``auditAnnotations`` are accepted and not evaluated);
+- configuration errors (parameters not found with Deny, an unknown paramKind) refuse the
+  request unless ``failurePolicy`` is Ignore.
+
+The CEL environment has ``object``, ``oldObject``, ``request``, ``params``,
+``namespaceObject`` and ``variables`` (no ``authorizer``), with the Kubernetes libraries of
+``cel_library``. Every expression goes through the one evaluator, ``trainyard.apimachinery.cel``;
+a policy's expressions are compiled once per policy uid and generation.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Protocol
+
+from trainyard.apimachinery.cel import CelError, CompiledExpression, as_bool, cel_value, compile_expression, lazy_map
+from trainyard.apimachinery.errors import SelectorError
+from trainyard.apimachinery.selectors import label_selector_from_struct
+
+REASON_CODES = {"Forbidden": 403, "Unauthorized": 401, "RequestEntityTooLarge": 413, "Invalid": 422}
+PARAMS_NOT_FOUND = "no params found for policy binding with `Deny` parameterNotFoundAction"
+
+
+@dataclass
+class Attributes:
+    """One admission request, as the policy sees it."""
+
+    operation: str  # CREATE, UPDATE, DELETE, CONNECT
+    group: str
+    version: str
+    resource: str
+    kind: str  # kind of ``object`` (``Scale`` for a scale request)
+    namespaced: bool
+    name: str = ""
+    namespace: str = ""
+    subresource: str = ""
+    object: dict[str, Any] | None = None
+    old_object: dict[str, Any] | None = None
+    user_info: dict[str, Any] = field(default_factory=dict)
+    dry_run: bool = False
+    options: dict[str, Any] | None = None
+    uid: str = ""
+    kind_group: str | None = None  # group/version of ``object`` when it differs (autoscaling/v1 Scale)
+    kind_version: str | None = None
+    served_versions: tuple[str, ...] = ()  # other versions the same resource is served at (matchPolicy)
+
+    def request(self) -> dict[str, Any]:
+        kind = {"group": self.group if self.kind_group is None else self.kind_group,
+                "version": self.version if self.kind_version is None else self.kind_version, "kind": self.kind}
+        resource = {"group": self.group, "version": self.version, "resource": self.resource}
+        out: dict[str, Any] = {
+            "uid": self.uid, "kind": kind, "resource": resource, "requestKind": kind,
+            "requestResource": resource, "name": self.name, "operation": self.operation,
+            "userInfo": self.user_info, "dryRun": self.dry_run,
+        }
+        if self.subresource:
+            out["subResource"] = self.subresource
+            out["requestSubResource"] = self.subresource
+        if self.namespaced:
+            out["namespace"] = self.namespace
+        if self.options is not None:
+            out["options"] = self.options
+        return out
+
+
+class ParamSource(Protocol):
+    """What evaluation reads besides the request: namespaces and parameter objects."""
+
+    def namespace(self, name: str) -> dict[str, Any] | None: ...
+
+    def param_kind_scope(self, api_version: str, kind: str) -> bool | None:
+        """True: namespaced; False: cluster-scoped; None: no such kind is served."""
+
+    def get_param(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None: ...
+
+    def list_params(self, api_version: str, kind: str, namespace: str) -> list[dict[str, Any]]: ...
+
+
+@dataclass
+class Denial:
+    code: int
+    reason: str
+    message: str  # ``ValidatingAdmissionPolicy 'p' with binding 'b' denied request: ...``
+    policy: str
+    binding: str
+
+
+@dataclass
+class Outcome:
+    denial: Denial | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+# --- matching -----------------------------------------------------------------------------
+
+def _listed(values: list[str] | None, wanted: str) -> bool:
+    return "*" in (values or []) or wanted in (values or [])
+
+
+def _resource_listed(patterns: list[str] | None, resource: str, subresource: str) -> bool:
+    full = f"{resource}/{subresource}" if subresource else resource
+    for pattern in patterns or []:
+        if pattern in ("*/*", full):
+            return True
+        if pattern == "*" and not subresource:
+            return True
+        if "/" in pattern and subresource:
+            res, sub = pattern.split("/", 1)
+            if (res == "*" and sub == subresource) or (res == resource and sub == "*"):
+                return True
+    return False
+
+
+def rule_matches(rule: Mapping[str, Any], attrs: Attributes, version: str | None = None) -> bool:
+    """One NamedRuleWithOperations against the request (``version``: matchPolicy Equivalent)."""
+    if not _listed(rule.get("operations"), attrs.operation):
+        return False
+    if not _listed(rule.get("apiGroups"), attrs.group):
+        return False
+    if not _listed(rule.get("apiVersions"), version or attrs.version):
+        return False
+    if not _resource_listed(rule.get("resources"), attrs.resource, attrs.subresource):
+        return False
+    scope = rule.get("scope") or "*"
+    if (scope == "Cluster" and attrs.namespaced) or (scope == "Namespaced" and not attrs.namespaced):
+        return False
+    names = rule.get("resourceNames")
+    return not names or attrs.name in names
+
+
+def _labels(obj: Mapping[str, Any] | None) -> dict[str, str]:
+    return dict(((obj or {}).get("metadata") or {}).get("labels") or {})
+
+
+def _selector_matches(selector: Mapping[str, Any] | None, labels: dict[str, str]) -> bool:
+    if not selector:
+        return True
+    return label_selector_from_struct(selector).matches(labels)
+
+
+def resources_match(match: Mapping[str, Any] | None, attrs: Attributes, source: ParamSource) -> bool:
+    """``matchConstraints`` / a binding's ``matchResources`` against the request.
+
+    Raises ``SelectorError`` for a selector that does not parse (a configuration error)."""
+    if not match:
+        return False
+    is_namespace = attrs.group == "" and attrs.resource == "namespaces"
+    if attrs.namespaced or is_namespace:
+        if is_namespace:
+            ns_labels = _labels(attrs.object or attrs.old_object)
+        else:
+            ns_labels = _labels(source.namespace(attrs.namespace))
+        if not _selector_matches(match.get("namespaceSelector"), ns_labels):
+            return False
+    selector = match.get("objectSelector")
+    if selector and not (_selector_matches(selector, _labels(attrs.object))
+                         or (attrs.old_object is not None and _selector_matches(selector, _labels(attrs.old_object)))):
+        return False
+    if any(rule_matches(rule, attrs) for rule in match.get("excludeResourceRules") or []):
+        return False
+    rules = match.get("resourceRules") or []
+    if any(rule_matches(rule, attrs) for rule in rules):
+        return True
+    if (match.get("matchPolicy") or "Equivalent") == "Equivalent":
+        return any(rule_matches(rule, attrs, version) for rule in rules
+                   for version in attrs.served_versions if version != attrs.version)
+    return False
+
+
+# --- compilation (once per policy uid and generation) --------------------------------------
+
+@dataclass(frozen=True)
+class CompiledPolicy:
+    match_conditions: tuple[tuple[str, CompiledExpression], ...]
+    variables: tuple[tuple[str, CompiledExpression], ...]
+    validations: tuple[tuple[dict[str, Any], CompiledExpression, CompiledExpression | None], ...]
+
+
+_COMPILED: dict[tuple[str, int], CompiledPolicy] = {}
+
+
+def compiled(policy: Mapping[str, Any]) -> CompiledPolicy:
+    meta = policy.get("metadata") or {}
+    key = (str(meta.get("uid") or meta.get("name")), int(meta.get("generation") or 0))
+    found = _COMPILED.get(key)
+    if found is not None:
+        return found
+    spec = policy.get("spec") or {}
+    result = CompiledPolicy(
+        tuple((str(c.get("name", "")), compile_expression(str(c.get("expression", ""))))
+              for c in spec.get("matchConditions") or []),
+        tuple((str(v.get("name", "")), compile_expression(str(v.get("expression", ""))))
+              for v in spec.get("variables") or []),
+        tuple((v, compile_expression(str(v.get("expression", ""))),
+               compile_expression(str(v["messageExpression"])) if v.get("messageExpression") else None)
+              for v in spec.get("validations") or []),
+    )
+    if len(_COMPILED) >= 1024:
+        _COMPILED.clear()
+    _COMPILED[key] = result
+    return result
+
+
+# --- evaluation ---------------------------------------------------------------------------
+
+@dataclass
+class _Failure:
+    message: str
+    reason: str = "Invalid"
+    config: bool = False  # a configuration error: refuses whatever the validationActions
+
+
+def _error_message(expression: str, err: CelError) -> str:
+    text = str(err)
+    if text.startswith("compilation failed"):
+        return f"compilation error: {text}"
+    return f"expression '{expression}' resulted in error: {text}"
+
+
+def _activation(attrs: Attributes, params: dict[str, Any] | None, namespace_object: dict[str, Any] | None,
+                policy: CompiledPolicy) -> dict[str, Any]:
+    activation: dict[str, Any] = {
+        "object": cel_value(attrs.object),
+        "oldObject": cel_value(attrs.old_object),
+        "request": cel_value(attrs.request()),
+        "params": cel_value(params),
+        "namespaceObject": cel_value(namespace_object),
+    }
+    expressions = dict(policy.variables)
+
+    def resolve(name: str) -> Any:
+        return expressions[name].evaluate(activation)
+
+    activation["variables"] = lazy_map(resolve, [name for name, _ in policy.variables])
+    return activation
+
+
+def _message(validation: Mapping[str, Any], message_expression: CompiledExpression | None,
+             activation: dict[str, Any]) -> str:
+    if message_expression is not None:
+        try:
+            value = message_expression.evaluate(activation)
+        except CelError:
+            value = None
+        if isinstance(value, str) and value.strip() and "\n" not in value:
+            return value.strip()
+    if str(validation.get("message") or "").strip():
+        return str(validation["message"]).strip()
+    return f"failed expression: {str(validation.get('expression', '')).strip()}"
+
+
+def _validate(policy: CompiledPolicy, attrs: Attributes, params: dict[str, Any] | None,
+              namespace_object: dict[str, Any] | None, fail_open: bool) -> list[_Failure]:
+    """The failures of one (policy, binding, param): empty when it passes or does not apply."""
+    activation = _activation(attrs, params, namespace_object, policy)
+    errors: list[str] = []
+    for _, condition in policy.match_conditions:
+        try:
+            verdict = as_bool(condition.evaluate(activation))
+        except CelError as err:
+            errors.append(_error_message(condition.expression, err))
+            continue
+        if verdict is None:
+            errors.append(f"expression '{condition.expression}' resulted in error: "
+                          "matchCondition must evaluate to bool")
+        elif not verdict:
+            return []  # one false condition: the policy does not apply to this request
+    if errors:
+        return [] if fail_open else [_Failure("; ".join(errors))]
+    failures = []
+    for validation, expression, message_expression in policy.validations:
+        try:
+            verdict = expression.evaluate(activation)
+        except CelError as err:
+            if not fail_open:
+                failures.append(_Failure(_error_message(expression.expression, err)))
+            continue
+        passed = as_bool(verdict)
+        if passed is None:
+            if not fail_open:
+                failures.append(_Failure(f"expression '{expression.expression}' resulted in error: "
+                                         "validation expression must evaluate to bool"))
+            continue
+        if passed:
+            continue
+        failures.append(_Failure(_message(validation, message_expression, activation),
+                                 str(validation.get("reason") or "Invalid")))
+    return failures
+
+
+def _params(policy: Mapping[str, Any], binding: Mapping[str, Any], attrs: Attributes,
+            source: ParamSource) -> tuple[list[dict[str, Any] | None], _Failure | None]:
+    """The parameter objects to evaluate with ([None] without paramKind), or a failure."""
+    param_kind = (policy.get("spec") or {}).get("paramKind")
+    if not param_kind:
+        return [None], None
+    api_version, kind = str(param_kind.get("apiVersion", "")), str(param_kind.get("kind", ""))
+    ref = (binding.get("spec") or {}).get("paramRef")
+    if not ref:
+        return [], _Failure(f"failed to configure binding: paramRef is required when paramKind {api_version}, "
+                            f"Kind={kind} is set", config=True)
+    namespaced = source.param_kind_scope(api_version, kind)
+    if namespaced is None:
+        return [], _Failure(f"failed to configure policy: failed to find resource referenced by paramKind: "
+                            f"'{api_version}, Kind={kind}'", config=True)
+    namespace = ""
+    if namespaced:
+        namespace = ref.get("namespace") or attrs.namespace
+        if not namespace:
+            return [], _Failure("failed to configure binding: cannot use namespaced paramRef in policy binding "
+                                "that matches cluster-scoped resources", config=True)
+    if ref.get("name"):
+        found = source.get_param(api_version, kind, namespace, str(ref["name"]))
+        params = [found] if found is not None else []
+    else:
+        try:
+            selector = label_selector_from_struct(ref.get("selector") or {}, "paramRef.selector")
+        except SelectorError as err:
+            return [], _Failure(f"failed to configure binding: {err}", config=True)
+        params = [p for p in source.list_params(api_version, kind, namespace) if selector.matches(_labels(p))]
+    if not params:
+        if (ref.get("parameterNotFoundAction") or "Deny") == "Deny":
+            return [], _Failure(f"failed to configure binding: {PARAMS_NOT_FOUND}", config=True)
+        return [], None
+    return list(params), None
+
+
+def evaluate(policies: list[dict[str, Any]], bindings: list[dict[str, Any]], attrs: Attributes,
+             source: ParamSource) -> Outcome:
+    """Evaluate every (policy, binding) pair that matches the request.
+
+    Pairs run in policy-name then binding-name order; the first denial is the answer (as
+    kube-apiserver, which answers the first denied decision), warnings of all pairs are kept."""
+    outcome = Outcome()
+    by_policy: dict[str, list[dict[str, Any]]] = {}
+    for binding in sorted(bindings, key=lambda b: (b.get("metadata") or {}).get("name", "")):
+        by_policy.setdefault(str((binding.get("spec") or {}).get("policyName", "")), []).append(binding)
+    namespace_object = source.namespace(attrs.namespace) if attrs.namespaced and attrs.namespace else None
+    for policy in sorted(policies, key=lambda p: (p.get("metadata") or {}).get("name", "")):
+        name = str((policy.get("metadata") or {}).get("name", ""))
+        spec = policy.get("spec") or {}
+        fail_open = spec.get("failurePolicy") == "Ignore"
+        its_bindings = by_policy.get(name, [])
+        if not its_bindings:
+            continue
+        try:
+            if not resources_match(spec.get("matchConstraints"), attrs, source):
+                continue
+        except SelectorError as err:
+            if not fail_open:
+                _deny(outcome, name, None, _Failure(f"failed to configure policy: {err}", config=True))
+            continue
+        program = compiled(policy)
+        for binding in its_bindings:
+            binding_name = str((binding.get("metadata") or {}).get("name", ""))
+            bspec = binding.get("spec") or {}
+            try:
+                if bspec.get("matchResources") and not resources_match(bspec["matchResources"], attrs, source):
+                    continue
+            except SelectorError as err:
+                if not fail_open:
+                    _deny(outcome, name, binding_name, _Failure(f"failed to configure binding: {err}", config=True))
+                continue
+            params, problem = _params(policy, binding, attrs, source)
+            failures: list[_Failure] = []
+            if problem is not None:
+                if not fail_open:
+                    failures.append(problem)
+            for param in params:
+                failures += _validate(program, attrs, param, namespace_object, fail_open)
+            actions = set(bspec.get("validationActions") or [])
+            for failure in failures:
+                if failure.config or "Deny" in actions:
+                    _deny(outcome, name, binding_name, failure)
+                if "Warn" in actions and not failure.config:
+                    outcome.warnings.append(f"Validation failed for ValidatingAdmissionPolicy '{name}' with binding "
+                                            f"'{binding_name}': {failure.message}")
+    return outcome
+
+
+def _deny(outcome: Outcome, policy: str, binding: str | None, failure: _Failure) -> None:
+    if outcome.denial is not None:
+        return
+    if binding is not None:
+        message = f"ValidatingAdmissionPolicy '{policy}' with binding '{binding}' denied request: {failure.message}"
+    else:
+        message = f"ValidatingAdmissionPolicy '{policy}' denied request: {failure.message}"
+    reason = failure.reason if failure.reason in REASON_CODES else "Invalid"
+    outcome.denial = Denial(REASON_CODES[reason], reason, message, policy, binding or "")

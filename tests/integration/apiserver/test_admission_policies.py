@@ -1,0 +1,348 @@
+"""ValidatingAdmissionPolicy in devcluster, table tests from the Kubernetes documentation's rules.
+
+One devcluster for the module; each case installs its policies and bindings (and parameter
+ConfigMaps), makes one request over HTTP and checks what a client sees: the status code,
+reason and message kube-apiserver would answer, the ``Warning`` header, or the write stored.
+Policies and bindings are removed after every case.
+"""
+from __future__ import annotations
+
+import ssl
+from typing import Any, Iterator
+
+import httpx
+import pytest
+
+ADM = "/apis/admissionregistration.k8s.io/v1"
+POLICIES = f"{ADM}/validatingadmissionpolicies"
+BINDINGS = f"{ADM}/validatingadmissionpolicybindings"
+NS = "/api/v1/namespaces"
+
+
+@pytest.fixture(scope="module")
+def client(devcluster_module) -> Iterator[httpx.Client]:
+    ctx = ssl.create_default_context(cafile=str(devcluster_module.ca_cert))
+    with httpx.Client(base_url=devcluster_module.url, verify=ctx, timeout=20,
+                      headers={"Authorization": f"Bearer {devcluster_module.token}"}) as c:
+        for name, labels in (("team-a", {"tenant": "a"}), ("team-b", {"tenant": "b"}), ("plain", {})):
+            assert c.post(NS, json={"apiVersion": "v1", "kind": "Namespace",
+                                    "metadata": {"name": name, "labels": labels}}).status_code == 201
+        yield c
+
+
+@pytest.fixture(autouse=True)
+def clean(client: httpx.Client) -> Iterator[None]:
+    yield
+    assert client.delete(BINDINGS).status_code == 200
+    assert client.delete(POLICIES).status_code == 200
+    for ns in ("team-a", "team-b", "plain", "default"):
+        client.delete(f"{NS}/{ns}/configmaps", params={"labelSelector": "case"})
+
+
+def configmap_rules(operations: list[str] | None = None, **extra: Any) -> dict[str, Any]:
+    rule = {"apiGroups": [""], "apiVersions": ["v1"], "operations": operations or ["CREATE", "UPDATE"],
+            "resources": ["configmaps"]}
+    rule.update(extra)
+    return {"resourceRules": [rule]}
+
+
+def install(c: httpx.Client, validations: list[dict[str, Any]], *, name: str = "p", binding: str = "b",
+            actions: list[str] | None = None, match: dict[str, Any] | None = None, **spec: Any) -> None:
+    """A policy ``name`` (matching ConfigMap creates/updates unless ``match`` says otherwise) and
+    one binding ``binding`` to it; ``spec`` keys ``binding_*`` go to the binding's spec."""
+    bspec = {k[len("binding_"):]: spec.pop(k) for k in list(spec) if k.startswith("binding_")}
+    policy = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+              "metadata": {"name": name},
+              "spec": {"matchConstraints": match or configmap_rules(), "validations": validations, **spec}}
+    answer = c.post(POLICIES, json=policy)
+    assert answer.status_code == 201, answer.text
+    bound = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+             "metadata": {"name": binding},
+             "spec": {"policyName": name, "validationActions": actions or ["Deny"], **bspec}}
+    answer = c.post(BINDINGS, json=bound)
+    assert answer.status_code == 201, answer.text
+
+
+def configmap(c: httpx.Client, name: str, data: dict[str, str] | None = None, ns: str = "default",
+              labels: dict[str, str] | None = None) -> httpx.Response:
+    return c.post(f"{NS}/{ns}/configmaps", json={
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "labels": {"case": "yes", **(labels or {})}}, "data": data or {}})
+
+
+def denied(answer: httpx.Response, code: int, reason: str, text: str, name: str, policy: str = "p",
+           binding: str = "b") -> None:
+    """The Status kube-apiserver answers for a policy denial."""
+    assert answer.status_code == code, answer.text
+    status = answer.json()
+    cause = f"ValidatingAdmissionPolicy '{policy}' with binding '{binding}' denied request: {text}"
+    assert status["reason"] == reason
+    assert status["message"] == f'configmaps "{name}" is forbidden: {cause}'
+    assert status["details"] == {"name": name, "kind": "configmaps", "causes": [{"message": cause}]}
+
+
+# --- validations, messages, reasons ---------------------------------------------------------
+
+@pytest.mark.parametrize("reason,code", [(None, 422), ("Invalid", 422), ("Forbidden", 403),
+                                         ("Unauthorized", 401), ("RequestEntityTooLarge", 413)])
+def test_a_false_validation_denies_with_its_reason_and_code(client, reason, code):
+    validation = {"expression": "size(object.data) < 2"}
+    if reason:
+        validation["reason"] = reason
+    install(client, [validation])
+    assert configmap(client, "small", {"a": "1"}).status_code == 201
+    denied(configmap(client, "big", {"a": "1", "b": "2"}), code, reason or "Invalid",
+           "failed expression: size(object.data) < 2", "big")
+    assert client.get(f"{NS}/default/configmaps/big").status_code == 404
+
+
+def test_message_and_message_expression(client):
+    install(client, [
+        {"expression": "size(object.data) < 2", "message": "  at most one key  ",
+         "messageExpression": "'ConfigMap ' + object.metadata.name + ' has ' + string(size(object.data)) + ' keys'"},
+        {"expression": "!has(object.data.x)", "message": "no x", "messageExpression": "object.data.missing"},
+        {"expression": "!has(object.data.y)", "message": "no y, please"},
+    ])
+    denied(configmap(client, "two", {"a": "1", "b": "2"}), 422, "Invalid", "ConfigMap two has 2 keys", "two")
+    # a messageExpression that errs falls back to message
+    denied(configmap(client, "hasx", {"x": "1"}), 422, "Invalid", "no x", "hasx")
+    denied(configmap(client, "hasy", {"y": "1"}), 422, "Invalid", "no y, please", "hasy")
+
+
+# --- validationActions ---------------------------------------------------------------------
+
+def test_warn_sends_the_warning_and_admits(client):
+    install(client, [{"expression": "has(object.data.owner)", "message": "set data.owner"}], actions=["Warn"])
+    answer = configmap(client, "warned")
+    assert answer.status_code == 201
+    assert answer.headers.get_list("Warning") == [
+        '299 - "Validation failed for ValidatingAdmissionPolicy \'p\' with binding \'b\': set data.owner"']
+
+
+def test_audit_alone_admits_silently_and_deny_with_warn_denies(client):
+    install(client, [{"expression": "false", "message": "never"}], actions=["Audit"])
+    answer = configmap(client, "audited")
+    assert answer.status_code == 201 and "Warning" not in answer.headers
+    install(client, [{"expression": "false", "message": "never"}], name="p2", binding="b2", actions=["Deny", "Warn"])
+    denied(configmap(client, "both"), 422, "Invalid", "never", "both", "p2", "b2")
+
+
+# --- failurePolicy ---------------------------------------------------------------------------
+
+def test_an_expression_error_denies_under_fail_and_admits_under_ignore(client):
+    install(client, [{"expression": "object.data.missing == 'x'"}])
+    denied(configmap(client, "err"), 422, "Invalid",
+           "expression 'object.data.missing == 'x'' resulted in error: no such key: missing", "err")
+    client.delete(BINDINGS)
+    client.delete(POLICIES)
+    install(client, [{"expression": "object.data.missing == 'x'"}], failurePolicy="Ignore")
+    assert configmap(client, "err").status_code == 201
+
+
+def test_a_compile_error_goes_through_failure_policy(client):
+    install(client, [{"expression": "object.data.(("}], failurePolicy="Fail")
+    answer = configmap(client, "broken")
+    assert answer.status_code == 422
+    assert "denied request: compilation error: compilation failed:" in answer.json()["message"]
+    install(client, [{"expression": "size(object.data) == 0 &&"}], name="p2", binding="b2", failurePolicy="Ignore")
+    client.delete(f"{BINDINGS}/b")
+    assert configmap(client, "ignored").status_code == 201
+
+
+# --- matchConditions and variables ----------------------------------------------------------
+
+def test_match_conditions_all_true_to_apply(client):
+    install(client, [{"expression": "false", "message": "guarded"}], matchConditions=[
+        {"name": "labelled", "expression": "'guard' in object.metadata.labels"},
+        {"name": "not-exempt", "expression": "!('exempt' in object.metadata.labels)"}])
+    assert configmap(client, "free").status_code == 201
+    assert configmap(client, "exempt", labels={"guard": "1", "exempt": "1"}).status_code == 201
+    denied(configmap(client, "guarded", labels={"guard": "1"}), 422, "Invalid", "guarded", "guarded")
+
+
+def test_a_false_match_condition_wins_over_an_erring_one(client):
+    install(client, [{"expression": "false", "message": "guarded"}], matchConditions=[
+        {"name": "errs", "expression": "object.data.nope == 'x'"},
+        {"name": "labelled", "expression": "'guard' in object.metadata.labels"}])
+    assert configmap(client, "skipped").status_code == 201
+    answer = configmap(client, "erred", labels={"guard": "1"})
+    assert answer.status_code == 422
+    assert "resulted in error: no such key: nope" in answer.json()["message"]
+
+
+def test_variables_are_lazy_and_composable(client):
+    install(client, [{"expression": "!variables.labelled || variables.keys <= 1",
+                      "messageExpression": "'too many keys: ' + string(variables.keys)"}],
+            variables=[{"name": "labelled", "expression": "'limit' in object.metadata.labels"},
+                       {"name": "keys", "expression": "size(object.data)"},
+                       {"name": "broken", "expression": "object.data.never"}])
+    # ``broken`` is never read, so its error never matters
+    assert configmap(client, "many", {"a": "1", "b": "2"}).status_code == 201
+    denied(configmap(client, "limited", {"a": "1", "b": "2"}, labels={"limit": "1"}), 422, "Invalid",
+           "too many keys: 2", "limited")
+
+
+# --- matching ------------------------------------------------------------------------------
+
+def test_namespace_and_object_selectors(client):
+    match = configmap_rules()
+    match["namespaceSelector"] = {"matchLabels": {"tenant": "a"}}
+    match["objectSelector"] = {"matchExpressions": [{"key": "checked", "operator": "Exists"}]}
+    install(client, [{"expression": "false", "message": "no"}], match=match)
+    assert configmap(client, "x", ns="team-b", labels={"checked": "1"}).status_code == 201
+    assert configmap(client, "y", ns="team-a").status_code == 201
+    denied(configmap(client, "z", ns="team-a", labels={"checked": "1"}), 422, "Invalid", "no", "z")
+
+
+def test_exclude_rules_operations_resource_names_and_binding_match_resources(client):
+    match = configmap_rules(["CREATE", "UPDATE", "DELETE"])
+    match["excludeResourceRules"] = [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["*"],
+                                      "resources": ["configmaps"], "resourceNames": ["excluded"]}]
+    install(client, [{"expression": "request.operation != 'DELETE' || !('keep' in oldObject.metadata.labels)",
+                      "message": "kept", "reason": "Forbidden"},
+                     {"expression": "object == null || !has(object.data.bad)", "message": "bad"}],
+            match=match, binding_matchResources={"namespaceSelector": {"matchLabels": {"tenant": "a"}},
+                                                 "resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                                                                    "operations": ["*"], "resources": ["*"]}]})
+    assert configmap(client, "excluded", {"bad": "1"}, ns="team-a").status_code == 201
+    assert configmap(client, "outside", {"bad": "1"}, ns="team-b").status_code == 201  # binding narrows
+    denied(configmap(client, "inside", {"bad": "1"}, ns="team-a"), 422, "Invalid", "bad", "inside")
+    assert configmap(client, "kept", ns="team-a", labels={"keep": "1"}).status_code == 201
+    answer = client.delete(f"{NS}/team-a/configmaps/kept")
+    assert answer.status_code == 403
+    assert answer.json()["message"] == ('configmaps "kept" is forbidden: ValidatingAdmissionPolicy \'p\' with '
+                                        "binding 'b' denied request: kept")
+    # an update is checked too, with oldObject
+    patch = client.patch(f"{NS}/team-a/configmaps/kept", json={"data": {"bad": "1"}},
+                         headers={"Content-Type": "application/merge-patch+json"})
+    denied(patch, 422, "Invalid", "bad", "kept")
+
+
+def test_other_kinds_and_the_policy_kinds_themselves_are_not_matched(client):
+    install(client, [{"expression": "false"}])
+    assert client.post(f"{NS}/default/secrets", json={"apiVersion": "v1", "kind": "Secret",
+                                                      "metadata": {"name": "s", "labels": {"case": "1"}}}).status_code == 201
+    client.delete(f"{NS}/default/secrets/s")
+    install(client, [{"expression": "false"}], name="all", binding="all",
+            match={"resourceRules": [{"apiGroups": ["*"], "apiVersions": ["*"], "operations": ["*"],
+                                      "resources": ["*"]}]}, binding_matchResources={
+                "namespaceSelector": {"matchLabels": {"tenant": "b"}},
+                "resourceRules": [{"apiGroups": ["*"], "apiVersions": ["*"], "operations": ["*"], "resources": ["*"]}]})
+    # policies and bindings are never subject to policies (no lock-out)
+    assert client.delete(f"{BINDINGS}/all").status_code == 200
+
+
+# --- request, namespaceObject, oldObject, libraries ----------------------------------------
+
+def test_request_namespace_object_and_libraries(client):
+    install(client, [
+        {"expression": "request.userInfo.username == 'devcluster-admin' && 'system:masters' in request.userInfo.groups"},
+        {"expression": "request.kind.kind == 'ConfigMap' && request.resource.resource == 'configmaps'"},
+        {"expression": "request.namespace == object.metadata.namespace && request.name == object.metadata.name"},
+        {"expression": "namespaceObject.metadata.labels.tenant == 'a'", "message": "tenant a only"},
+        {"expression": "!has(object.data.mem) || quantity(object.data.mem).compareTo(quantity('1Gi')) <= 0",
+         "message": "at most 1Gi"},
+        {"expression": "!has(object.data.list) || object.data.list.split(',').isSorted()", "message": "sorted"},
+        {"expression": "!has(object.data.id) || object.data.id.find('[0-9]+') == '42'", "message": "id 42"},
+        {"expression": "[1, 5, 3].max() == 5 && [1, 2].sum() == 3 && 'AbC'.lowerAscii() == 'abc'"},
+        {"expression": "request.dryRun == false", "message": "no dry runs"},
+    ])
+    assert configmap(client, "ok", {"mem": "512Mi", "list": "a,b,c", "id": "x42y"}, ns="team-a").status_code == 201
+    denied(configmap(client, "ns", ns="team-b"), 422, "Invalid", "tenant a only", "ns")
+    denied(configmap(client, "mem", {"mem": "2Gi"}, ns="team-a"), 422, "Invalid", "at most 1Gi", "mem")
+    denied(configmap(client, "list", {"list": "b,a"}, ns="team-a"), 422, "Invalid", "sorted", "list")
+    denied(configmap(client, "id", {"id": "7"}, ns="team-a"), 422, "Invalid", "id 42", "id")
+    dry = client.post(f"{NS}/team-a/configmaps", params={"dryRun": "All"},
+                      json={"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "dry"}})
+    denied(dry, 422, "Invalid", "no dry runs", "dry")
+
+
+def test_old_object_makes_a_field_immutable(client):
+    install(client, [{"expression": "oldObject == null || object.data.tier == oldObject.data.tier",
+                      "message": "data.tier is immutable"}])
+    assert configmap(client, "fixed", {"tier": "gold"}).status_code == 201
+    ok = client.patch(f"{NS}/default/configmaps/fixed", json={"data": {"other": "1"}},
+                      headers={"Content-Type": "application/merge-patch+json"})
+    assert ok.status_code == 200
+    changed = client.patch(f"{NS}/default/configmaps/fixed", json={"data": {"tier": "silver"}},
+                           headers={"Content-Type": "application/merge-patch+json"})
+    denied(changed, 422, "Invalid", "data.tier is immutable", "fixed")
+
+
+def test_a_new_policy_generation_is_compiled_again(client):
+    install(client, [{"expression": "size(object.data) < 1", "message": "v1"}])
+    denied(configmap(client, "g", {"a": "1"}), 422, "Invalid", "v1", "g")
+    policy = client.get(f"{POLICIES}/p").json()
+    policy["spec"]["validations"] = [{"expression": "size(object.data) < 5", "message": "v2"}]
+    assert client.put(f"{POLICIES}/p", json=policy).status_code == 200
+    assert configmap(client, "g", {"a": "1"}).status_code == 201
+
+
+# --- parameters ----------------------------------------------------------------------------
+
+LIMIT = [{"expression": "size(object.data) <= int(params.data.maxKeys)",
+          "messageExpression": "'at most ' + params.data.maxKeys + ' keys (' + params.metadata.name + ')'"}]
+PARAM_KIND = {"apiVersion": "v1", "kind": "ConfigMap"}
+
+
+def param(c: httpx.Client, ns: str, name: str, max_keys: int, labels: dict[str, str] | None = None) -> None:
+    assert configmap(c, name, {"maxKeys": str(max_keys)}, ns=ns, labels={"param": "yes", **(labels or {})}
+                     ).status_code == 201
+
+
+def limited_rules() -> dict[str, Any]:
+    match = configmap_rules()
+    match["objectSelector"] = {"matchExpressions": [{"key": "param", "operator": "DoesNotExist"}]}
+    return match
+
+
+def test_params_by_name_in_a_fixed_namespace(client):
+    param(client, "default", "limits", 1)
+    install(client, LIMIT, paramKind=PARAM_KIND, match=limited_rules(),
+            binding_paramRef={"name": "limits", "namespace": "default", "parameterNotFoundAction": "Deny"})
+    assert configmap(client, "one", {"a": "1"}, ns="team-a").status_code == 201
+    denied(configmap(client, "two", {"a": "1", "b": "2"}, ns="team-b"), 422, "Invalid", "at most 1 keys (limits)", "two")
+
+
+def test_params_by_name_in_the_request_namespace_and_not_found_actions(client):
+    param(client, "team-a", "limits", 2)
+    install(client, LIMIT, paramKind=PARAM_KIND, match=limited_rules(),
+            binding_paramRef={"name": "limits", "parameterNotFoundAction": "Deny"})
+    assert configmap(client, "two", {"a": "1", "b": "2"}, ns="team-a").status_code == 201
+    denied(configmap(client, "three", {"a": "1", "b": "2", "c": "3"}, ns="team-a"), 422, "Invalid",
+           "at most 2 keys (limits)", "three")
+    # team-b has no parameters: Deny
+    denied(configmap(client, "none", ns="team-b"), 422, "Invalid",
+           "failed to configure binding: no params found for policy binding with `Deny` parameterNotFoundAction", "none")
+    client.delete(f"{BINDINGS}/b")
+    install(client, LIMIT, name="p2", binding="b2", paramKind=PARAM_KIND, match=limited_rules(),
+            binding_paramRef={"name": "limits", "parameterNotFoundAction": "Allow"})
+    client.delete(f"{POLICIES}/p")
+    assert configmap(client, "none", ns="team-b").status_code == 201
+
+
+def test_params_not_found_under_ignore_admits(client):
+    install(client, LIMIT, paramKind=PARAM_KIND, match=limited_rules(), failurePolicy="Ignore",
+            binding_paramRef={"name": "absent", "parameterNotFoundAction": "Deny"})
+    assert configmap(client, "free", ns="team-b").status_code == 201
+
+
+def test_params_by_selector_each_must_pass(client):
+    param(client, "team-a", "loose", 5, {"set": "x"})
+    param(client, "team-a", "strict", 1, {"set": "x"})
+    param(client, "team-a", "other", 0, {"set": "y"})
+    install(client, LIMIT, paramKind=PARAM_KIND, match=limited_rules(),
+            binding_paramRef={"selector": {"matchLabels": {"set": "x"}}, "parameterNotFoundAction": "Deny"})
+    assert configmap(client, "one", {"a": "1"}, ns="team-a").status_code == 201
+    denied(configmap(client, "two", {"a": "1", "b": "2"}, ns="team-a"), 422, "Invalid", "at most 1 keys (strict)", "two")
+
+
+def test_policies_are_served_like_any_kind(client):
+    install(client, [{"expression": "true"}])
+    listed = client.get(POLICIES).json()
+    assert [p["metadata"]["name"] for p in listed["items"]] == ["p"]
+    assert listed["items"][0]["metadata"]["generation"] == 1
+    bad = client.post(BINDINGS, json={"apiVersion": "admissionregistration.k8s.io/v1",
+                                      "kind": "ValidatingAdmissionPolicyBinding", "metadata": {"name": "x"},
+                                      "spec": {"policyName": 3}})
+    assert bad.status_code == 422 and "spec.policyName" in bad.text
