@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
         import logging
 
         from trainyard.telemetry.runtime import ServiceRuntime
-        from trainyard_services.planner.service import Planner, webhook_observed
+        from trainyard_services.planner.service import Planner, webhook_observed, webhook_trainjob
 
         log = logging.getLogger("trainyard_services.planner")
         runtime = ServiceRuntime(config)
@@ -102,7 +102,8 @@ def run(args: argparse.Namespace) -> int:
                 from trainyard_services.planner.webhook import TlsFiles, WebhookServer, build_app
 
                 tls = TlsFiles()
-                app = build_app(webhook_observed(runtime.bus, runtime.kube, config.cluster))
+                app = build_app(webhook_observed(runtime.bus, runtime.kube, config.cluster),
+                                webhook_trainjob(runtime.bus, runtime.kube, config.cluster))
                 host = args.webhook_host
                 service = (args.webhook_service, args.webhook_namespace) if args.webhook_service else None
                 hosts = [f"{args.webhook_service}.{args.webhook_namespace}.svc",

@@ -37,6 +37,7 @@ CHILD_KINDS: tuple[tuple[str, str, str], ...] = (
     ("v1", "ConfigMap", "-tls-config"),  # TrainJobStatus (feature gate)
     ("v1", "ConfigMap", "-flux-entrypoint"),
     ("v1", "Secret", "-flux-curve"),
+    ("autoscaling/v2", "HorizontalPodAutoscaler", ""),  # elastic TrainJobs with metrics (#17)
 )
 
 

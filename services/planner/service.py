@@ -66,6 +66,30 @@ class Planner:
                         publisher=self.bus.publisher, key_of=trainjob_lane)
 
 
+def webhook_trainjob(bus: BusSession, kube: KubeClient, cluster: str):
+    """The TrainJob a ``trainjobs/scale`` admission request resizes: the bus's snapshot, else
+    the API server's copy (its runtimeRef is what matters, and it is immutable)."""
+
+    async def lookup(namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            found = await bus.snapshots.get(ObjectKey(cluster, "TrainJob", namespace, name))
+        except Exception as err:  # the bus is a cache of the API server: ask the source
+            log.warning("bus unavailable for TrainJob %s/%s (%s); asking the API server", namespace, name, err)
+            found = None
+        if found is None:
+            try:
+                found = await kube.get(r.TRAINJOB, namespace, name)
+            except KubeError as err:
+                log.warning("trainjob lookup failed: %s", err)
+                return None
+        if found is not None:
+            found.setdefault("apiVersion", r.TRAINJOB.api_version)
+            found.setdefault("kind", r.TRAINJOB.kind)
+        return found
+
+    return lookup
+
+
 def webhook_observed(bus: BusSession, kube: KubeClient, cluster: str):
     """What the TrainJob webhook rules read: runtime, existing JobSet, PriorityClasses."""
 

@@ -20,7 +20,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from trainyard.pipeline.errors import aggregate_message
-from trainyard.pipeline.validation import ValidationResult, validate_runtime, validate_trainjob
+from trainyard.pipeline.validation import (ValidationResult, validate_runtime, validate_trainjob,
+                                          validate_trainjob_scale)
 from trainyard.telemetry import metrics
 
 log = logging.getLogger(__name__)
@@ -37,6 +38,8 @@ WEBHOOKS = (
 )
 
 ObservedLookup = Callable[[dict[str, Any]], Awaitable[list[dict[str, Any]]]]
+# (namespace, name) -> the TrainJob, for ``trainjobs/scale`` requests (they carry Scale objects).
+TrainJobLookup = Callable[[str, str], Awaitable[dict[str, Any] | None]]
 
 
 def review_response(uid: str, result: ValidationResult) -> dict[str, Any]:
@@ -59,7 +62,7 @@ def bad_review(detail: str) -> JSONResponse:
     return JSONResponse({"error": detail}, status_code=400)
 
 
-def build_app(observed_for: ObservedLookup) -> FastAPI:
+def build_app(observed_for: ObservedLookup, trainjob_for: TrainJobLookup | None = None) -> FastAPI:
     app = FastAPI(title="trainyard planner webhooks", docs_url=None, redoc_url=None, openapi_url=None)
     for _, path, resource in WEBHOOKS:
         metrics.WEBHOOK_LATENCY.labels(path)
@@ -108,8 +111,24 @@ def build_app(observed_for: ObservedLookup) -> FastAPI:
             return parsed
         review, uid = parsed
         new, old = review["object"], review.get("oldObject") or None
+        if review.get("subResource") == "scale":
+            return await scale(review, uid)
         observed = await observed_for(new)
         result = validate_trainjob(new, old if review.get("operation") == "UPDATE" else None, None, observed)
+        metrics.WEBHOOK_REQUESTS.labels("trainjobs", str(result.allowed).lower()).inc()
+        return review_response(uid, result)
+
+    async def scale(review: dict[str, Any], uid: str) -> dict[str, Any]:
+        """kubectl scale / an HPA: the TrainJob's numNodes set to the Scale's replicas (#17)."""
+        name = str(review.get("name") or (review["object"].get("metadata") or {}).get("name") or "")
+        namespace = str(review.get("namespace") or (review["object"].get("metadata") or {}).get("namespace") or "")
+        trainjob = await trainjob_for(namespace, name) if trainjob_for is not None else None
+        if trainjob is None:  # gone: the API server answers NotFound itself
+            result = ValidationResult()
+        else:
+            observed = await observed_for(trainjob)
+            result = validate_trainjob_scale(review["object"], review.get("oldObject") or None, trainjob,
+                                             None, observed)
         metrics.WEBHOOK_REQUESTS.labels("trainjobs", str(result.allowed).lower()).inc()
         return review_response(uid, result)
 
@@ -139,6 +158,9 @@ def webhook_configuration(ca_bundle: bytes, *, url_base: str | None, service: tu
     """The ValidatingWebhookConfiguration (spec §6.0) pointing at this planner."""
     webhooks = []
     for name, path, resource in WEBHOOKS:
+        # trainjobs/scale too: kubectl scale and HPAs resize elastic TrainJobs through it, and a
+        # rule on trainjobs alone does not see subresource requests.
+        resources = [resource, f"{resource}/scale"] if resource == "trainjobs" else [resource]
         client: dict[str, Any] = {"caBundle": base64.b64encode(ca_bundle).decode("ascii")}
         if url_base:
             client["url"] = url_base.rstrip("/") + path
@@ -152,7 +174,7 @@ def webhook_configuration(ca_bundle: bytes, *, url_base: str | None, service: tu
             "failurePolicy": "Fail",
             "sideEffects": "None",
             "rules": [{"apiGroups": [GROUP], "apiVersions": ["v1alpha1"],
-                       "operations": ["CREATE", "UPDATE"], "resources": [resource]}],
+                       "operations": ["CREATE", "UPDATE"], "resources": resources}],
         })
     return {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
             "metadata": {"name": CONFIGURATION_NAME}, "webhooks": webhooks}

@@ -27,6 +27,7 @@ from trainyard.kube.client import KubeClient, KubeError
 from trainyard.kube.events import record_event
 from trainyard.api.constants import (ANNOTATION_TTL_SECONDS_AFTER_FINISHED, CONDITION_SUSPENDED, MESSAGE_RESUMED,
                                      REASON_RESUMED)
+from trainyard.pipeline.elastic import CONDITION_RESIZING, REASON_RESIZE_REFUSED, REASON_RESIZED
 from trainyard.pipeline.lifecycle import finished_condition, trainjob_state
 from trainyard.pipeline.status import compute_trainjob_status, set_condition
 from trainyard.telemetry import metrics, trainjobs as trainjob_metrics
@@ -56,7 +57,20 @@ def desired_status(trainjob: dict[str, Any], jobset: dict[str, Any] | None,
     for the ``Status`` printer column."""
     status = compute_trainjob_status(trainjob, jobset, now)
     uid = trainjob["metadata"].get("uid")
-    if outcome is not None and outcome.uid == uid and finished_condition(status) is None:
+    conditions = [c for c in status.get("conditions") or [] if c.get("type") != CONDITION_RESIZING]
+    if conditions != list(status.get("conditions") or []):
+        if conditions:
+            status["conditions"] = conditions
+        else:
+            status.pop("conditions", None)
+    if outcome is not None and outcome.uid == uid and finished_condition(status) is None \
+            and resize_pending(status):
+        # An elastic resize the API server refused (e.g. JobSet's ElasticJobSet gate off): the
+        # job keeps running at its current size, so this is no Failed condition.
+        set_condition(conditions, {"type": CONDITION_RESIZING, "status": "False", "reason": REASON_RESIZE_REFUSED,
+                                   "message": outcome.message}, now)
+        status["conditions"] = conditions
+    elif outcome is not None and outcome.uid == uid and finished_condition(status) is None:
         conditions = list(status.get("conditions") or [])
         failed = next((c for c in conditions if c.get("type") == "Failed"), None)
         if failed is None or failed.get("reason") == outcome.reason:
@@ -65,6 +79,20 @@ def desired_status(trainjob: dict[str, Any], jobset: dict[str, Any] | None,
             status["conditions"] = conditions
     status["state"] = trainjob_state(trainjob, status)
     return status
+
+
+def resize_pending(status: dict[str, Any]) -> bool:
+    """An elastic TrainJob whose JobSet does not run at the asked size yet."""
+    found = status.get("elastic") or {}
+    return found.get("currentNodes") is not None and found.get("desiredNodes") is not None \
+        and found["currentNodes"] != found["desiredNodes"]
+
+
+def resized(before: dict[str, Any], after: dict[str, Any]) -> tuple[int, int] | None:
+    """(from, to) when the size an elastic TrainJob runs at changed."""
+    old = (before.get("elastic") or {}).get("currentNodes")
+    new = (after.get("elastic") or {}).get("currentNodes")
+    return (old, new) if old is not None and new is not None and old != new else None
 
 
 def comparable(status: dict[str, Any]) -> dict[str, Any]:
@@ -77,7 +105,7 @@ def transitions(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str,
     old = {c.get("type"): c for c in (before.get("conditions") or [])}
     changed = []
     for condition in after.get("conditions") or []:
-        if condition.get("reason") == REASON_CREATION_FAILED:
+        if condition.get("reason") in (REASON_CREATION_FAILED, REASON_RESIZE_REFUSED):
             continue
         previous = old.get(condition.get("type"))
         if previous is None or previous.get("status") != condition.get("status") \
@@ -195,8 +223,12 @@ class StatusService:
             before = trainjob.get("status") or {}
             after = desired_status(trainjob, jobset, outcome, now_rfc3339())
             if result is not None and result.uid == uid and result.outcome in ("failed", "plan-failed"):
-                await record_event(self.kube, trainjob, "Warning", "TrainJobResourcesCreationFailed",
-                                   creation_failed_message(result.message), COMPONENT)
+                if resize_pending(after):
+                    await record_event(self.kube, trainjob, "Warning", REASON_RESIZE_REFUSED,
+                                       result.message, COMPONENT)
+                else:
+                    await record_event(self.kube, trainjob, "Warning", "TrainJobResourcesCreationFailed",
+                                       creation_failed_message(result.message), COMPONENT)
                 result = None
             if comparable(after) == comparable(before):
                 metrics.STATUS_WRITES.labels("unchanged").inc()
@@ -224,6 +256,10 @@ class StatusService:
             for condition in transitions(before, after):
                 await record_event(self.kube, trainjob, _event_type(condition), condition.get("reason") or
                                    condition.get("type"), condition.get("message") or "", COMPONENT)
+            size_change = resized(before, after)
+            if size_change is not None:
+                await record_event(self.kube, trainjob, "Normal", REASON_RESIZED,
+                                   f"resized from {size_change[0]} to {size_change[1]} nodes", COMPONENT)
             await self.lifecycle.after_fold(body, jobset)
             return
         raise RuntimeError(f"status of {namespace}/{name}: conflicts kept coming")

@@ -316,6 +316,8 @@ class CrdInfo:
     short_names: list[str] = field(default_factory=list)
     status_subresource: bool = True
     categories: list[str] = field(default_factory=list)
+    # The scale subresource (trainyard: TrainJob, for elastic training; docs/elastic.md).
+    scale: dict[str, str] | None = None
 
     @property
     def group(self) -> str:
@@ -374,6 +376,9 @@ CRDS: tuple[CrdInfo, ...] = (
             _AGE,
         ],
         categories=["trainyard"],
+        # trainyard: kubectl scale / an HPA resize an elastic TrainJob (docs/elastic.md).
+        scale={"specReplicasPath": ".spec.trainer.numNodes", "statusReplicasPath": ".status.elastic.currentNodes",
+               "labelSelectorPath": ".status.elastic.selector"},
     ),
     CrdInfo(TrainingRuntime, "trainingruntimes", _RUNTIME_COLUMNS, status_subresource=False, categories=["trainyard"]),
     CrdInfo(ClusterTrainingRuntime, "clustertrainingruntimes", _RUNTIME_COLUMNS, status_subresource=False, categories=["trainyard"]),
@@ -452,6 +457,8 @@ def generate_crd(info: CrdInfo) -> dict[str, Any]:
         version["additionalPrinterColumns"] = info.printer_columns
     if info.status_subresource:
         version["subresources"] = {"status": {}}
+    if info.scale is not None:
+        version.setdefault("subresources", {})["scale"] = dict(info.scale)
     names: dict[str, Any] = {
         "kind": info.kind,
         "listKind": f"{info.kind}List",

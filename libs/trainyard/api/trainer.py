@@ -324,6 +324,18 @@ class TrainerStatus(KubeModel):
     last_updated_time: DateTime | None = crd_field("When this status was reported.")
 
 
+class ElasticStatus(KubeModel):
+    """trainyard: the size of an elastic TrainJob (torch elasticPolicy), read by the scale
+    subresource (status replicas and selector) and so by a HorizontalPodAutoscaler."""
+
+    current_nodes: Int32 | None = crd_field(
+        "Trainer nodes the JobSet runs with now (its trainer job's parallelism).", minimum=0)
+    desired_nodes: Int32 | None = crd_field("Trainer nodes asked for: spec.trainer.numNodes.", minimum=0)
+    min_nodes: Int32 | None = crd_field("Lower bound of numNodes (the runtime's elasticPolicy).", minimum=0)
+    max_nodes: Int32 | None = crd_field("Upper bound of numNodes (the runtime's elasticPolicy).", minimum=0)
+    selector: str | None = crd_field("Label selector of the trainer pods, in the string form.")
+
+
 class TrainJobStatus(KubeModel):
     """Observed state of a TrainJob."""
 
@@ -339,6 +351,8 @@ class TrainJobStatus(KubeModel):
     state: Literal["Running", "Suspended", "Complete", "Failed"] | None = crd_field(
         "trainyard: what the TrainJob is doing now (never blank; the Status printer column)."
     )
+    elastic: ElasticStatus | None = crd_field(
+        "trainyard: current and desired size of an elastic TrainJob (the scale subresource's status).")
 
 
 class TrainJob(KubeObject):

@@ -40,6 +40,7 @@ VOLCANO_PODGROUP = Resource("scheduling.volcano.sh", "v1beta1", "podgroups", "Po
 SECRET = Resource("", "v1", "secrets", "Secret")
 CONFIGMAP = Resource("", "v1", "configmaps", "ConfigMap")
 PRIORITY_CLASS = Resource("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", False)
+HORIZONTAL_POD_AUTOSCALER = Resource("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler")
 EVENT = Resource("", "v1", "events", "Event")
 NAMESPACE = Resource("", "v1", "namespaces", "Namespace", False)
 NODE = Resource("", "v1", "nodes", "Node", False)
@@ -53,7 +54,7 @@ VALIDATING_WEBHOOK_CONFIGURATION = Resource(
 KNOWN = [
     TRAINJOB, TRAINING_RUNTIME, CLUSTER_TRAINING_RUNTIME, JOBSET, COSCHEDULING_PODGROUP,
     VOLCANO_PODGROUP, SECRET, CONFIGMAP, PRIORITY_CLASS, EVENT, VALIDATING_WEBHOOK_CONFIGURATION,
-    NAMESPACE, NODE, POD, MULTIKUEUE_CLUSTER,
+    NAMESPACE, NODE, POD, MULTIKUEUE_CLUSTER, HORIZONTAL_POD_AUTOSCALER,
 ]
 
 

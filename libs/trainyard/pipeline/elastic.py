@@ -25,7 +25,8 @@ RDZV_BACKEND = "c10d"
 SIGNAL_EXIT_CODES = (137, 143)
 REASON_RESIZED = "Resized"
 REASON_RESTARTS_EXHAUSTED = "ElasticRestartsExhausted"
-CONDITION_RESIZE_REFUSED = "ResizeRefused"
+CONDITION_RESIZING = "Resizing"
+REASON_RESIZE_REFUSED = "ResizeRefused"
 HPA_API_VERSION = "autoscaling/v2"
 HPA_KIND = "HorizontalPodAutoscaler"
 

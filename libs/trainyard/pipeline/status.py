@@ -4,7 +4,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from . import names
+from . import elastic, names
 from .defaults import trainjob_with_defaults
 from .documents import as_document, clone, dig, items, mapping
 from .lifecycle import deadline_exceeded, finished_condition, parse_time
@@ -86,11 +86,19 @@ def compute_trainjob_status(trainjob: Any, jobset: Any | None, now: datetime | s
     if unsupported is None and jobset is not None:
         jobset_doc = as_document(jobset)
         jobset_conditions = items(dig(jobset_doc, "status", "conditions"))
+        policy = elastic.jobset_policy(jobset_doc)
         for source, target in ((names.JOBSET_CONDITION_COMPLETED, names.CONDITION_COMPLETE),
                                (names.JOBSET_CONDITION_FAILED, names.CONDITION_FAILED)):
             found = _condition(jobset_conditions, source)
             if found is not None and found.get("status") == "True":
-                set_condition(conditions, {**found, "type": target}, moment)
+                copied = {**found, "type": target}
+                if policy is not None and target == names.CONDITION_FAILED:
+                    # Elastic: a trainer Job fails only once torchrun's restart budget is spent.
+                    copied["reason"] = elastic.REASON_RESTARTS_EXHAUSTED
+                    copied["message"] = elastic.failed_message(policy, str(found.get("message") or ""))
+                set_condition(conditions, copied, moment)
+        if policy is not None:
+            status["elastic"] = elastic_status(job, jobset_doc, policy)
         jobs_status = _jobs_status(jobset_doc)
         if jobs_status:
             status["jobsStatus"] = jobs_status
@@ -111,6 +119,23 @@ def compute_trainjob_status(trainjob: Any, jobset: Any | None, now: datetime | s
     else:
         status.pop("conditions", None)
     return status
+
+
+def elastic_status(trainjob: dict[str, Any], jobset_doc: dict[str, Any], policy: dict[str, Any]) -> dict[str, Any]:
+    """``status.elastic`` of an elastic TrainJob: the size its JobSet runs at, the size asked for,
+    the bounds, and the trainer pods' selector (the scale subresource reads these)."""
+    found: dict[str, Any] = {}
+    current = elastic.jobset_size(jobset_doc)
+    if current is not None:
+        found["currentNodes"] = current
+    desired = dig(trainjob, "spec", "trainer", "numNodes")
+    if isinstance(desired, int):
+        found["desiredNodes"] = desired
+    for key in ("minNodes", "maxNodes"):
+        if isinstance(policy.get(key), int):
+            found[key] = policy[key]
+    found["selector"] = elastic.selector(str(dig(trainjob, "metadata", "name") or ""), jobset_doc)
+    return found
 
 
 def _jobs_status(jobset_doc: dict[str, Any]) -> list[dict[str, Any]]:

@@ -19,7 +19,7 @@ from trainyard.apimachinery.structural import validate as validate_schema
 from . import elastic, names
 from .defaults import runtime_with_defaults, trainjob_with_defaults
 from .documents import as_document, dig, items, mapping
-from .errors import ErrorType, FieldError, PlanningError, aggregate_message, from_cause, internal, invalid
+from .errors import ErrorType, FieldError, PlanningError, aggregate_message, forbidden, from_cause, internal, invalid
 from .framework import Plugin, ValidationContext, run_validation
 from .info import build_info
 from .observed import ObservedState
@@ -196,6 +196,32 @@ def validate_trainjob(new: Any, old: Any | None = None, runtime: Any | None = No
     if result.errors:
         result.code = 403
     return result
+
+
+def validate_trainjob_scale(scale: dict[str, Any], old_scale: dict[str, Any] | None, trainjob: Any,
+                            runtime: Any | None = None,
+                            observed: Iterable[Any] | ObservedState = ()) -> ValidationResult:
+    """Admission of a ``trainjobs/scale`` update (kubectl scale, an HPA): the TrainJob resized to
+    the Scale's ``spec.replicas`` is validated as an update of ``spec.trainer.numNodes``; a
+    TrainJob whose runtime is not elastic cannot be scaled at all."""
+    old_doc = trainjob_with_defaults(as_document(trainjob))
+    replicas = dig(scale, "spec", "replicas")
+    old_replicas = dig(old_scale or {}, "spec", "replicas")
+    if isinstance(old_replicas, int) and isinstance(dig(old_doc, "spec", "trainer"), dict):
+        old_doc["spec"]["trainer"]["numNodes"] = old_replicas  # the size this request changes
+    new_doc = copy.deepcopy(old_doc)
+    new_doc.setdefault("spec", {}).setdefault("trainer", {})["numNodes"] = replicas
+    state = observed if isinstance(observed, ObservedState) else ObservedState.of(observed)
+    try:
+        document = as_document(runtime) if runtime is not None else lookup_runtime(new_doc, state)
+    except RuntimeLookupError:
+        document = None
+    if document is not None and elastic.policy_of(runtime_with_defaults(document).get("spec")) is None:
+        name = dig(document, "metadata", "name")
+        return ValidationResult(code=403, webhook=TRAINJOB_WEBHOOK, errors=[forbidden(
+            elastic.NUM_NODES_FIELD, f"only an elastic TrainJob can be scaled: the runtime {name} has no "
+                                     "torch elasticPolicy")])
+    return validate_trainjob(new_doc, old_doc, runtime, state)
 
 
 def num_nodes_change_errors(new: dict[str, Any], old: dict[str, Any] | None,

@@ -183,3 +183,22 @@ def test_hpa_from_metrics() -> None:
 def test_no_hpa_without_metrics() -> None:
     result = plan(elastic_job(2), elastic_runtime({"minNodes": 1, "maxNodes": 4, "metrics": []}))
     assert [o["kind"] for o in result.objects] == ["JobSet"]
+
+
+def test_status_shows_sizes_selector_and_says_why_it_failed() -> None:
+    from trainyard.pipeline import compute_trainjob_status
+
+    jobset = running_jobset(2)
+    status = compute_trainjob_status(elastic_job(3), jobset, "2026-01-01T00:00:00Z")
+    assert status["elastic"] == {"currentNodes": 2, "desiredNodes": 3, "minNodes": 1, "maxNodes": 4,
+                                 "selector": "jobset.sigs.k8s.io/jobset-name=test-job,"
+                                             "jobset.sigs.k8s.io/replicatedjob-name=node"}
+    failed = running_jobset(2, conditions=[{
+        "type": "Failed", "status": "True", "reason": "FailedJobs", "lastTransitionTime": "2026-01-01T00:00:00Z",
+        "message": "jobset failed due to one or more job failures (first failed job: test-job-node-0)"}])
+    condition = compute_trainjob_status(elastic_job(2), failed, "2026-01-01T00:00:01Z")["conditions"][0]
+    assert (condition["type"], condition["reason"]) == ("Failed", "ElasticRestartsExhausted")
+    assert condition["message"] == (
+        "torchrun exited non-zero after spending its restart budget (maxRestarts: 3), or the trainer pods "
+        "were lost more often than that budget allows: jobset failed due to one or more job failures "
+        "(first failed job: test-job-node-0)")

@@ -78,3 +78,59 @@ def test_malformed_reviews_get_a_clear_400(client, body, detail):
         client.post(WEBHOOKS[2][1], json=body)
     assert response.status_code == 400
     assert response.json() == {"error": detail}
+
+
+ELASTIC_RUNTIME = {
+    **RUNTIME, "metadata": {"name": "torch-elastic"},
+    "spec": {**RUNTIME["spec"], "mlPolicy": {"torch": {"elasticPolicy": {"minNodes": 1, "maxNodes": 3}}}},
+}
+
+
+def scale_review(replicas, old_replicas=2):
+    def scale(n):
+        return {"apiVersion": "autoscaling/v1", "kind": "Scale", "metadata": {"name": "job", "namespace": "ns"},
+                "spec": {"replicas": n}}
+    body = review(scale(replicas), "UPDATE", scale(old_replicas))
+    body["request"].update(subResource="scale", name="job", namespace="ns",
+                           kind={"group": "autoscaling", "version": "v1", "kind": "Scale"})
+    return body
+
+
+def scale_client(runtime):
+    job = trainjob(numNodes=2)
+    job["spec"]["runtimeRef"]["name"] = runtime["metadata"]["name"]
+
+    async def observed(_):
+        return [runtime]
+
+    async def trainjob_for(namespace, name):
+        return job if (namespace, name) == ("ns", "job") else None
+
+    return TestClient(build_app(observed, trainjob_for))
+
+
+@pytest.mark.parametrize("runtime, replicas, message", [
+    (ELASTIC_RUNTIME, 3, None),
+    (ELASTIC_RUNTIME, 1, None),
+    (ELASTIC_RUNTIME, 4, "spec.trainer.numNodes: Invalid value: 4: must be between minNodes (1) and maxNodes (3) "
+                         "of the runtime's torch elasticPolicy"),
+    (ELASTIC_RUNTIME, 0, "spec.trainer.numNodes: Invalid value: 0: must be between minNodes (1) and maxNodes (3) "
+                         "of the runtime's torch elasticPolicy"),
+    (RUNTIME, 3, "spec.trainer.numNodes: Forbidden: only an elastic TrainJob can be scaled: the runtime "
+                 "torch-distributed has no torch elasticPolicy"),
+])
+def test_scale_subresource_requests_are_checked_against_the_bounds(runtime, replicas, message):
+    body = scale_client(runtime).post(WEBHOOKS[2][1], json=scale_review(replicas)).json()["response"]
+    assert body["allowed"] is (message is None)
+    if message is not None:
+        assert body["status"]["code"] == 403
+        assert body["status"]["message"] == message
+
+
+def test_webhook_configuration_matches_trainjob_scale():
+    from trainyard_services.planner.webhook import webhook_configuration
+
+    rules = {w["name"]: w["rules"][0]["resources"] for w in
+             webhook_configuration(b"CA", url_base="https://x", service=None)["webhooks"]}
+    assert rules["validator.trainjob.trainer.kubeflow.org"] == ["trainjobs", "trainjobs/scale"]
+    assert rules["validator.trainingruntime.trainer.kubeflow.org"] == ["trainingruntimes"]
