@@ -148,6 +148,8 @@ def semantic_causes(kind: str, obj: dict[str, Any]) -> list[dict[str, str]]:
     if kind == "PodDisruptionBudget" and "minAvailable" in spec and "maxUnavailable" in spec:
         causes.append({"reason": "FieldValueInvalid", "field": "spec",
                        "message": "Invalid value: minAvailable and maxUnavailable cannot be both set"})
+    if kind == "HorizontalPodAutoscaler":
+        causes += _hpa_causes(spec)
     if kind in {"RoleBinding", "ClusterRoleBinding"}:
         ref = obj.get("roleRef") or {}
         allowed = {"ClusterRole"} if kind == "ClusterRoleBinding" else {"Role", "ClusterRole"}
@@ -156,3 +158,47 @@ def semantic_causes(kind: str, obj: dict[str, Any]) -> list[dict[str, str]]:
                            "message": f'Unsupported value: "{ref["kind"]}": supported values: '
                                       + ", ".join(f'"{k}"' for k in sorted(allowed))})
     return causes
+
+
+def _hpa_causes(spec: dict[str, Any]) -> list[dict[str, str]]:
+    """autoscaling/v2 HorizontalPodAutoscaler bounds, as kube-apiserver's validation words them."""
+    causes: list[dict[str, str]] = []
+    low, high = spec.get("minReplicas"), spec.get("maxReplicas")
+    if isinstance(low, int) and low < 1:
+        causes.append({"reason": "FieldValueInvalid", "field": "spec.minReplicas",
+                       "message": f"Invalid value: {low}: must be greater than or equal to 1"})
+    if isinstance(high, int) and high < 1:
+        causes.append({"reason": "FieldValueInvalid", "field": "spec.maxReplicas",
+                       "message": f"Invalid value: {high}: must be greater than 0"})
+    if isinstance(low, int) and isinstance(high, int) and high < low:
+        causes.append({"reason": "FieldValueInvalid", "field": "spec.maxReplicas",
+                       "message": f"Invalid value: {high}: must be greater than or equal to `minReplicas`"})
+    return causes
+
+
+def update_causes(key: tuple[str, str], obj: dict[str, Any], old: dict[str, Any]) -> list[dict[str, str]]:
+    """Update rules of built-in kinds the server enforces (beyond the create-time checks)."""
+    if key == ("batch", "jobs"):
+        return job_update_causes(obj, old)
+    return []
+
+
+def job_update_causes(job: dict[str, Any], old: dict[str, Any]) -> list[dict[str, str]]:
+    """batch/v1 Job ``spec.completions`` on update (Kubernetes >= 1.27, elastic Indexed Jobs):
+    immutable unless the Job is Indexed, where it may change only together with an equal
+    ``spec.parallelism``."""
+    spec, old_spec = job.get("spec") or {}, old.get("spec") or {}
+    completions = spec.get("completions")
+    if completions == old_spec.get("completions"):
+        return []
+    if spec.get("completionMode") != "Indexed":
+        return [{"reason": "FieldValueInvalid", "field": "spec.completions",
+                 "message": f"Invalid value: {_shown(completions) if completions is not None else 'null'}: "
+                            "field is immutable"}]
+    if completions is None:
+        return []  # Indexed without completions is refused elsewhere (Required value)
+    parallelism = spec.get("parallelism")
+    if completions != (1 if parallelism is None else parallelism):
+        return [{"reason": "FieldValueInvalid", "field": "spec.completions",
+                 "message": f"Invalid value: {_shown(completions)}: can only be modified in tandem with spec.parallelism"}]
+    return []

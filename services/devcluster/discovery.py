@@ -27,6 +27,8 @@ def _subresource_kind(rt: ResourceType, sub: str) -> dict[str, str]:
         return {"group": "", "version": "v1", "kind": "Binding"}
     if sub == "token":
         return {"group": "authentication.k8s.io", "version": "v1", "kind": "TokenRequest"}
+    if sub == "scale":
+        return {"group": "autoscaling", "version": "v1", "kind": "Scale"}
     return {"group": rt.group, "version": rt.version, "kind": rt.kind}
 
 

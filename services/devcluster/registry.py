@@ -12,6 +12,7 @@ SUBRESOURCE_VERBS = {
     "binding": ("create",),
     "finalize": ("update",),
     "token": ("create",),
+    "scale": ("get", "patch", "update"),
 }
 
 
@@ -38,6 +39,8 @@ class ResourceType:
     verbs: tuple[str, ...] = VERBS_ALL
     virtual: bool = False  # create-only review resources answered from the request, never stored
     validated: bool = False  # built-in kind checked against its definition (types, required fields)
+    # a CRD version's subresources.scale: specReplicasPath, statusReplicasPath, labelSelectorPath
+    scale: dict[str, Any] | None = field(default=None, compare=False, hash=False)
 
     @property
     def api_version(self) -> str:
@@ -129,6 +132,9 @@ BUILTIN_TYPES += (
     _stored("scheduling.k8s.io/v1", "priorityclasses", "PriorityClass", False, ("pc",)),
     # The addresses of selector-less Services (a host process the pods reach by Service name).
     _stored("discovery.k8s.io/v1", "endpointslices", "EndpointSlice", True),
+    # Autoscalers of custom resources' scale subresources; no HPA controller runs here.
+    _stored("autoscaling/v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler", True, ("hpa",), ("status",),
+            ("all",)),
     # Enforced on every write by services/devcluster/admissionpolicy.py (docs/devcluster.md).
     _stored("admissionregistration.k8s.io/v1", "validatingadmissionpolicies", "ValidatingAdmissionPolicy", False,
             (), ("status",), ("api-extensions",)),
@@ -166,8 +172,9 @@ def types_from_crd(crd: dict[str, Any]) -> list[ResourceType]:
     served = tuple(v["name"] for v in versions)
     result = []
     for version in versions:
-        subs = set((version.get("subresources") or {}).keys())
-        subs &= {"status"}
+        declared = version.get("subresources") or {}
+        subs = set(declared.keys())
+        subs &= {"status", "scale"}
         schema = (version.get("schema") or {}).get("openAPIV3Schema") or {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
         result.append(ResourceType(
             group=group, version=version["name"], resource=names.get("plural", ""), kind=names.get("kind", ""),
@@ -177,6 +184,7 @@ def types_from_crd(crd: dict[str, Any]) -> list[ResourceType]:
             subresources=frozenset(subs), builtin=False, schema=schema,
             printer_columns=tuple(version.get("additionalPrinterColumns") or ()),
             served_versions=served, storage_version=storage,
+            scale=declared.get("scale") if "scale" in subs else None,
         ))
     return result
 

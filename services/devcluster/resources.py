@@ -489,9 +489,18 @@ class Api:
             obj = self.schemas.process(rt, obj, old, opts)
         else:
             obj = self._builtin_checks(rt, obj, opts)
+            if old is not None and opts.subresource != "status":
+                from .builtin_fields import update_causes
+                changes = update_causes(rt.storage_key, obj, old)
+                if changes:
+                    raise self._invalid(rt, name, changes)
         if self.admission is not None and rt.group != "admissionregistration.k8s.io" \
                 and opts.manager not in INTERNAL_MANAGERS:
-            admitted = await self.admission(operation, rt, obj, old, opts)
+            if opts.subresource == "scale" and rt.scale is not None:
+                from .scale import admit_scale
+                admitted = await admit_scale(self.admission, operation, rt, obj, old, opts)
+            else:
+                admitted = await self.admission(operation, rt, obj, old, opts)
             if admitted is not None:
                 obj = admitted
                 if not rt.builtin:

@@ -24,6 +24,9 @@ class SchemaProcessor:
         self._report_unknown(unknown, opts)
         pruned = apply_defaults(pruned, schema)
         causes = validate(pruned, old, schema)
+        if getattr(rt, "scale", None):
+            from .scale import replicas_causes
+            causes = list(causes) + replicas_causes(pruned, rt.scale, status=getattr(opts, "subresource", None) == "status")
         if causes:
             raise errors.invalid(rt.qualified_kind, (obj.get("metadata") or {}).get("name", ""), rt.group, rt.kind,
                                  list(causes))

@@ -364,6 +364,8 @@ class ApiServer:
                 raise errors.method_not_allowed(method, rt.qualified_resource, rt.group, rt.resource)
             body = await self._decode_object(request)
             return self._json(await self._bind(rt, ns or "default", name or "", body, self._options(request, query, None)), 201)
+        if sub == "scale" and name is not None:
+            return await self._scale(request, rt, ns, name, query)
         if name is None:
             if method == "GET":
                 if parse_bool(query.get("watch"), "watch"):
@@ -437,6 +439,36 @@ class ApiServer:
             answer["status"] = {"userInfo": {"username": "devcluster-admin",
                                              "groups": ["system:masters", "system:authenticated"]}}
         return answer
+
+    async def _scale(self, request: web.Request, rt: ResourceType, ns: str | None, name: str,
+                     query: dict[str, str]) -> web.Response:
+        """``<resource>/<name>/scale`` of a custom resource (``services/devcluster/scale.py``)."""
+        from .scale import ScaleEndpoint
+        endpoint = ScaleEndpoint(self.api)
+        method = request.method
+        if rt.namespaced and ns is None:
+            raise errors.not_found_path()
+        if method == "GET":
+            return self._json(endpoint.get(rt, ns, name))
+        if method not in ("PUT", "PATCH"):
+            raise errors.method_not_allowed(method, rt.qualified_resource, rt.group, rt.resource)
+        opts = self._options(request, query, "scale")
+        if method == "PUT":
+            body = await self._decode_object(request)
+            async with self.write_locks.hold((rt.storage_key, ns or "", name)):
+                scale = await endpoint.update(rt, ns, name, body, opts)
+            return self._json(scale, warnings=opts.warnings)
+        content_type = (request.headers.get("Content-Type") or "").split(";")[0].strip().lower()
+        patch_type = _PATCH_TYPES.get(content_type)
+        if patch_type is None:
+            raise errors.unsupported_media_type(machinery.BUILTIN_PATCH_TYPES)
+        if patch_type == "apply" and not opts.manager_given:
+            raise errors.bad_request('PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: '
+                                     "is required for apply patch")
+        body = await self._body(request)
+        async with self.write_locks.hold((rt.storage_key, ns or "", name)):
+            scale = await endpoint.patch(rt, ns, name, patch_type, body, opts)
+        return self._json(scale, warnings=opts.warnings)
 
     async def _delete_options(self, request: web.Request, query: dict[str, str]) -> dict[str, Any]:
         body = await self._body(request)

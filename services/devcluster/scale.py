@@ -1,0 +1,231 @@
+"""The ``scale`` subresource of custom resources: ``autoscaling/v1`` ``Scale``, as kube-apiserver serves it.
+
+A CRD version that declares ``subresources.scale`` (``specReplicasPath``, ``statusReplicasPath``,
+optional ``labelSelectorPath``) gets ``.../<resource>/<name>/scale``: GET answers a Scale built
+from the object (``spec.replicas`` from the spec path, ``status.replicas`` from the status path,
+0 when absent, ``status.selector`` from the selector path, metadata name/namespace/uid/
+resourceVersion/creationTimestamp of the object); PUT and PATCH (merge, JSON, strategic, which
+for a Scale is a merge, and apply) change the object at the spec path only. The write is an
+update of the object with subresource ``scale``: schema, CEL rules and the scale path checks
+apply, and admission webhooks that match ``<resource>/scale`` see Scale objects.
+
+``scale_of`` / ``with_replicas`` / ``replicas_causes`` are pure; ``ScaleEndpoint`` does the requests.
+"""
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from . import errors, machinery
+from .registry import ResourceType
+
+SCALE_API_VERSION = "autoscaling/v1"
+SCALE_KIND = "Scale"
+SCALE_GVK = {"group": "autoscaling", "version": "v1", "kind": "Scale"}
+SCALE_DEFINITION = "io.k8s.api.autoscaling.v1.Scale"
+MAX_INT32 = 2**31 - 1
+# kube-apiserver marks "the object had no value at the spec path" with the smallest int32: a
+# Scale write that leaves it there is refused (an absent value cannot be scaled implicitly).
+UNSET_REPLICAS = -(2**31)
+
+
+class ScaleError(Exception):
+    """A value at a scale path has the wrong type (kube-apiserver answers 400)."""
+
+
+def field_path(path: str) -> list[str]:
+    """``.spec.trainer.numNodes`` -> ``["spec", "trainer", "numNodes"]``."""
+    return path[1:].split(".") if path.startswith(".") else path.split(".")
+
+
+def _nested(obj: dict[str, Any], path: str) -> tuple[Any, bool]:
+    current: Any = obj
+    for part in field_path(path):
+        if not isinstance(current, dict) or part not in current:
+            return None, False
+        current = current[part]
+    return current, current is not None
+
+
+def _nested_int(obj: dict[str, Any], path: str) -> tuple[int, bool]:
+    value, found = _nested(obj, path)
+    if not found:
+        return 0, False
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ScaleError(f"{path} accessor error: {value!r} is of the type {type(value).__name__}, expected int64")
+    return value, True
+
+
+def scale_of(obj: dict[str, Any], config: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """(the object's Scale, whether the object has a value at the spec replicas path)."""
+    spec_replicas, found = _nested_int(obj, config.get("specReplicasPath") or "")
+    status_replicas, _ = _nested_int(obj, config.get("statusReplicasPath") or "")
+    selector = ""
+    if config.get("labelSelectorPath"):
+        value, present = _nested(obj, config["labelSelectorPath"])
+        if present:
+            if not isinstance(value, str):
+                raise ScaleError(f"{config['labelSelectorPath']} accessor error: {value!r} is of the type "
+                                 f"{type(value).__name__}, expected string")
+            selector = value
+    meta = obj.get("metadata") or {}
+    scale_meta: dict[str, Any] = {"name": meta.get("name", "")}
+    if meta.get("namespace"):
+        scale_meta["namespace"] = meta["namespace"]
+    for key in ("uid", "resourceVersion", "creationTimestamp"):
+        if meta.get(key) is not None:
+            scale_meta[key] = meta[key]
+    status: dict[str, Any] = {"replicas": status_replicas}
+    if selector:
+        status["selector"] = selector
+    # Go's autoscaling/v1 ScaleSpec drops replicas: 0 (omitempty); status.replicas is always there.
+    return {"kind": SCALE_KIND, "apiVersion": SCALE_API_VERSION, "metadata": scale_meta,
+            "spec": {"replicas": spec_replicas} if spec_replicas else {}, "status": status}, found
+
+
+def with_replicas(obj: dict[str, Any], config: dict[str, Any], replicas: int) -> dict[str, Any]:
+    """A copy of ``obj`` with ``replicas`` at the spec replicas path (intermediate maps created)."""
+    out = copy.deepcopy(obj)
+    current = out
+    parts = field_path(config.get("specReplicasPath") or "")
+    for part in parts[:-1]:
+        nxt = current.get(part)
+        if not isinstance(nxt, dict):
+            nxt = current[part] = {}
+        current = nxt
+    current[parts[-1]] = replicas
+    return out
+
+
+def replicas_causes(obj: dict[str, Any], config: dict[str, Any], status: bool = False) -> list[dict[str, str]]:
+    """kube-apiserver's checks of the values at the scale paths, on every write of the object:
+    the spec replicas (and, for status writes, the status replicas) must be integers in
+    [0, 2147483647]; the label selector must be a string."""
+    causes: list[dict[str, str]] = []
+    paths = [config.get("specReplicasPath") or ""]
+    if status:
+        paths.append(config.get("statusReplicasPath") or "")
+    for path in paths:
+        value, found = _nested(obj, path)
+        if not found:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int):
+            causes.append(errors.field_cause(path, "FieldValueInvalid",
+                                             f"Invalid value: 0: {path} accessor error: {value!r} is of the type "
+                                             f"{type(value).__name__}, expected int64"))
+        elif value < 0:
+            causes.append(errors.field_cause(path, "FieldValueInvalid",
+                                             f"Invalid value: {value}: should be a non-negative integer"))
+        elif value > MAX_INT32:
+            causes.append(errors.field_cause(path, "FieldValueInvalid",
+                                             f"Invalid value: {value}: should be less than or equal to {MAX_INT32}"))
+    if status and config.get("labelSelectorPath"):
+        path = config["labelSelectorPath"]
+        value, found = _nested(obj, path)
+        if found and not isinstance(value, str):
+            causes.append(errors.field_cause(path, "FieldValueInvalid",
+                                             f"Invalid value: \"\": {path} accessor error: {value!r} is of the type "
+                                             f"{type(value).__name__}, expected string"))
+    return causes
+
+
+def _scale_or_400(obj: dict[str, Any], config: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    try:
+        return scale_of(obj, config)
+    except ScaleError as err:
+        raise errors.bad_request(str(err)) from err
+
+
+class _ScaleType:
+    """Enough of a resource type for the built-in field checks of a Scale body."""
+
+    definition = SCALE_DEFINITION
+
+
+def decode_scale(body: Any, opts: Any) -> dict[str, Any]:
+    """A Scale request body checked as kube-apiserver decodes one: object, kind and version,
+    unknown fields per ``fieldValidation``, ``spec.replicas`` an int32."""
+    if not isinstance(body, dict):
+        raise errors.bad_request("the body of a Scale must be a JSON object")
+    kind, api_version = body.get("kind") or SCALE_KIND, body.get("apiVersion") or SCALE_API_VERSION
+    if kind != SCALE_KIND or api_version != SCALE_API_VERSION:
+        raise errors.bad_request(f"the kind in the data ({kind}, {api_version}) does not match the expected kind "
+                                 f"({SCALE_KIND}, {SCALE_API_VERSION}) for the scale subresource")
+    body = dict(body, kind=SCALE_KIND, apiVersion=SCALE_API_VERSION)
+    if not isinstance(body.get("metadata", {}), dict) or not isinstance(body.get("spec", {}), dict):
+        raise errors.bad_request("Scale in version \"v1\" cannot be handled as a Scale: metadata and spec must be objects")
+    body = machinery.check_builtin_fields(_ScaleType(), body, opts)  # type: ignore[arg-type]
+    replicas = (body.get("spec") or {}).get("replicas")
+    if replicas is not None and (isinstance(replicas, bool) or not isinstance(replicas, int)):
+        raise errors.bad_request("Scale in version \"v1\" cannot be handled as a Scale: json: cannot unmarshal "
+                                 f"{type(replicas).__name__} into Go struct field ScaleSpec.spec.replicas of type int32")
+    if replicas is not None and not -(2**31) <= replicas <= MAX_INT32:
+        raise errors.bad_request("Scale in version \"v1\" cannot be handled as a Scale: json: cannot unmarshal "
+                                 f"number {replicas} into Go struct field ScaleSpec.spec.replicas of type int32")
+    return body
+
+
+class ScaleEndpoint:
+    """GET/PUT/PATCH of ``<resource>/<name>/scale`` over the ``Api``."""
+
+    def __init__(self, api: Any) -> None:
+        self.api = api
+
+    def get(self, rt: ResourceType, namespace: str | None, name: str) -> dict[str, Any]:
+        obj = self.api.get(rt, namespace, name)
+        return _scale_or_400(obj, rt.scale or {})[0]
+
+    async def update(self, rt: ResourceType, namespace: str | None, name: str, body: Any, opts: Any) -> dict[str, Any]:
+        return await self._write(rt, namespace, name, opts, lambda _old: decode_scale(body, opts))
+
+    async def patch(self, rt: ResourceType, namespace: str | None, name: str, patch_type: str, body: bytes,
+                    opts: Any) -> dict[str, Any]:
+        def patched(old_scale: dict[str, Any]) -> dict[str, Any]:
+            if patch_type == "apply":
+                config = decode_scale(machinery.parse_apply_body(body), opts)
+                result = copy.deepcopy(old_scale)
+                if "replicas" in (config.get("spec") or {}):
+                    result["spec"]["replicas"] = config["spec"]["replicas"]
+                if (config.get("metadata") or {}).get("resourceVersion"):
+                    result["metadata"]["resourceVersion"] = config["metadata"]["resourceVersion"]
+                return result
+            # A Scale has no lists: a strategic merge patch of it is a JSON merge patch.
+            kind = "merge" if patch_type == "strategic" else patch_type
+            return decode_scale(machinery.apply_patch(rt, kind, old_scale, body), opts)
+        return await self._write(rt, namespace, name, opts, patched)
+
+    async def _write(self, rt: ResourceType, namespace: str | None, name: str, opts: Any, make: Any) -> dict[str, Any]:
+        config = rt.scale or {}
+        old = self.api._stored(rt, namespace, name).load()  # noqa: SLF001 - the server's own Api
+        old_scale, found = _scale_or_400(old, config)
+        if not found:
+            old_scale["spec"]["replicas"] = UNSET_REPLICAS
+        new_scale = make(copy.deepcopy(old_scale))
+        meta = new_scale.get("metadata") or {}
+        if meta.get("name") and meta["name"] != name:
+            raise errors.bad_request(f"the name of the object ({meta['name']}) does not match the name on the URL ({name})")
+        replicas = (new_scale.get("spec") or {}).get("replicas") or 0
+        if replicas == UNSET_REPLICAS:
+            raise errors.bad_request(f'the spec replicas field "{config.get("specReplicasPath")}" cannot be empty')
+        rv = meta.get("resourceVersion")
+        if rv and rv != old["metadata"].get("resourceVersion"):
+            raise errors.conflict(rt.qualified_resource, name, rt.group, rt.resource)
+        updated = await self.api._update_from(rt, old, with_replicas(old, config, replicas), opts)  # noqa: SLF001
+        return _scale_or_400(updated, config)[0]
+
+
+async def admit_scale(admission: Any, operation: str, rt: ResourceType, obj: dict[str, Any],
+                      old: dict[str, Any] | None, opts: Any) -> dict[str, Any] | None:
+    """Admission of a scale write: webhooks see the Scale objects (``kind`` autoscaling/v1
+    Scale, subresource ``scale``), as kube-apiserver sends them; a mutating webhook's change
+    of ``spec.replicas`` goes back to the object. Returns the changed object or None."""
+    config = rt.scale or {}
+    new_scale = _scale_or_400(obj, config)[0]
+    old_scale = _scale_or_400(old, config)[0] if old is not None else None
+    admitted = await admission(operation, rt, new_scale, old_scale, opts)
+    if admitted is None:
+        return None
+    replicas = (admitted.get("spec") or {}).get("replicas") or 0
+    if isinstance(replicas, bool) or not isinstance(replicas, int):
+        raise errors.internal("a mutating webhook set the Scale's spec.replicas to a non-integer")
+    return with_replicas(obj, config, replicas)
