@@ -106,7 +106,7 @@ class ValidatingPolicies:
             operation=operation, group=rt.group, version=rt.version, resource=rt.resource, kind=kind,
             namespaced=rt.namespaced, name=str(meta.get("name") or ""),
             namespace=str(meta.get("namespace") or "") if rt.namespaced else "", subresource=subresource,
-            object=obj, old_object=old, user_info=getattr(opts, "user_info", None) or DEFAULT_USER,
+            object=obj, old_object=old, user_info=_user_info(opts),
             dry_run=bool(opts.dry_run), uid=str(meta.get("uid") or ""), kind_group=kind_group,
             kind_version=kind_version, served_versions=tuple(rt.served_versions),
             options=_options(operation, opts),
@@ -122,6 +122,17 @@ class ValidatingPolicies:
             details["causes"] = [{"message": denial.message}]
             raise ApiError(denial.code, denial.reason,
                            f'{rt.qualified_resource} "{attrs.name}" is forbidden: {denial.message}', details)
+
+
+def _user_info(opts: Any) -> dict[str, Any]:
+    """``request.userInfo``: the requesting (or impersonated) user the server put on the write
+    options (``opts.user``, an ``rbac.UserInfo``), else the kubeconfig's admin user."""
+    user = getattr(opts, "user", None)
+    if user is not None and hasattr(user, "as_json"):
+        return user.as_json()
+    if isinstance(user, dict):
+        return user
+    return DEFAULT_USER
 
 
 def _options(operation: str, opts: Any) -> dict[str, Any]:

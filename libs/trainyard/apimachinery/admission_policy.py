@@ -78,12 +78,10 @@ class Attributes:
             "uid": self.uid, "kind": kind, "resource": resource, "requestKind": kind,
             "requestResource": resource, "name": self.name, "operation": self.operation,
             "userInfo": self.user_info, "dryRun": self.dry_run,
+            # kube-apiserver's request is typed: unset strings read as "", never as absent
+            "subResource": self.subresource, "requestSubResource": self.subresource,
+            "namespace": self.namespace if self.namespaced else "",
         }
-        if self.subresource:
-            out["subResource"] = self.subresource
-            out["requestSubResource"] = self.subresource
-        if self.namespaced:
-            out["namespace"] = self.namespace
         if self.options is not None:
             out["options"] = self.options
         return out
