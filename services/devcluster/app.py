@@ -29,12 +29,12 @@ def _setup_logging(level: str) -> None:
 
 
 def run_up(data_dir: Path, host: str, port: int, watch_history: int, log_level: str,
-           dataplane: bool = False) -> int:
+           dataplane: bool = False, authorization_mode: str = "RBAC") -> int:
     from trainyard.cli.main import UserError
     from .storage import DataDirError
     _setup_logging(log_level)
     try:
-        asyncio.run(_main(data_dir, host, port, watch_history, dataplane))
+        asyncio.run(_main(data_dir, host, port, watch_history, dataplane, authorization_mode))
     except DataDirError as err:
         raise UserError(f"--data-dir: {err}") from None
     except OSError as err:
@@ -44,7 +44,8 @@ def run_up(data_dir: Path, host: str, port: int, watch_history: int, log_level: 
     return 0
 
 
-async def _main(data_dir: Path, host: str, port: int, watch_history: int, dataplane: bool = False) -> None:
+async def _main(data_dir: Path, host: str, port: int, watch_history: int, dataplane: bool = False,
+                authorization_mode: str = "RBAC") -> None:
     from .server import serve
     from .tls import ensure_credentials, kubeconfig_text
 
@@ -69,7 +70,8 @@ async def _main(data_dir: Path, host: str, port: int, watch_history: int, datapl
         if dataplane:
             nonlocal dataplane_task
             from .dataplane.plane import start_embedded
-            dataplane_task = start_embedded(data_dir, kubeconfig, stop)
+            # The data plane acts as its own identity (authn.CONTROLLERS), not as the admin user.
+            dataplane_task = start_embedded(data_dir, _controllers_kubeconfig(data_dir, url), stop)
 
     # Shutdown order: the data plane winds down first (it stops every pod and cleans up through
     # the API), then the API server stops.
@@ -90,9 +92,24 @@ async def _main(data_dir: Path, host: str, port: int, watch_history: int, datapl
 
     stopper = asyncio.create_task(stop_in_order())
     try:
-        await serve(data_dir, host=host, port=port, history_size=watch_history, on_ready=on_ready, stop=server_stop)
+        await serve(data_dir, host=host, port=port, history_size=watch_history, on_ready=on_ready, stop=server_stop,
+                    authorization_mode=authorization_mode)
     finally:
         stopper.cancel()
         stop.set()
         await wait_dataplane()
         ready_file.unlink(missing_ok=True)
+
+
+def _controllers_kubeconfig(data_dir: Path, url: str) -> Path:
+    """``pki/controllers.kubeconfig`` (0600): the in-process data plane's credentials."""
+    import dataclasses
+
+    from .authn import CONTROLLERS_KUBECONFIG, ensure_controllers_token
+    from .tls import ensure_credentials, kubeconfig_text
+
+    credentials = dataclasses.replace(ensure_credentials(data_dir), token=ensure_controllers_token(data_dir))
+    path = data_dir / "pki" / CONTROLLERS_KUBECONFIG
+    path.write_text(kubeconfig_text(url, credentials))
+    path.chmod(0o600)
+    return path

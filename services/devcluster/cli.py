@@ -26,6 +26,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     up.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     up.add_argument("--dataplane", action=argparse.BooleanOptionalAction, default=True,
                     help="run the data plane (JobSet/Job controllers, scheduler, pod runner; default on)")
+    up.add_argument("--authorization-mode", default="RBAC", choices=["RBAC", "AlwaysAllow"],
+                    help="RBAC (default): every request is checked against Roles/ClusterRoles and their "
+                         "bindings; AlwaysAllow: any authenticated request is allowed")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -41,4 +44,4 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--data-dir: {data_dir} exists and is not a directory")
     from trainyard_services.devcluster.app import run_up
     return run_up(data_dir, args.host, args.port, args.watch_history, args.log_level,
-                  dataplane=args.dataplane)
+                  dataplane=args.dataplane, authorization_mode=args.authorization_mode)

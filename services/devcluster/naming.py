@@ -37,6 +37,12 @@ def name_errors(group: str, resource: str, name: str) -> list[dict[str, str]]:
         limit, pattern, msg = 63, _LABEL, LABEL_MSG
     elif (group, resource) in DNS1035_NAMED:
         limit, pattern, msg = 63, _DNS1035, DNS1035_MSG
+    elif group == "rbac.authorization.k8s.io":
+        # RBAC names are path segments (system:discovery, trainyard:planner), as kube-apiserver's
+        # ValidateRBACName: not "." or "..", no "/" or "%"
+        if name in (".", ".."):
+            return [_invalid("metadata.name", name, f"may not be '{name}'")]
+        return [_invalid("metadata.name", name, f"may not contain '{c}'") for c in "/%" if c in name]
     elif (group, resource) == ("", "events"):
         # event names carry a dot-separated suffix; any path-safe name is accepted
         if "/" in name or name in (".", "..") or "%" in name:

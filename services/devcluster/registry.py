@@ -151,10 +151,13 @@ def _review(group: str, resource: str, kind: str) -> ResourceType:
                         verbs=("create",), virtual=True)
 
 
-# kubectl auth can-i / auth whoami: one admin user may do everything
+# kubectl auth can-i / auth whoami: answered by RBAC (services/devcluster/authz.py)
 BUILTIN_TYPES += (
     _review("authorization.k8s.io", "selfsubjectaccessreviews", "SelfSubjectAccessReview"),
     _review("authorization.k8s.io", "selfsubjectrulesreviews", "SelfSubjectRulesReview"),
+    _review("authorization.k8s.io", "subjectaccessreviews", "SubjectAccessReview"),
+    ResourceType("authorization.k8s.io", "v1", "localsubjectaccessreviews", "LocalSubjectAccessReview", "", True,
+                 definition="io.k8s.api.authorization.v1.LocalSubjectAccessReview", verbs=("create",), virtual=True),
     _review("authentication.k8s.io", "selfsubjectreviews", "SelfSubjectReview"),
 )
 

@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import logging
 import ssl
@@ -17,7 +16,11 @@ from urllib.parse import parse_qsl, unquote
 
 from aiohttp import web
 
+from trainyard.apimachinery import rbac
+
 from . import discovery, errors, machinery, podlogs, tables, watch
+from .authn import ADMIN, Authenticator, ensure_controllers_token
+from .authz import Authorization
 from .errors import ApiError
 from .openapi import OpenApiCache
 from .registry import Registry, ResourceType
@@ -97,7 +100,7 @@ def parse_resource_path(segments: list[str]) -> Target | None:
 
 class ApiServer:
     def __init__(self, data_dir: Path, credentials: Credentials | None, history_size: int = 4096,
-                 require_auth: bool = True) -> None:
+                 require_auth: bool = True, authorization_mode: str = "RBAC") -> None:
         self.data_dir = data_dir
         self.store = Store(data_dir, history_size=history_size)
         self.registry = Registry()
@@ -110,6 +113,10 @@ class ApiServer:
         self._stopping = asyncio.Event()
         self.logs = podlogs.PodLogs(data_dir / "pods")
         self.tokens = TokenIssuer(data_dir)
+        # Who a request is (authn.py) and what it may do (authz.py: RBAC, impersonation, reviews).
+        self.authn = Authenticator(credentials.token if credentials is not None else "",
+                                   ensure_controllers_token(data_dir), self.tokens, self.api, self.registry)
+        self.authz = Authorization(self.api, self.registry, authorization_mode)
         devcluster_metrics.register_store(self.store)
 
     # ---------------------------------------------------------------- app
@@ -122,6 +129,7 @@ class ApiServer:
     async def start(self) -> None:
         self.store.start(asyncio.get_running_loop())
         await self.api.bootstrap()
+        await self.authz.bootstrap()
         from .webhooks import Admission
         self.api.admission = Admission(self.api).admit
         from .admissionpolicy import ValidatingPolicies
@@ -205,14 +213,6 @@ class ApiServer:
             return stored.raw
         return obj
 
-    def _authorised(self, request: web.Request) -> bool:
-        if not self.require_auth or self.credentials is None:
-            return True
-        header = request.headers.get("Authorization", "")
-        if not header.startswith("Bearer "):
-            return False
-        return hmac.compare_digest(header[7:].strip().encode(), self.credentials.token.encode())
-
     async def _dispatch(self, request: web.Request) -> web.StreamResponse:
         raw_path = request.rel_url.raw_path
         segments = [unquote(s) for s in raw_path.split("/") if s]
@@ -228,8 +228,10 @@ class ApiServer:
             return self._json(self.tokens.discovery())
         if segments == ["openid", "v1", "jwks"] and method == "GET":
             return self._json(self.tokens.jwks(), content_type="application/jwk-set+json")
-        if not self._authorised(request):
-            raise errors.unauthorized()
+        user = self.authn.authenticate(request.headers.get("Authorization")) if self.require_auth else ADMIN
+        user = self.authz.impersonate(request.headers.items(), user)
+        request["user"] = user
+        self.authz.check(rbac.request_info(user, method, request.path, query))
         if segments == ["metrics"] and method == "GET":
             return devcluster_metrics.response()
         accept = request.headers.get("Accept", "")
@@ -343,13 +345,8 @@ class ApiServer:
         if rt.virtual:
             if method != "POST" or name is not None:
                 raise errors.method_not_allowed(method, rt.qualified_resource, rt.group, rt.resource)
-            content_type = (request.headers.get("Content-Type") or "").split(";")[0].strip().lower()
-            if content_type == "application/vnd.kubernetes.protobuf":
-                await self._body(request)
-                review: Any = {}  # the answer does not depend on the (protobuf) spec kubectl sends
-            else:
-                review = await self._decode_object(request)
-            return self._json(self._review(rt, review), 201)
+            review = await self._decode_object(request)
+            return self._json(self.authz.review(rt, review, request["user"], ns), 201)
         if sub == "log":
             if method != "GET":
                 raise errors.method_not_allowed(method, rt.qualified_resource, rt.group, rt.resource)
@@ -422,23 +419,6 @@ class ApiServer:
                 body, _ = await self.api.delete(rt, ns, name, options, self._options(request, query, None))
             return self._json(body)
         raise errors.method_not_allowed(method, rt.qualified_resource, rt.group, rt.resource)
-
-    @staticmethod
-    def _review(rt: ResourceType, body: Any) -> dict[str, Any]:
-        """Answer a self-review: the devcluster has one admin user, allowed everything."""
-        if not isinstance(body, dict):
-            raise errors.bad_request(f"the body of a {rt.kind} must be a JSON object")
-        answer = dict(body, apiVersion=rt.api_version, kind=rt.kind)
-        answer.setdefault("metadata", {})
-        if rt.kind == "SelfSubjectAccessReview":
-            answer["status"] = {"allowed": True, "reason": "the devcluster user is a cluster admin"}
-        elif rt.kind == "SelfSubjectRulesReview":
-            answer["status"] = {"resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}],
-                                "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}], "incomplete": False}
-        else:
-            answer["status"] = {"userInfo": {"username": "devcluster-admin",
-                                             "groups": ["system:masters", "system:authenticated"]}}
-        return answer
 
     async def _scale(self, request: web.Request, rt: ResourceType, ns: str | None, name: str,
                      query: dict[str, str]) -> web.Response:
@@ -549,11 +529,12 @@ ReadyCallback = Callable[[str, int], Awaitable[None] | None]
 
 
 async def serve(data_dir: Path, host: str = "127.0.0.1", port: int = 6443, tls: bool = True, history_size: int = 4096,
-                on_ready: ReadyCallback | None = None, stop: asyncio.Event | None = None) -> None:
+                on_ready: ReadyCallback | None = None, stop: asyncio.Event | None = None,
+                authorization_mode: str = "RBAC") -> None:
     """Run the API server until ``stop`` is set (or the task is cancelled)."""
     from .tls import ensure_credentials
     credentials = ensure_credentials(data_dir)
-    server = ApiServer(data_dir, credentials, history_size=history_size)
+    server = ApiServer(data_dir, credentials, history_size=history_size, authorization_mode=authorization_mode)
     await server.start()
     runner = web.AppRunner(server.make_app(), access_log=None, handle_signals=False, shutdown_timeout=1.0)
     await runner.setup()

@@ -38,6 +38,11 @@ KIND_MESSAGES: dict[tuple[str, str], str] = {
     ("coordination.k8s.io/v1", "Lease"): "coordination.Lease",
     ("events.k8s.io/v1", "Event"): "events.Event",
     ("authentication.k8s.io/v1", "TokenRequest"): "authentication.TokenRequest",
+    ("authentication.k8s.io/v1", "SelfSubjectReview"): "authentication.SelfSubjectReview",
+    ("authorization.k8s.io/v1", "SelfSubjectAccessReview"): "authorization.SelfSubjectAccessReview",
+    ("authorization.k8s.io/v1", "SelfSubjectRulesReview"): "authorization.SelfSubjectRulesReview",
+    ("authorization.k8s.io/v1", "SubjectAccessReview"): "authorization.SubjectAccessReview",
+    ("authorization.k8s.io/v1", "LocalSubjectAccessReview"): "authorization.SubjectAccessReview",
 }
 
 # Scalar fields that are pointers in the Go types: present on the wire means set, even when zero.

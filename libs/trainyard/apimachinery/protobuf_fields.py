@@ -5,7 +5,7 @@ JSON), `i` varint integer, `?` bool, `d` double, `f` float, `<alias>.<Message>` 
 `T` metav1.Time, `M` metav1.MicroTime, `D` metav1.Duration, `Q` resource.Quantity, `I`
 intstr.IntOrString, `R` runtime.RawExtension, `F` metav1.FieldsV1, `{k:v}` a map, `*` prefix a
 repeated field, `^` prefix an embedded (inlined) struct whose fields belong to the parent in JSON.
-Aliases: authentication = k8s.io.api.authentication.v1, core = k8s.io.api.core.v1, batch = k8s.io.api.batch.v1, coordination =
+Aliases: authentication = k8s.io.api.authentication.v1, authorization = k8s.io.api.authorization.v1, core = k8s.io.api.core.v1, batch = k8s.io.api.batch.v1, coordination =
 k8s.io.api.coordination.v1, events = k8s.io.api.events.v1, meta =
 k8s.io.apimachinery.pkg.apis.meta.v1, runtime = k8s.io.apimachinery.pkg.runtime.
 Field numbers are those of the Kubernetes API (`generated.proto` of each group); messages and
@@ -17,6 +17,15 @@ MESSAGES = {
     "authentication.TokenRequest": "1 metadata meta.ObjectMeta;2 spec authentication.TokenRequestSpec;3 status authentication.TokenRequestStatus",
     "authentication.TokenRequestSpec": "1 audiences *s;3 boundObjectRef authentication.BoundObjectReference;4 expirationSeconds i",
     "authentication.TokenRequestStatus": "1 token s;2 expirationTimestamp T",
+    "authentication.SelfSubjectReview": "1 metadata meta.ObjectMeta",
+    "authorization.NonResourceAttributes": "1 path s;2 verb s",
+    "authorization.ResourceAttributes": "1 namespace s;2 verb s;3 group s;4 version s;5 resource s;6 subresource s;7 name s",
+    "authorization.SelfSubjectAccessReview": "1 metadata meta.ObjectMeta;2 spec authorization.SelfSubjectAccessReviewSpec",
+    "authorization.SelfSubjectAccessReviewSpec": "1 resourceAttributes authorization.ResourceAttributes;2 nonResourceAttributes authorization.NonResourceAttributes",
+    "authorization.SelfSubjectRulesReview": "1 metadata meta.ObjectMeta;2 spec authorization.SelfSubjectRulesReviewSpec",
+    "authorization.SelfSubjectRulesReviewSpec": "1 namespace s",
+    "authorization.SubjectAccessReview": "1 metadata meta.ObjectMeta;2 spec authorization.SubjectAccessReviewSpec",
+    "authorization.SubjectAccessReviewSpec": "1 resourceAttributes authorization.ResourceAttributes;2 nonResourceAttributes authorization.NonResourceAttributes;3 user s;4 groups *s;6 uid s",
     "batch.Job": "1 metadata meta.ObjectMeta;2 spec batch.JobSpec;3 status batch.JobStatus",
     "batch.JobCondition": "1 type s;2 status s;3 lastProbeTime T;4 lastTransitionTime T;5 reason s;6 message s",
     "batch.JobSchedulingConfiguration": "",

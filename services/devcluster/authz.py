@@ -1,0 +1,184 @@
+"""Authorization of the devcluster API server: RBAC over the stored Roles, ClusterRoles and
+bindings (``trainyard.apimachinery.rbac``), impersonation, the default bootstrap policy, and the
+access reviews (SelfSubjectAccessReview, SubjectAccessReview, LocalSubjectAccessReview,
+SelfSubjectRulesReview, SelfSubjectReview) that ``kubectl auth can-i`` / ``whoami`` ask.
+
+Modes (``trainyard devcluster up --authorization-mode``): ``RBAC`` (the default) refuses what no
+binding allows with kube-apiserver's 403; ``AlwaysAllow`` allows every authenticated request
+(authentication still applies) and answers every access review with allowed.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from trainyard.apimachinery import rbac
+from trainyard.apimachinery import rbac_bootstrap
+
+from . import errors
+from .registry import Registry, ResourceType
+from .resources import Api, WriteOptions
+
+MODES = ("RBAC", "AlwaysAllow")
+_RBAC_KINDS = ("roles", "clusterroles", "rolebindings", "clusterrolebindings")
+_ALWAYS_ALLOW_REASON = "the devcluster runs with --authorization-mode AlwaysAllow"
+
+
+def forbidden_error(attributes: rbac.Attributes, reason: str = "") -> errors.ApiError:
+    message, details = rbac.forbidden(attributes, reason)
+    return errors.ApiError(403, "Forbidden", message, details or None)
+
+
+class Authorization:
+    def __init__(self, api: Api, registry: Registry, mode: str = "RBAC") -> None:
+        if mode not in MODES:
+            raise ValueError(f"unknown authorization mode {mode!r}; choose from {', '.join(MODES)}")
+        self.api = api
+        self.registry = registry
+        self.mode = mode
+        self._policy: rbac.Policy | None = None
+        self._policy_rv = -1
+        self._fingerprint: tuple = ()
+
+    # ---------------------------------------------------------------- policy snapshot
+
+    def _types(self) -> list[ResourceType]:
+        types = [self.registry.lookup(rbac.RBAC_GROUP, "v1", kind) for kind in _RBAC_KINDS]
+        return [t for t in types if t is not None]
+
+    def policy(self) -> rbac.Policy:
+        """The RBAC objects as stored now; rebuilt only when one of them changed."""
+        store = self.api.store
+        if self._policy is not None and store.rv == self._policy_rv:
+            return self._policy
+        listed = [store.list(t.storage_key) for t in self._types()]
+        fingerprint = tuple((len(items), max((s.rv for _, s in items), default=0)) for items in listed)
+        if self._policy is None or fingerprint != self._fingerprint:
+            loaded = [[s.load() for _, s in items] for items in listed]
+            self._policy = rbac.Policy(*loaded)
+            self._fingerprint = fingerprint
+        self._policy_rv = store.rv
+        return self._policy
+
+    # ---------------------------------------------------------------- decisions
+
+    def decide(self, attributes: rbac.Attributes) -> tuple[bool, str]:
+        if self.mode == "AlwaysAllow":
+            return True, ""
+        return self.policy().authorize(attributes)
+
+    def check(self, attributes: rbac.Attributes) -> None:
+        """Raise kube-apiserver's 403 unless the request is allowed."""
+        allowed, reason = self.decide(attributes)
+        if not allowed:
+            raise forbidden_error(attributes, reason)
+
+    def impersonate(self, headers: Iterable[tuple[str, str]], user: rbac.UserInfo) -> rbac.UserInfo:
+        """The user a request acts as: ``user`` itself, or whom its ``Impersonate-*`` headers name
+        once ``user`` may impersonate each of them (the ``impersonate`` verb on users, groups,
+        serviceaccounts in their namespace, uids and userextras/<key>)."""
+        try:
+            requests = rbac.impersonation_requests(headers)
+        except rbac.ImpersonationError as err:
+            raise errors.bad_request(str(err)) from None
+        if not requests:
+            return user
+        for request in requests:
+            self.check(request.attributes(user))
+        return rbac.impersonated_user(requests)
+
+    # ---------------------------------------------------------------- bootstrap
+
+    async def bootstrap(self) -> None:
+        """kube-apiserver's default ClusterRoles and ClusterRoleBindings, created when missing
+        (an existing one, e.g. edited by an administrator, is kept)."""
+        roles = self.registry.lookup(rbac.RBAC_GROUP, "v1", "clusterroles")
+        bindings = self.registry.lookup(rbac.RBAC_GROUP, "v1", "clusterrolebindings")
+        assert roles is not None and bindings is not None
+        for rt, objects in ((roles, rbac_bootstrap.cluster_roles()), (bindings, rbac_bootstrap.cluster_role_bindings())):
+            for obj in objects:
+                if self.api.store.get(rt.storage_key, "", obj["metadata"]["name"]) is None:
+                    try:
+                        await self.api.create(rt, None, obj, WriteOptions(manager="devcluster"))
+                    except errors.ApiError as err:
+                        if err.code != 409:
+                            raise
+
+    # ---------------------------------------------------------------- reviews
+
+    def review(self, rt: ResourceType, body: Any, user: rbac.UserInfo, namespace: str | None) -> dict[str, Any]:
+        """The answer (with ``status``) to a review the request's user created."""
+        if not isinstance(body, dict):
+            raise errors.bad_request(f"the body of a {rt.kind} must be a JSON object")
+        answer = dict(body, apiVersion=rt.api_version, kind=rt.kind)
+        meta = dict(answer.get("metadata") or {})
+        meta.setdefault("creationTimestamp", None)
+        answer["metadata"] = meta
+        spec = answer.get("spec") if isinstance(answer.get("spec"), dict) else {}
+        if rt.kind == "SelfSubjectReview":
+            answer["status"] = {"userInfo": user.as_json()}
+            return answer
+        if rt.kind == "SelfSubjectRulesReview":
+            ns = spec.get("namespace") or ""
+            if self.mode == "AlwaysAllow":
+                answer["status"] = {"resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}],
+                                    "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
+                                    "incomplete": False}
+            else:
+                rules, problems = self.policy().rules_for(user, str(ns))
+                answer["status"] = rbac.rules_review_status(rules, problems)
+            return answer
+        subject = user
+        if rt.kind in ("SubjectAccessReview", "LocalSubjectAccessReview"):
+            subject = self._review_subject(rt, spec)
+        attributes = self._review_attributes(rt, spec, subject, namespace)
+        allowed, reason = self.decide(attributes)
+        status: dict[str, Any] = {"allowed": allowed}
+        if self.mode == "AlwaysAllow":
+            reason = _ALWAYS_ALLOW_REASON
+        if reason:
+            status["reason"] = reason
+        answer["status"] = status
+        return answer
+
+    def _invalid(self, rt: ResourceType, field: str, message: str) -> errors.ApiError:
+        return errors.invalid(rt.qualified_kind, "", rt.group, rt.kind,
+                              [errors.field_cause(field, "FieldValueInvalid", message)])
+
+    def _review_subject(self, rt: ResourceType, spec: dict[str, Any]) -> rbac.UserInfo:
+        name = spec.get("user") or ""
+        groups = spec.get("groups") or []
+        if not isinstance(name, str) or not isinstance(groups, list) or not all(isinstance(g, str) for g in groups):
+            raise self._invalid(rt, "spec.user", "Invalid value: user must be a string and groups a list of strings")
+        if not name and not groups:
+            raise self._invalid(rt, "spec.user", 'Invalid value: "": at least one of user or group must be specified')
+        extra = spec.get("extra") if isinstance(spec.get("extra"), dict) else {}
+        return rbac.UserInfo(name, tuple(groups), str(spec.get("uid") or ""),
+                             {str(k): tuple(v) for k, v in extra.items() if isinstance(v, list)})
+
+    def _review_attributes(self, rt: ResourceType, spec: dict[str, Any], subject: rbac.UserInfo,
+                           namespace: str | None) -> rbac.Attributes:
+        resource = spec.get("resourceAttributes")
+        non_resource = spec.get("nonResourceAttributes")
+        if (resource is None) == (non_resource is None):
+            raise self._invalid(rt, "spec.resourceAttributes",
+                                f'Invalid value: "{"null" if resource is None else "object"}": exactly one of '
+                                "nonResourceAttributes or resourceAttributes must be specified")
+        if non_resource is not None:
+            if rt.kind == "LocalSubjectAccessReview":
+                raise self._invalid(rt, "spec.nonResourceAttributes",
+                                    "Invalid value: disallowed on this kind of request")
+            if not isinstance(non_resource, dict):
+                raise self._invalid(rt, "spec.nonResourceAttributes", "Invalid value: must be an object")
+            return rbac.Attributes(subject, str(non_resource.get("verb") or ""), False,
+                                   path=str(non_resource.get("path") or ""))
+        if not isinstance(resource, dict):
+            raise self._invalid(rt, "spec.resourceAttributes", "Invalid value: must be an object")
+        ns = str(resource.get("namespace") or "")
+        if rt.kind == "LocalSubjectAccessReview":
+            if ns and ns != namespace:
+                raise self._invalid(rt, "spec.resourceAttributes.namespace",
+                                    f'Invalid value: "{ns}": must match metadata.namespace')
+            ns = namespace or ""
+        return rbac.Attributes(subject, str(resource.get("verb") or ""), True, ns, str(resource.get("group") or ""),
+                               str(resource.get("resource") or ""), str(resource.get("subresource") or ""),
+                               str(resource.get("name") or ""), api_version=str(resource.get("version") or ""))
