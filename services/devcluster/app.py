@@ -29,12 +29,14 @@ def _setup_logging(level: str) -> None:
 
 
 def run_up(data_dir: Path, host: str, port: int, watch_history: int, log_level: str,
-           dataplane: bool = False, authorization_mode: str = "RBAC") -> int:
+           dataplane: bool = False, authorization_mode: str = "RBAC",
+           jobset_feature_gates: frozenset[str] = frozenset()) -> int:
     from trainyard.cli.main import UserError
     from .storage import DataDirError
     _setup_logging(log_level)
     try:
-        asyncio.run(_main(data_dir, host, port, watch_history, dataplane, authorization_mode))
+        asyncio.run(_main(data_dir, host, port, watch_history, dataplane, authorization_mode,
+                          jobset_feature_gates=jobset_feature_gates))
     except DataDirError as err:
         raise UserError(f"--data-dir: {err}") from None
     except OSError as err:
@@ -45,7 +47,7 @@ def run_up(data_dir: Path, host: str, port: int, watch_history: int, log_level: 
 
 
 async def _main(data_dir: Path, host: str, port: int, watch_history: int, dataplane: bool = False,
-                authorization_mode: str = "RBAC") -> None:
+                authorization_mode: str = "RBAC", jobset_feature_gates: frozenset[str] = frozenset()) -> None:
     from .server import serve
     from .tls import ensure_credentials, kubeconfig_text
 
@@ -71,7 +73,8 @@ async def _main(data_dir: Path, host: str, port: int, watch_history: int, datapl
             nonlocal dataplane_task
             from .dataplane.plane import start_embedded
             # The data plane acts as its own identity (authn.CONTROLLERS), not as the admin user.
-            dataplane_task = start_embedded(data_dir, _controllers_kubeconfig(data_dir, url), stop)
+            dataplane_task = start_embedded(data_dir, _controllers_kubeconfig(data_dir, url), stop,
+                                            jobset_feature_gates)
 
     # Shutdown order: the data plane winds down first (it stops every pod and cleans up through
     # the API), then the API server stops.

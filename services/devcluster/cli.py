@@ -26,6 +26,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     up.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     up.add_argument("--dataplane", action=argparse.BooleanOptionalAction, default=True,
                     help="run the data plane (JobSet/Job controllers, scheduler, pod runner; default on)")
+    up.add_argument("--jobset-feature-gates", default="", metavar="NAME=BOOL,...",
+                    help="JobSet feature gates of the data plane, as JobSet's --feature-gates "
+                         "(e.g. ElasticJobSet=true; all alpha gates off by default)")
     up.add_argument("--authorization-mode", default="RBAC", choices=["RBAC", "AlwaysAllow"],
                     help="RBAC (default): every request is checked against Roles/ClusterRoles and their "
                          "bindings; AlwaysAllow: any authenticated request is allowed")
@@ -42,6 +45,12 @@ def run(args: argparse.Namespace) -> int:
     data_dir = (args.data_dir or default_data_dir()).expanduser().resolve()
     if data_dir.exists() and not data_dir.is_dir():
         raise UserError(f"--data-dir: {data_dir} exists and is not a directory")
+    from trainyard_services.devcluster.dataplane.admission import parse_feature_gates
+    try:
+        gates = parse_feature_gates(args.jobset_feature_gates)
+    except ValueError as err:
+        raise UserError(f"--jobset-feature-gates: {err}") from None
     from trainyard_services.devcluster.app import run_up
     return run_up(data_dir, args.host, args.port, args.watch_history, args.log_level,
-                  dataplane=args.dataplane, authorization_mode=args.authorization_mode)
+                  dataplane=args.dataplane, authorization_mode=args.authorization_mode,
+                  jobset_feature_gates=gates)

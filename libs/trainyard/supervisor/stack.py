@@ -388,8 +388,9 @@ class Stack:
         name = cluster.child("devcluster")
         child = self._child(ChildSpec(
             name=name,
+            # ElasticJobSet on: elastic TrainJobs resize their JobSet in place (docs/elastic.md)
             argv=trainyard_argv("devcluster", "up", "--data-dir", str(cluster.devcluster_dir),
-                                "--port", str(cluster.api_port)),
+                                "--port", str(cluster.api_port), "--jobset-feature-gates", "ElasticJobSet=true"),
             log_file=self.layout.log_file(name),
             stop_timeout_s=30.0,
         ))

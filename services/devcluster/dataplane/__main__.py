@@ -28,9 +28,17 @@ def main(argv: list[str] | None = None) -> int:
                         help="no network namespaces: every pod uses the host network")
     parser.add_argument("--capacity", action="append", default=[], metavar="NAME=QUANTITY",
                         help="override the node's capacity, e.g. cpu=4 (repeatable)")
+    parser.add_argument("--jobset-feature-gates", default="", metavar="NAME=BOOL,...",
+                        help="JobSet feature gates, as JobSet's --feature-gates (e.g. ElasticJobSet=true; default off)")
     args = parser.parse_args(argv)
     if not args.kubeconfig.is_file():
         print(f"error: --kubeconfig: {args.kubeconfig} is not a file", file=sys.stderr)
+        return 2
+    from .admission import parse_feature_gates
+    try:
+        gates = parse_feature_gates(args.jobset_feature_gates)
+    except ValueError as err:
+        print(f"error: --jobset-feature-gates: {err}", file=sys.stderr)
         return 2
     capacity = None
     if args.capacity:
@@ -45,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format='{"level":"%(levelname)s","logger":"%(name)s","message":"%(message)s"}')
     options = DataPlaneOptions(kubeconfig=args.kubeconfig, data_dir=args.data_dir,
                                node_name=args.node_name, time_scale=args.time_scale,
-                               isolate=not args.shared_network, capacity=capacity,
+                               isolate=not args.shared_network, capacity=capacity, jobset_feature_gates=gates,
                                announce=lambda line: print(line, flush=True))
 
     async def serve() -> None:

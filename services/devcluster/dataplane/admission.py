@@ -21,6 +21,38 @@ MAX_INT32 = 2147483647
 ALLOWED_ACTIONS = ("FailJobSet", "RestartJobSet", "RestartJobSetAndIgnoreMaxRestarts")
 GATED_ACTIONS = ("RestartJob", "RestartJobAndIgnoreMaxRestarts")
 MUTABLE_WHILE_SUSPENDED = ("labels", "annotations", "nodeSelector", "tolerations", "schedulingGates")
+ELASTIC_JOBSET = "ElasticJobSet"
+# JobSet v0.12.0's feature gates (pkg/features): name -> default. The data plane implements
+# ElasticJobSet; TLSOptions has nothing to do locally; the other two are refused when turned on.
+FEATURE_GATES = {"InPlaceRestart": False, "TLSOptions": True, "RestartJob": False, ELASTIC_JOBSET: False}
+IMPLEMENTED_GATES = {ELASTIC_JOBSET, "TLSOptions"}
+
+
+def parse_feature_gates(text: str) -> frozenset[str]:
+    """``ElasticJobSet=true,TLSOptions=false`` (JobSet's ``--feature-gates`` syntax) -> the gates
+    that are on. ValueError with a one-line reason for an unknown gate, a value that is not a
+    boolean, or a gate the data plane does not implement turned on."""
+    enabled = {name for name, default in FEATURE_GATES.items() if default}
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        name, sep, value = item.partition("=")
+        name, value = name.strip(), value.strip()
+        if not sep:
+            raise ValueError(f"missing bool value for {name}")
+        if name not in FEATURE_GATES:
+            raise ValueError(f"unrecognized feature gate: {name}")
+        lowered = value.lower()
+        if lowered not in ("true", "false", "1", "0", "t", "f"):
+            raise ValueError(f"invalid value of {name}={value}, err: strconv.ParseBool: parsing {value!r}: "
+                             "invalid syntax")
+        if lowered in ("true", "1", "t"):
+            if name not in IMPLEMENTED_GATES:
+                raise ValueError(f"feature gate {name} is not implemented by the devcluster data plane")
+            enabled.add(name)
+        else:
+            enabled.discard(name)
+    return frozenset(enabled)
 
 
 def default_jobset(jobset: dict[str, Any]) -> dict[str, Any]:
@@ -59,10 +91,11 @@ def _dns1035(value: str, too_long: str) -> list[str]:
     return []
 
 
-def validate_jobset(jobset: dict[str, Any], old: dict[str, Any] | None = None) -> list[str]:
-    """Messages that deny the request (empty when allowed)."""
+def validate_jobset(jobset: dict[str, Any], old: dict[str, Any] | None = None,
+                    gates: frozenset[str] = frozenset()) -> list[str]:
+    """Messages that deny the request (empty when allowed); ``gates``: the JobSet feature gates on."""
     if old is not None:
-        return _validate_update(jobset, old)
+        return _validate_update(jobset, old, gates)
     errors: list[str] = []
     meta = jobset.get("metadata") or {}
     spec = jobset.get("spec") or {}
@@ -171,11 +204,65 @@ def _strip_mutable(rjobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _validate_update(new: dict[str, Any], old: dict[str, Any]) -> list[str]:
+def _finished(jobset: dict[str, Any]) -> bool:
+    conditions = (jobset.get("status") or {}).get("conditions") or []
+    return any(c.get("type") in ("Completed", "Failed") and c.get("status") == "True" for c in conditions)
+
+
+def _elastic_update(new_rjobs: list[dict[str, Any]], old_rjobs: list[dict[str, Any]], old: dict[str, Any],
+                    enabled: bool) -> tuple[list[dict[str, Any]], list[str]]:
+    """JobSet v0.12.0's ``ElasticJobSet`` rules for an update: the replicated Jobs with
+    ``parallelism``/``completions`` put back to their old values (so the immutability check
+    ignores them) and the messages for the changes. With the gate on, an Indexed replicated
+    Job may change both while the JobSet is not finished, each >= 1 and equal to each other;
+    with it off, such a change is refused with a message naming the gate."""
+    masked = copy.deepcopy(new_rjobs)
+    errors: list[str] = []
+    old_by_name = {r.get("name"): r for r in old_rjobs}
+    finished = _finished(old)
+    for index, rjob in enumerate(new_rjobs):
+        before = old_by_name.get(rjob.get("name"))
+        spec = (rjob.get("template") or {}).get("spec") or {}
+        if before is None or spec.get("completionMode") != "Indexed":
+            continue
+        before_spec = (before.get("template") or {}).get("spec") or {}
+        parallelism, completions = spec.get("parallelism"), spec.get("completions")
+        parallelism_changed = parallelism != before_spec.get("parallelism")
+        completions_changed = completions != before_spec.get("completions")
+        path = f"spec.replicatedJobs[{index}].template.spec"
+        if parallelism_changed or completions_changed:
+            if not enabled:
+                errors.append(f"{path}: Forbidden: parallelism and completions cannot be changed when "
+                              "ElasticJobSet feature gate is disabled")
+                continue  # not masked: the immutability error stays
+            if finished:
+                errors.append(f"{path}: Forbidden: Cannot mutate parallelism or completions when JobSet is in a "
+                              "terminal state (Completed or Failed)")
+            else:
+                if parallelism_changed and parallelism is not None and parallelism < 1:
+                    errors.append(f"{path}.parallelism: Invalid value: {parallelism}: parallelism must be >= 1")
+                if completions_changed and completions is not None and completions < 1:
+                    errors.append(f"{path}.completions: Invalid value: {completions}: completions must be >= 1")
+                if parallelism is not None and completions is not None and parallelism != completions:
+                    errors.append(f"{path}.completions: Invalid value: {completions}: completions must be equal "
+                                  "to parallelism for Elastic Indexed Jobs")
+        if enabled:
+            masked_spec = (masked[index].get("template") or {}).get("spec") or {}
+            for key in ("parallelism", "completions"):
+                if key in before_spec:
+                    masked_spec[key] = before_spec[key]
+                else:
+                    masked_spec.pop(key, None)
+    return masked, errors
+
+
+def _validate_update(new: dict[str, Any], old: dict[str, Any], gates: frozenset[str] = frozenset()) -> list[str]:
     errors: list[str] = []
     new_spec, old_spec = new.get("spec") or {}, old.get("spec") or {}
     suspended = bool(new_spec.get("suspend")) or bool(old_spec.get("suspend"))
     new_rjobs, old_rjobs = new_spec.get("replicatedJobs") or [], old_spec.get("replicatedJobs") or []
+    new_rjobs, elastic_errors = _elastic_update(new_rjobs, old_rjobs, old, ELASTIC_JOBSET in gates)
+    errors += elastic_errors
     if suspended:
         changed = _strip_mutable(new_rjobs) != _strip_mutable(old_rjobs)
     else:

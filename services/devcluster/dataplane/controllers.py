@@ -36,8 +36,10 @@ async def delete_object(client: KubeClient, path: str, policy: str = "Background
 
 
 class JobSetController:
-    def __init__(self, client: KubeClient, jobsets: Informer, jobs: Informer, services: Informer) -> None:
+    def __init__(self, client: KubeClient, jobsets: Informer, jobs: Informer, services: Informer,
+                 elastic: bool = False) -> None:
         self.client = client
+        self.elastic = elastic  # the ElasticJobSet feature gate
         self.jobsets = jobsets
         self.jobs = jobs
         self.services = services
@@ -62,7 +64,7 @@ class JobSetController:
         jobs = self.jobs.items(namespace)
         service_exists = self.services.get(namespace, subdomain(jobset)) is not None
         try:
-            plan = plan_jobset(jobset, jobs, service_exists, datetime.now(timezone.utc))
+            plan = plan_jobset(jobset, jobs, service_exists, datetime.now(timezone.utc), self.elastic)
         except JobSetError as err:
             log.error("jobset %s/%s: %s", namespace, name, err)
             self.queue.add_after(key, 5.0)
@@ -91,6 +93,11 @@ class JobSetController:
                      [job["metadata"]["name"] for job in plan.create_jobs])
         created_jobs = await asyncio.gather(*(self._create_job(jobset, job) for job in plan.create_jobs))
         errors.extend(err for err in created_jobs if err)
+        for job_name, parallelism, completions in plan.scale_jobs:
+            log.info("jobset %s/%s: resizing job %s to parallelism=completions=%s", namespace, name, job_name,
+                     parallelism)
+            await self._patch_job(namespace, job_name, {"spec": {"parallelism": parallelism,
+                                                                 "completions": completions}})
         for job_name in plan.suspend_jobs:
             await self._patch_job(namespace, job_name, {"spec": {"suspend": True}})
         for job_name, template_patch, clear_start in plan.resume_jobs:

@@ -233,7 +233,8 @@ def plan_job(job: dict[str, Any], pods: list[dict[str, Any]], now: datetime,
     uncounted_ok = set(uncounted.get("succeeded") or [])
     uncounted_failed = set(uncounted.get("failed") or [])
     present_uids = set()
-    succeeded_indexes = parse_indexes(status.get("completedIndexes"))
+    # Indexes at or above completions (an elastic Indexed Job scaled down) no longer count.
+    succeeded_indexes = {i for i in parse_indexes(status.get("completedIndexes")) if i < completions}
     failed = int(status.get("failed") or 0)
     new_uncounted_ok: list[str] = []
     new_uncounted_failed: list[str] = []
@@ -256,6 +257,10 @@ def plan_job(job: dict[str, Any], pods: list[dict[str, Any]], now: datetime,
             if pod_phase != "Failed" and (pod.get("spec") or {}).get("nodeName"):
                 # A terminating pod on the node is counted once it stops (phase terminal);
                 # one never bound has no process to wait for.
+                continue
+            if index is not None and index >= completions:
+                # removed by a scale-down (elastic Indexed Job): not a failure
+                plan.remove_finalizer.append(name)
                 continue
             match = _pod_failure_policy_match(job, pod) if pod_phase == "Failed" else None
             if uid not in uncounted_failed:

@@ -50,6 +50,7 @@ class JobSetPlan:
     delete_jobs: list[str] = field(default_factory=list)
     suspend_jobs: list[str] = field(default_factory=list)
     resume_jobs: list[tuple[str, dict[str, Any], bool]] = field(default_factory=list)  # name, template patch, clear startTime
+    scale_jobs: list[tuple[str, int | None, int | None]] = field(default_factory=list)  # name, parallelism, completions
     create_service: dict[str, Any] | None = None
     status: dict[str, Any] | None = None
     events: list[tuple[str, str, str]] = field(default_factory=list)
@@ -413,8 +414,28 @@ def _merge_template(job: dict[str, Any], rjob: dict[str, Any]) -> dict[str, Any]
     return {"metadata": patch_meta, "spec": patch_spec}
 
 
+def _scale_jobs(rjobs: list[dict[str, Any]], active: list[dict[str, Any]]) -> list[tuple[str, int | None, int | None]]:
+    """``ElasticJobSet``: the unfinished current Jobs whose ``parallelism``/``completions`` differ
+    from their replicated Job's template, to be changed in place (never recreated). A template
+    whose two values differ is left alone (not a valid elastic size)."""
+    desired = {}
+    for rjob in rjobs:
+        spec = (rjob.get("template") or {}).get("spec") or {}
+        desired[rjob.get("name")] = (spec.get("parallelism"), spec.get("completions"))
+    out = []
+    for job in active:
+        wanted = desired.get(_rjob_of(job))
+        if wanted is None or wanted[0] != wanted[1] or _deleting(job):
+            continue
+        spec = job.get("spec") or {}
+        if (spec.get("parallelism"), spec.get("completions")) != wanted:
+            out.append((job["metadata"]["name"], wanted[0], wanted[1]))
+    return out
+
+
 def plan_jobset(jobset: dict[str, Any], jobs: list[dict[str, Any]], service_exists: bool,
-                now: datetime) -> JobSetPlan:
+                now: datetime, elastic: bool = False) -> JobSetPlan:
+    """``elastic``: the ``ElasticJobSet`` feature gate is on."""
     plan = JobSetPlan()
     meta = jobset.get("metadata") or {}
     spec = jobset.get("spec") or {}
@@ -479,6 +500,8 @@ def plan_jobset(jobset: dict[str, Any], jobs: list[dict[str, Any]], service_exis
 
     if dns_enabled(jobset) and not service_exists:
         plan.create_service = build_service(jobset)
+    if elastic:
+        plan.scale_jobs = _scale_jobs(rjobs, buckets.active)
 
     # Create missing Jobs, honoring startup order and dependsOn (§3.4).
     existing = {j["metadata"]["name"] for j in owned}

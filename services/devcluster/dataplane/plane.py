@@ -31,6 +31,7 @@ class DataPlaneOptions:
     time_scale: float = 0.1  # scales crash-loop and pod-failure back-offs (documented)
     isolate: bool = True
     capacity: dict[str, str] | None = None
+    jobset_feature_gates: frozenset[str] = frozenset()  # JobSet feature gates on (ElasticJobSet)
     announce: Callable[[str], None] = field(default=lambda line: None)
 
 
@@ -46,7 +47,7 @@ async def run_dataplane(options: DataPlaneOptions, stop: asyncio.Event) -> None:
     tasks: list[asyncio.Task[None]] = []
     running: dict[str, asyncio.Task[None]] = {}
     kubelet: Kubelet | None = None
-    webhook = JobSetWebhook(client)
+    webhook = JobSetWebhook(client, options.jobset_feature_gates)
     try:
         await register_node(client, node_object(options.node_name, capacity, network.host_ip))
         await webhook.start()
@@ -83,7 +84,8 @@ async def run_dataplane(options: DataPlaneOptions, stop: asyncio.Event) -> None:
         kubelet.adopt_existing()
         kubelet._refresh_services()  # noqa: SLF001
         scheduler = Scheduler(client, options.node_name, capacity, pods, groups, nodes)
-        jobset_controller = JobSetController(client, jobsets, jobs, services)
+        jobset_controller = JobSetController(client, jobsets, jobs, services,
+                                             elastic="ElasticJobSet" in options.jobset_feature_gates)
         job_controller = JobController(client, jobs, pods, options.time_scale)
         for obj in jobsets.items():
             jobset_controller.queue.add((obj["metadata"].get("namespace", ""), obj["metadata"]["name"]))
@@ -109,14 +111,15 @@ async def run_dataplane(options: DataPlaneOptions, stop: asyncio.Event) -> None:
         await client.close()
 
 
-def start_embedded(data_dir: Path, kubeconfig: Path, stop: asyncio.Event) -> asyncio.Task[None]:
+def start_embedded(data_dir: Path, kubeconfig: Path, stop: asyncio.Event,
+                   jobset_feature_gates: frozenset[str] = frozenset()) -> asyncio.Task[None]:
     """Start the data plane inside ``trainyard devcluster up`` once its API server serves.
 
     Its start-up line (which network mode it runs in) goes to stderr, as JSON logs do.
     """
     import sys
 
-    options = DataPlaneOptions(kubeconfig=kubeconfig, data_dir=data_dir,
+    options = DataPlaneOptions(kubeconfig=kubeconfig, data_dir=data_dir, jobset_feature_gates=jobset_feature_gates,
                                announce=lambda line: print(line, file=sys.stderr, flush=True))
 
     async def guarded() -> None:

@@ -43,8 +43,8 @@ def serving_certificate() -> tuple[bytes, bytes, bytes]:
     return bundle.chain_pem, bundle.key_pem, bundle.ca_cert_pem
 
 
-def review_response(review: dict[str, Any], mutate: bool) -> dict[str, Any]:
-    """The AdmissionReview answer for one JobSet request (pure)."""
+def review_response(review: dict[str, Any], mutate: bool, gates: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """The AdmissionReview answer for one JobSet request (pure); ``gates``: JobSet feature gates on."""
     request = review.get("request") or {}
     response: dict[str, Any] = {"uid": request.get("uid", ""), "allowed": True}
     obj = request.get("object") or {}
@@ -58,7 +58,7 @@ def review_response(review: dict[str, Any], mutate: bool) -> dict[str, Any]:
                 response["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
     else:
         old = request.get("oldObject") if request.get("operation") == "UPDATE" else None
-        errors = validate_jobset(obj, old)
+        errors = validate_jobset(obj, old, gates)
         if errors:
             response["allowed"] = False
             response["status"] = {"code": 403, "reason": "Forbidden", "message": ", ".join(errors)}
@@ -66,8 +66,9 @@ def review_response(review: dict[str, Any], mutate: bool) -> dict[str, Any]:
 
 
 class JobSetWebhook:
-    def __init__(self, client: KubeClient) -> None:
+    def __init__(self, client: KubeClient, gates: frozenset[str] = frozenset()) -> None:
         self.client = client
+        self.gates = gates
         self.runner: web.AppRunner | None = None
         self.port = 0
         self.ca_bundle = ""
@@ -77,7 +78,7 @@ class JobSetWebhook:
             review = await request.json()
         except (ValueError, json.JSONDecodeError):
             return web.json_response({"message": "body is not an AdmissionReview"}, status=400)
-        return web.json_response(review_response(review, mutate))
+        return web.json_response(review_response(review, mutate, self.gates))
 
     async def start(self) -> None:
         cert, key, ca = serving_certificate()
