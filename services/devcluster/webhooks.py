@@ -14,7 +14,9 @@ import functools
 import json
 import logging
 import ssl
+import random
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from . import errors
@@ -86,6 +88,51 @@ def _url(client_config: dict[str, Any]) -> str:
     service = client_config.get("service") or {}
     path = service.get("path") or "/"
     return f"https://{service.get('name')}.{service.get('namespace')}.svc:{service.get('port', 443)}{path}"
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where one call goes: the URL to connect to and the TLS name to verify."""
+
+    url: str
+    server_hostname: str | None = None
+
+
+class NoEndpoints(Exception):
+    """The webhook's Service has no ready endpoint (or does not exist)."""
+
+
+def service_targets(store: Any, service_ref: dict[str, Any]) -> list[Target]:
+    """A ``clientConfig.service`` resolved the way kube-proxy would route it: the Service's port
+    (``port``, default 443) -> its name -> that named port of each ready endpoint of the
+    Service's EndpointSlices. The certificate is verified against ``<name>.<namespace>.svc``,
+    as kube-apiserver does, while the connection goes to the endpoint's address."""
+    name, namespace = service_ref.get("name", ""), service_ref.get("namespace", "")
+    path = service_ref.get("path") or "/"
+    stored = store.get(("", "services"), namespace, name)
+    if stored is None:
+        raise NoEndpoints(f'service "{name}" not found')
+    wanted = int(service_ref.get("port") or 443)
+    spec_ports = (stored.load().get("spec") or {}).get("ports") or []
+    port_name = next((p.get("name") or "" for p in spec_ports if p.get("port") == wanted), None)
+    if port_name is None:
+        raise NoEndpoints(f'service "{name}" has no port {wanted}')
+    targets: list[Target] = []
+    for _, slice_ in store.list(("discovery.k8s.io", "endpointslices"), namespace):
+        body = slice_.load()
+        if ((body.get("metadata") or {}).get("labels") or {}).get("kubernetes.io/service-name") != name:
+            continue
+        ports = [p.get("port") for p in body.get("ports") or [] if (p.get("name") or "") == port_name]
+        for endpoint in body.get("endpoints") or []:
+            if (endpoint.get("conditions") or {}).get("ready") is False:
+                continue
+            for address in endpoint.get("addresses") or []:
+                host = f"[{address}]" if ":" in address else address
+                targets.extend(Target(f"https://{host}:{port}{path}", f"{name}.{namespace}.svc")
+                               for port in ports if port)
+    if not targets:
+        raise NoEndpoints(f'no endpoints available for service "{name}"')
+    return targets
 
 
 class Admission:
@@ -181,11 +228,7 @@ class Admission:
         try:
             if self._session is None or self._session.closed:
                 self._session = aiohttp.ClientSession()
-            async with self._session.post(_url(client_config), json=review, ssl=_ssl_context(client_config.get("caBundle")),
-                                          timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
-                if resp.status != 200:
-                    raise RuntimeError(f"the server responded with status {resp.status}")
-                answer = await resp.json(content_type=None)
+            answer = await self._post(client_config, review, timeout)
             response = answer.get("response") if isinstance(answer, dict) else None
             if not isinstance(response, dict):
                 raise RuntimeError("the webhook answered no AdmissionReview response")
@@ -201,6 +244,38 @@ class Admission:
         if not response.get("allowed"):
             raise _denied(name, response.get("status") or {})
         return response
+
+    def _targets(self, client_config: dict[str, Any]) -> list[Target]:
+        if client_config.get("url") or not client_config.get("service"):
+            return [Target(_url(client_config))]
+        targets = service_targets(self.api.store, client_config["service"])
+        random.shuffle(targets)  # spread calls over the replicas, as a Service's routing does
+        return targets
+
+    async def _post(self, client_config: dict[str, Any], review: dict[str, Any], timeout: float) -> Any:
+        """One AdmissionReview POST. A Service-backed webhook whose endpoint refuses or drops the
+        connection before answering (a replica that just died) is tried on its next ready
+        endpoint: a documented difference from kube-apiserver, which calls once. Timeouts and
+        answers are never retried."""
+        import aiohttp
+
+        targets = self._targets(client_config)
+        ssl_context = _ssl_context(client_config.get("caBundle"))
+        deadline = asyncio.get_running_loop().time() + timeout
+        for attempt, target in enumerate(targets):
+            remaining = max(deadline - asyncio.get_running_loop().time(), 0.001)
+            try:
+                async with self._session.post(target.url, json=review, ssl=ssl_context,
+                                              server_hostname=target.server_hostname,
+                                              timeout=aiohttp.ClientTimeout(total=remaining)) as resp:
+                    if resp.status != 200:
+                        raise RuntimeError(f"the server responded with status {resp.status}")
+                    return await resp.json(content_type=None)
+            except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError) as err:
+                if attempt == len(targets) - 1:
+                    raise
+                log.info("webhook endpoint %s unreachable (%s); trying the next one", target.url, err)
+        raise NoEndpoints("no endpoint answered")
 
 
 def _denied(name: str, result: dict[str, Any]) -> ApiError:
