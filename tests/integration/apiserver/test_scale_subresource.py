@@ -294,3 +294,22 @@ def test_indexed_job_completions_change_only_in_tandem_with_parallelism(cluster)
                         headers={"Content-Type": "application/merge-patch+json"})
         assert fixed.status_code == 422
         assert fixed.json()["message"] == 'Job.batch "plain" is invalid: spec.completions: Invalid value: 3: field is immutable'
+
+
+def test_kubectl_scale_trainjob_through_the_trainjob_crd(cluster):
+    """The TrainJob CRD's scale subresource (specReplicasPath .spec.trainer.numNodes)."""
+    from pathlib import Path
+    crd = yaml.safe_load((Path(__file__).resolve().parents[3] / "deploy" / "crds" /
+                          "trainer.kubeflow.org_trainjobs.yaml").read_text())
+    cluster.kubectl("apply", "--server-side", "-f", "-", input=json.dumps(crd))
+    cluster.kubectl("wait", "--for=condition=Established", "crd/trainjobs.trainer.kubeflow.org")
+    trainjob = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": {"name": "tj"},
+                "spec": {"runtimeRef": {"name": "torch-distributed"}, "trainer": {"numNodes": 2}}}
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(trainjob))
+    out = cluster.kubectl("scale", "trainjob/tj", "--replicas=3")
+    assert out.stdout.strip() == "trainjob.trainer.kubeflow.org/tj scaled"
+    got = json.loads(cluster.kubectl("get", "trainjob/tj", "-o", "json").stdout)
+    assert got["spec"]["trainer"]["numNodes"] == 3
+    scale = json.loads(cluster.kubectl("get", "--raw",
+                                       "/apis/trainer.kubeflow.org/v1alpha1/namespaces/default/trainjobs/tj/scale").stdout)
+    assert (scale["kind"], scale["spec"], scale["status"]) == ("Scale", {"replicas": 3}, {"replicas": 0})
