@@ -15,11 +15,11 @@ from typing import Any
 
 from trainyard.apimachinery.admission_policy import Attributes, evaluate
 
+from . import errors
 from .errors import ApiError
 
 POLICIES = ("admissionregistration.k8s.io", "validatingadmissionpolicies")
 BINDINGS = ("admissionregistration.k8s.io", "validatingadmissionpolicybindings")
-CRDS = ("apiextensions.k8s.io", "customresourcedefinitions")
 # The one kubeconfig user, until authentication names others (userInfo of every request).
 DEFAULT_USER = {"username": "devcluster-admin", "groups": ["system:masters", "system:authenticated"]}
 
@@ -53,39 +53,21 @@ class _StoreParams:
         return [stored.load() for _, stored in self.api.store.list(rt.storage_key, namespace if rt.namespaced else None)]
 
 
-def _path_value(obj: dict[str, Any], path: str) -> Any:
-    current: Any = obj
-    for part in path.strip(".").split("."):
-        if not isinstance(current, dict):
-            return None
-        current = current.get(part)
-    return current
-
-
 class ValidatingPolicies:
     def __init__(self, api: Any) -> None:
         self.api = api
         self.source = _StoreParams(api)
 
-    def _scale(self, rt: Any, obj: dict[str, Any] | None) -> dict[str, Any] | None:
-        """A custom resource seen through its scale subresource: an autoscaling/v1 Scale."""
+    @staticmethod
+    def _scale(rt: Any, obj: dict[str, Any] | None) -> dict[str, Any] | None:
+        """A custom resource seen through its scale subresource: its autoscaling/v1 Scale."""
         if obj is None or obj.get("kind") == "Scale":
             return obj
-        stored = self.api.store.get(CRDS, "", f"{rt.resource}.{rt.group}")
-        scale: dict[str, Any] = {}
-        if stored is not None:
-            for version in (stored.load().get("spec") or {}).get("versions") or []:
-                if version.get("name") == rt.version:
-                    scale = (version.get("subresources") or {}).get("scale") or {}
-        meta = obj.get("metadata") or {}
-        status: dict[str, Any] = {"replicas": _path_value(obj, scale.get("statusReplicasPath", "")) or 0}
-        if scale.get("labelSelectorPath") and _path_value(obj, scale["labelSelectorPath"]):
-            status["selector"] = _path_value(obj, scale["labelSelectorPath"])
-        return {"apiVersion": "autoscaling/v1", "kind": "Scale",
-                "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
-                             if k in meta},
-                "spec": {"replicas": _path_value(obj, scale.get("specReplicasPath", "")) or 0},
-                "status": status}
+        from .scale import ScaleError, scale_of
+        try:
+            return scale_of(obj, rt.scale or {})[0]
+        except ScaleError as err:
+            raise errors.bad_request(str(err)) from err
 
     def admit(self, operation: str, rt: Any, obj: dict[str, Any] | None, old: dict[str, Any] | None,
               opts: Any) -> None:
@@ -98,7 +80,7 @@ class ValidatingPolicies:
             return
         subresource = opts.subresource or ""
         kind, kind_group, kind_version = rt.kind, None, None
-        if subresource == "scale":
+        if subresource == "scale" and getattr(rt, "scale", None) is not None:
             obj, old = self._scale(rt, obj), self._scale(rt, old)
             kind, kind_group, kind_version = "Scale", "autoscaling", "v1"
         meta = (obj or old or {}).get("metadata") or {}

@@ -150,6 +150,9 @@ def semantic_causes(kind: str, obj: dict[str, Any]) -> list[dict[str, str]]:
                        "message": "Invalid value: minAvailable and maxUnavailable cannot be both set"})
     if kind == "HorizontalPodAutoscaler":
         causes += _hpa_causes(spec)
+    if kind in {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}:
+        from trainyard.apimachinery.admission_policy import spec_causes
+        causes += spec_causes(kind, obj)
     if kind in {"RoleBinding", "ClusterRoleBinding"}:
         ref = obj.get("roleRef") or {}
         allowed = {"ClusterRole"} if kind == "ClusterRoleBinding" else {"Role", "ClusterRole"}

@@ -537,6 +537,9 @@ class Api:
         if key == ("apiextensions.k8s.io", "customresourcedefinitions"):
             self._validate_crd(obj)
         obj = machinery.check_builtin_fields(rt, obj, opts)
+        if key[0] == "admissionregistration.k8s.io" and key[1].startswith("validatingadmissionpolic"):
+            from trainyard.apimachinery.admission_policy import set_defaults
+            set_defaults(rt.kind, obj)
         if rt.validated:
             causes = machinery.validate_builtin(rt, obj)
             if causes:

@@ -36,6 +36,8 @@ a policy's expressions are compiled once per policy uid and generation.
 """
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol
 
@@ -411,3 +413,184 @@ def _deny(outcome: Outcome, policy: str, binding: str | None, failure: _Failure)
         message = f"ValidatingAdmissionPolicy '{policy}' denied request: {failure.message}"
     reason = failure.reason if failure.reason in REASON_CODES else "Invalid"
     outcome.denial = Denial(REASON_CODES[reason], reason, message, policy, binding or "")
+
+
+# --- defaults and validation of the stored objects ----------------------------------------
+
+_FAILURE_POLICIES = ("Fail", "Ignore")
+_MATCH_POLICIES = ("Equivalent", "Exact")
+_ACTIONS = ("Audit", "Deny", "Warn")
+_NOT_FOUND_ACTIONS = ("Allow", "Deny")
+_OPERATIONS = ("*", "CONNECT", "CREATE", "DELETE", "UPDATE")
+_SCOPES = ("*", "Cluster", "Namespaced")
+_CEL_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_CEL_RESERVED = frozenset({"true", "false", "null", "in", "as", "break", "const", "continue", "else", "for",
+                           "function", "if", "import", "let", "loop", "package", "namespace", "return", "var",
+                           "void", "while"})
+
+
+def _default_match(match: Any) -> None:
+    if not isinstance(match, dict):
+        return
+    match.setdefault("matchPolicy", "Equivalent")
+    match.setdefault("namespaceSelector", {})
+    match.setdefault("objectSelector", {})
+    for key in ("resourceRules", "excludeResourceRules"):
+        for rule in match.get(key) or []:
+            if isinstance(rule, dict):
+                rule.setdefault("scope", "*")
+
+
+def set_defaults(kind: str, obj: dict[str, Any]) -> None:
+    """kube-apiserver's v1 defaults: failurePolicy Fail; matchPolicy Equivalent, empty namespace
+    and object selectors, rule scope ``*``; a paramRef's parameterNotFoundAction Deny."""
+    spec = obj.get("spec")
+    if not isinstance(spec, dict):
+        return
+    if kind == "ValidatingAdmissionPolicy":
+        spec.setdefault("failurePolicy", "Fail")
+        _default_match(spec.get("matchConstraints"))
+    elif kind == "ValidatingAdmissionPolicyBinding":
+        _default_match(spec.get("matchResources"))
+        if isinstance(spec.get("paramRef"), dict):
+            spec["paramRef"].setdefault("parameterNotFoundAction", "Deny")
+
+
+def _cause(field_path: str, reason: str, message: str) -> dict[str, str]:
+    return {"reason": reason, "field": field_path, "message": message}
+
+
+def _required(field_path: str, detail: str = "") -> dict[str, str]:
+    return _cause(field_path, "FieldValueRequired", f"Required value: {detail}" if detail else "Required value")
+
+
+def _unsupported(field_path: str, value: Any, supported: tuple[str, ...]) -> dict[str, str]:
+    listed = ", ".join(f'"{s}"' for s in supported)
+    return _cause(field_path, "FieldValueNotSupported", f'Unsupported value: "{value}": supported values: {listed}')
+
+
+def _rule_causes(rules: Any, where: str) -> list[dict[str, str]]:
+    causes = []
+    for i, rule in enumerate(rules or []):
+        if not isinstance(rule, dict):
+            continue
+        at = f"{where}[{i}]"
+        for j, op in enumerate(rule.get("operations") or []):
+            if op not in _OPERATIONS:
+                causes.append(_unsupported(f"{at}.operations[{j}]", op, _OPERATIONS))
+        if rule.get("scope") not in (None, *_SCOPES):
+            causes.append(_unsupported(f"{at}.scope", rule["scope"], _SCOPES))
+        if not rule.get("resources"):
+            causes.append(_required(f"{at}.resources"))
+    return causes
+
+
+def _match_causes(match: dict[str, Any], where: str) -> list[dict[str, str]]:
+    causes = []
+    if match.get("matchPolicy") not in (None, *_MATCH_POLICIES):
+        causes.append(_unsupported(f"{where}.matchPolicy", match["matchPolicy"], _MATCH_POLICIES))
+    for key in ("namespaceSelector", "objectSelector"):
+        if match.get(key):
+            try:
+                label_selector_from_struct(match[key], f"{where}.{key}")
+            except SelectorError as err:
+                causes.append(_cause(f"{where}.{key}", "FieldValueInvalid", f"Invalid value: {err}"))
+    causes += _rule_causes(match.get("resourceRules"), f"{where}.resourceRules")
+    causes += _rule_causes(match.get("excludeResourceRules"), f"{where}.excludeResourceRules")
+    return causes
+
+
+def spec_causes(kind: str, obj: dict[str, Any]) -> list[dict[str, str]]:
+    """The cross-field rules kube-apiserver checks on a policy or binding, as field causes
+    (the types and required fields are checked against the definitions before this)."""
+    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+    if kind == "ValidatingAdmissionPolicyBinding":
+        return _binding_causes(spec)
+    causes = []
+    if spec.get("failurePolicy") not in (None, *_FAILURE_POLICIES):
+        causes.append(_unsupported("spec.failurePolicy", spec["failurePolicy"], _FAILURE_POLICIES))
+    param_kind = spec.get("paramKind")
+    if isinstance(param_kind, dict):
+        for key in ("apiVersion", "kind"):
+            if not param_kind.get(key):
+                causes.append(_required(f"spec.paramKind.{key}"))
+    match = spec.get("matchConstraints")
+    if not isinstance(match, dict):
+        causes.append(_required("spec.matchConstraints"))
+    else:
+        causes += _match_causes(match, "spec.matchConstraints")
+        if not match.get("resourceRules"):
+            causes.append(_required("spec.matchConstraints.resourceRules"))
+    seen: set[str] = set()
+    for i, condition in enumerate(spec.get("matchConditions") or []):
+        at = f"spec.matchConditions[{i}]"
+        if not str(condition.get("expression") or "").strip():
+            causes.append(_required(f"{at}.expression"))
+        name = str(condition.get("name") or "")
+        if not name:
+            causes.append(_required(f"{at}.name"))
+        elif name in seen:
+            causes.append(_cause(f"{at}.name", "FieldValueDuplicate", f'Duplicate value: "{name}"'))
+        seen.add(name)
+    for i, variable in enumerate(spec.get("variables") or []):
+        at = f"spec.variables[{i}]"
+        name = str(variable.get("name") or "")
+        if not name.strip():
+            causes.append(_required(f"{at}.name", "name is not specified"))
+        elif not _CEL_IDENTIFIER.match(name) or name in _CEL_RESERVED:
+            causes.append(_cause(f"{at}.name", "FieldValueInvalid",
+                                 f'Invalid value: "{name}": name is not a valid CEL identifier'))
+        if not str(variable.get("expression") or "").strip():
+            causes.append(_required(f"{at}.expression", "expression is not specified"))
+    validations = spec.get("validations") or []
+    if not validations and not spec.get("auditAnnotations"):
+        detail = "validations or auditAnnotations must contain at least one item"
+        causes += [_required("spec.validations", detail), _required("spec.auditAnnotations", detail)]
+    for i, validation in enumerate(validations):
+        at = f"spec.validations[{i}]"
+        if not str(validation.get("expression") or "").strip():
+            causes.append(_required(f"{at}.expression", "expression is not specified"))
+        message = validation.get("message")
+        if isinstance(message, str) and message and not message.strip():
+            causes.append(_cause(f"{at}.message", "FieldValueInvalid",
+                                 f"Invalid value: {json.dumps(message)}: message must be non-empty if specified"))
+        elif isinstance(message, str) and "\n" in message.strip():
+            causes.append(_cause(f"{at}.message", "FieldValueInvalid",
+                                 f"Invalid value: {json.dumps(message)}: message must not contain line breaks"))
+        if validation.get("reason") is not None and validation["reason"] not in REASON_CODES:
+            causes.append(_unsupported(f"{at}.reason", validation["reason"], tuple(sorted(REASON_CODES))))
+    return causes
+
+
+def _binding_causes(spec: dict[str, Any]) -> list[dict[str, str]]:
+    causes = []
+    if not spec.get("policyName"):
+        causes.append(_required("spec.policyName"))
+    actions = spec.get("validationActions") or []
+    seen: set[str] = set()
+    for i, action in enumerate(actions):
+        if action not in _ACTIONS:
+            causes.append(_unsupported(f"spec.validationActions[{i}]", action, _ACTIONS))
+        if action in seen:
+            causes.append(_cause(f"spec.validationActions[{i}]", "FieldValueDuplicate", f'Duplicate value: "{action}"'))
+        seen.add(action)
+    if {"Deny", "Warn"} <= seen:
+        causes.append(_cause("spec.validationActions", "FieldValueInvalid",
+                             f"Invalid value: {json.dumps(actions)}: must not contain both Deny and Warn (repeating "
+                             "the same validation failure information in the API response and headers serves no "
+                             "purpose)"))
+    if not seen:
+        causes.append(_required("spec.validationActions", "at least one validation action is required"))
+    ref = spec.get("paramRef")
+    if isinstance(ref, dict):
+        if not ref.get("name") and ref.get("selector") is None:
+            causes.append(_required("spec.paramRef", "one of name or selector must be specified"))
+        if ref.get("name") and ref.get("selector") is not None:
+            causes.append(_cause("spec.paramRef.name", "FieldValueForbidden",
+                                 "Forbidden: name and selector are mutually exclusive"))
+        action = ref.get("parameterNotFoundAction")
+        if action is not None and action not in _NOT_FOUND_ACTIONS:
+            causes.append(_unsupported("spec.paramRef.parameterNotFoundAction", action, _NOT_FOUND_ACTIONS))
+    if isinstance(spec.get("matchResources"), dict):
+        causes += _match_causes(spec["matchResources"], "spec.matchResources")
+    return causes

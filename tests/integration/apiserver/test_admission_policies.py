@@ -119,12 +119,29 @@ def test_warn_sends_the_warning_and_admits(client):
         '299 - "Validation failed for ValidatingAdmissionPolicy \'p\' with binding \'b\': set data.owner"']
 
 
-def test_audit_alone_admits_silently_and_deny_with_warn_denies(client):
+def test_audit_alone_admits_silently_and_deny_with_audit_denies(client):
     install(client, [{"expression": "false", "message": "never"}], actions=["Audit"])
     answer = configmap(client, "audited")
     assert answer.status_code == 201 and "Warning" not in answer.headers
-    install(client, [{"expression": "false", "message": "never"}], name="p2", binding="b2", actions=["Deny", "Warn"])
+    install(client, [{"expression": "false", "message": "never"}], name="p2", binding="b2", actions=["Deny", "Audit"])
     denied(configmap(client, "both"), 422, "Invalid", "never", "both", "p2", "b2")
+
+
+def test_kubectl_prints_policy_warnings_and_denials(client, devcluster_module):
+    install(client, [{"expression": "has(object.data.owner)", "message": "set data.owner"}], actions=["Warn"])
+    install(client, [{"expression": "!has(object.data.forbidden)", "message": "no data.forbidden",
+                      "reason": "Forbidden"}], name="p2", binding="b2")
+    created = devcluster_module.kubectl("create", "configmap", "by-kubectl", "--from-literal=a=1")
+    assert created.stdout.strip() == "configmap/by-kubectl created"
+    assert created.stderr.strip() == ("Warning: Validation failed for ValidatingAdmissionPolicy 'p' with binding 'b': "
+                                      "set data.owner")
+    refused = devcluster_module.kubectl("create", "configmap", "refused", "--from-literal=owner=me",
+                                        "--from-literal=forbidden=1", check=False)
+    assert refused.returncode == 1
+    assert refused.stderr.strip() == (
+        "error: failed to create configmap: configmaps \"refused\" is forbidden: ValidatingAdmissionPolicy 'p2' with "
+        "binding 'b2' denied request: no data.forbidden")
+    devcluster_module.kubectl("delete", "configmap", "by-kubectl")
 
 
 # --- failurePolicy ---------------------------------------------------------------------------
@@ -337,12 +354,72 @@ def test_params_by_selector_each_must_pass(client):
     denied(configmap(client, "two", {"a": "1", "b": "2"}, ns="team-a"), 422, "Invalid", "at most 1 keys (strict)", "two")
 
 
-def test_policies_are_served_like_any_kind(client):
-    install(client, [{"expression": "true"}])
+def test_policies_are_served_with_kube_apiserver_defaults(client):
+    install(client, [{"expression": "true"}], paramKind=PARAM_KIND,
+            binding_paramRef={"name": "x"}, binding_matchResources={"resourceRules": [
+                {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["configmaps"]}]})
     listed = client.get(POLICIES).json()
     assert [p["metadata"]["name"] for p in listed["items"]] == ["p"]
-    assert listed["items"][0]["metadata"]["generation"] == 1
-    bad = client.post(BINDINGS, json={"apiVersion": "admissionregistration.k8s.io/v1",
-                                      "kind": "ValidatingAdmissionPolicyBinding", "metadata": {"name": "x"},
-                                      "spec": {"policyName": 3}})
-    assert bad.status_code == 422 and "spec.policyName" in bad.text
+    spec = listed["items"][0]["spec"]
+    assert spec["failurePolicy"] == "Fail"
+    assert spec["matchConstraints"]["matchPolicy"] == "Equivalent"
+    assert spec["matchConstraints"]["namespaceSelector"] == {} and spec["matchConstraints"]["objectSelector"] == {}
+    assert spec["matchConstraints"]["resourceRules"][0]["scope"] == "*"
+    binding = client.get(f"{BINDINGS}/b").json()["spec"]
+    assert binding["paramRef"] == {"name": "x", "parameterNotFoundAction": "Deny"}
+    assert binding["matchResources"]["matchPolicy"] == "Equivalent"
+
+
+def _refused(answer: httpx.Response, kind: str, name: str, causes: list[tuple[str, str]]) -> None:
+    assert answer.status_code == 422, answer.text
+    status = answer.json()
+    assert [(c["field"], c["message"]) for c in status["details"]["causes"]] == causes
+    assert status["message"].startswith(f'{kind}.admissionregistration.k8s.io "{name}" is invalid: ')
+
+
+@pytest.mark.parametrize("spec,causes", [
+    ({"policyName": "p", "validationActions": []},
+     [("spec.validationActions", "Required value: at least one validation action is required")]),
+    ({"policyName": "p", "validationActions": ["Deny", "Warn"]}, [(
+        "spec.validationActions", 'Invalid value: ["Deny", "Warn"]: must not contain both Deny and Warn (repeating '
+        "the same validation failure information in the API response and headers serves no purpose)")]),
+    ({"policyName": "p", "validationActions": ["Audit", "Audit"]},
+     [("spec.validationActions[1]", 'Duplicate value: "Audit"')]),
+    ({"policyName": "p", "validationActions": ["Deny"], "paramRef": {"parameterNotFoundAction": "Deny"}},
+     [("spec.paramRef", "Required value: one of name or selector must be specified")]),
+    ({"policyName": "p", "validationActions": ["Deny"], "paramRef": {"name": "a", "selector": {}}},
+     [("spec.paramRef.name", "Forbidden: name and selector are mutually exclusive")]),
+    ({"policyName": "p", "validationActions": ["Deny"], "paramRef": {"name": "a", "parameterNotFoundAction": "Maybe"}},
+     [("spec.paramRef.parameterNotFoundAction", 'Unsupported value: "Maybe": supported values: "Allow", "Deny"')]),
+])
+def test_bindings_are_validated(client, spec, causes):
+    answer = client.post(BINDINGS, json={"apiVersion": "admissionregistration.k8s.io/v1",
+                                         "kind": "ValidatingAdmissionPolicyBinding", "metadata": {"name": "x"},
+                                         "spec": spec})
+    _refused(answer, "ValidatingAdmissionPolicyBinding", "x", causes)
+
+
+RULES = configmap_rules()
+
+
+@pytest.mark.parametrize("spec,causes", [
+    ({"matchConstraints": RULES}, [
+        ("spec.validations", "Required value: validations or auditAnnotations must contain at least one item"),
+        ("spec.auditAnnotations", "Required value: validations or auditAnnotations must contain at least one item")]),
+    ({"validations": [{"expression": "true"}]}, [("spec.matchConstraints", "Required value")]),
+    ({"matchConstraints": {"namespaceSelector": {}}, "validations": [{"expression": "true"}]},
+     [("spec.matchConstraints.resourceRules", "Required value")]),
+    ({"matchConstraints": RULES, "failurePolicy": "Maybe", "validations": [{"expression": "true", "reason": "Teapot"}]},
+     [("spec.failurePolicy", 'Unsupported value: "Maybe": supported values: "Fail", "Ignore"'),
+      ("spec.validations[0].reason", 'Unsupported value: "Teapot": supported values: "Forbidden", "Invalid", '
+                                     '"RequestEntityTooLarge", "Unauthorized"')]),
+    ({"matchConstraints": RULES, "validations": [{"expression": "true"}],
+      "variables": [{"name": "not-an-identifier", "expression": "1"}],
+      "matchConditions": [{"name": "a", "expression": "true"}, {"name": "a", "expression": "true"}]},
+     [("spec.matchConditions[1].name", 'Duplicate value: "a"'),
+      ("spec.variables[0].name", 'Invalid value: "not-an-identifier": name is not a valid CEL identifier')]),
+])
+def test_policies_are_validated(client, spec, causes):
+    answer = client.post(POLICIES, json={"apiVersion": "admissionregistration.k8s.io/v1",
+                                         "kind": "ValidatingAdmissionPolicy", "metadata": {"name": "x"}, "spec": spec})
+    _refused(answer, "ValidatingAdmissionPolicy", "x", causes)
