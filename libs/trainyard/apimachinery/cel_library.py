@@ -213,13 +213,19 @@ class QuantityValue:
         return render_quantity(self.quantity)
 
 
+def _parse(text: str) -> Quantity:
+    if text != text.strip():  # Kubernetes' parser takes no surrounding spaces
+        raise QuantityError(f"quantities must match the regular expression; got {text!r}")
+    return parse_quantity(text)
+
+
 def _quantity(text: Any) -> Any:
     if isinstance(text, QuantityValue):
         return text
     if not isinstance(text, str):
         return _error("no such overload: quantity")
     try:
-        return QuantityValue(parse_quantity(str(text)))
+        return QuantityValue(_parse(str(text)))
     except QuantityError as err:
         return _error(f"quantities must match the regular expression: {err}")
 
@@ -228,7 +234,7 @@ def _is_quantity(text: Any) -> Any:
     if not isinstance(text, str):
         return _error("no such overload: isQuantity")
     try:
-        parse_quantity(str(text))
+        _parse(str(text))
     except QuantityError:
         return celtypes.BoolType(False)
     return celtypes.BoolType(True)
