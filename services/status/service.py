@@ -204,7 +204,7 @@ class StatusService:
             # A success matters only when it clears an earlier failure condition.
             trainjob = await self.bus.snapshots.get(ObjectKey(self.cluster, "TrainJob", result.namespace, result.name))
             conditions = ((trainjob or {}).get("status") or {}).get("conditions") or []
-            if any(c.get("reason") == REASON_CREATION_FAILED for c in conditions):
+            if any(c.get("reason") in (REASON_CREATION_FAILED, REASON_RESIZE_REFUSED) for c in conditions):
                 await self.reconcile_trainjob(result.namespace, result.name)
 
     async def reconcile_trainjob(self, namespace: str, name: str, result: ApplyResult | None = None) -> None:
