@@ -8,7 +8,18 @@ Starts a real nats-server, a devcluster and the four services (one replica each)
 3. the same run's raw devcluster server-side-apply rate for JobSets (no trainyard in the path),
    and the ratio sustained / raw.
 
+The sustained and raw phases are driven by ``--generators`` load-generating processes (one
+in-process generator costs ~7 ms of CPU per create and would be the limit). Around the sustained
+run it prints CPU per TrainJob and CPU % of every process (which one saturates), and per
+TrainJob: NATS messages per service (nats-server's /connz), KV round trips per service and
+bucket (``trainyard_kv_operations_total``) and API requests by verb and resource (devcluster's
+``apiserver_request_total``). ``--profile DIR`` records every Python process with py-spy during
+the sustained run and prints its top frames. ``--replicas planner=4,applier=4`` runs that many
+replicas of those services; ``--table planner,applier`` runs the sustained and raw phases with
+1, 2 and 4 replicas of the named services and prints a throughput table.
+
 Usage: .venv/bin/python bench/e2e.py [--duration 3] [--sustained 300] [--concurrency 16]
+       [--generators 4] [--replicas planner=2,...] [--profile DIR] [--skip-paced] [--table planner,...]
 Prints figures; asserts nothing (targets: p50 < 50 ms, p99 < 250 ms at 100/s; ratio >= 0.8).
 """
 from __future__ import annotations
@@ -16,7 +27,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import multiprocessing
 import os
+import re
 import signal
 import ssl
 import subprocess
@@ -29,7 +42,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
 from fixtures.devcluster import start_devcluster  # noqa: E402
-from fixtures.nats import NatsServer  # noqa: E402
+from fixtures.nats import NatsServer, free_port  # noqa: E402
 
 import httpx  # noqa: E402
 
@@ -54,8 +67,8 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[index]
 
 
-def start_service(name: str, kubeconfig: Path, nats_url: str, workdir: Path) -> subprocess.Popen:
-    log = open(workdir / f"{name}.log", "ab")
+def start_service(name: str, kubeconfig: Path, nats_url: str, workdir: Path, replica: int = 0) -> subprocess.Popen:
+    log = open(workdir / f"{name}-{replica}.log", "ab")
     args = [sys.executable, "-m", "trainyard.cli.main", name, "--kubeconfig", str(kubeconfig),
             "--nats-url", nats_url, "--http-port", "0", "--log-level", "warning"]
     if name == "planner":
@@ -65,26 +78,42 @@ def start_service(name: str, kubeconfig: Path, nats_url: str, workdir: Path) -> 
     return proc
 
 
-def wait_ready(proc: subprocess.Popen, name: str) -> None:
+def wait_ready(proc: subprocess.Popen, name: str) -> int:
+    """Waits for the service's /readyz; returns its HTTP port."""
     line = proc.stdout.readline()
     port = int(line.rsplit(":", 1)[1])
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         try:
             if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200:
-                return
+                return port
         except httpx.HTTPError:
             pass
         time.sleep(0.1)
     raise RuntimeError(f"{name} not ready")
 
 
+def parse_replicas(spec: str) -> dict[str, int]:
+    """``planner=4,applier=2`` -> replicas per service (1 for the ones not named)."""
+    counts = {name: 1 for name in SERVICES}
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        name, _, value = part.partition("=")
+        if name not in counts:
+            raise SystemExit(f"error: --replicas: unknown service {name!r} (one of {', '.join(SERVICES)})")
+        if not value.isdigit() or int(value) < 1:
+            raise SystemExit(f"error: --replicas: {name} needs a count >= 1, got {value!r}")
+        counts[name] = int(value)
+    return counts
+
+
 class JobSetWatch:
-    """Records the arrival time of each JobSet ADDED event (one watch over all namespaces)."""
+    """Records the arrival time of each JobSet ADDED (``seen``) and DELETED (``gone``) event
+    (one watch over all namespaces)."""
 
     def __init__(self, client: httpx.AsyncClient) -> None:
         self._client = client
         self.seen: dict[str, float] = {}
+        self.gone: dict[str, float] = {}
         self._new = asyncio.Event()
         self._task: asyncio.Task | None = None
 
@@ -101,14 +130,16 @@ class JobSetWatch:
                 if not line:
                     continue
                 event = json.loads(line)
-                if event["type"] == "ADDED":
+                if event["type"] in ("ADDED", "DELETED"):
                     meta = event["object"]["metadata"]
-                    self.seen.setdefault(f"{meta['namespace']}/{meta['name']}", time.perf_counter())
+                    into = self.seen if event["type"] == "ADDED" else self.gone
+                    into.setdefault(f"{meta['namespace']}/{meta['name']}", time.perf_counter())
                     self._new.set()
 
-    async def wait_all(self, keys: list[str], timeout: float) -> bool:
+    async def wait_all(self, keys: list[str], timeout: float, deleted: bool = False) -> bool:
         deadline = time.perf_counter() + timeout
-        while not all(k in self.seen for k in keys):
+        into = self.gone if deleted else self.seen
+        while not all(k in into for k in keys):
             self._new.clear()
             remaining = deadline - time.perf_counter()
             if remaining <= 0:
@@ -124,9 +155,12 @@ class JobSetWatch:
             self._task.cancel()
 
 
-def trainjob(ns: str, name: str) -> dict:
+def trainjob(ns: str, name: str, suspend: bool = False) -> dict:
+    spec: dict = {"runtimeRef": {"name": "bench-torch"}}
+    if suspend:
+        spec["suspend"] = True
     return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-            "metadata": {"name": name, "namespace": ns}, "spec": {"runtimeRef": {"name": "bench-torch"}}}
+            "metadata": {"name": name, "namespace": ns}, "spec": spec}
 
 
 async def paced(client: httpx.AsyncClient, watch: JobSetWatch, ns: str, rate: int, duration: float
@@ -170,7 +204,7 @@ async def one(client: httpx.AsyncClient, watch: JobSetWatch, ns: str, name: str)
     return [(watch.seen[f"{ns}/{name}"] - sent) * 1000]
 
 
-async def as_fast_as_possible(client: httpx.AsyncClient, ns: str, docs: list[dict], concurrency: int,
+async def as_fast_as_possible(client: httpx.AsyncClient, ns: str, docs: list, concurrency: int,
                               send) -> float:
     queue: asyncio.Queue = asyncio.Queue()
     for doc in docs:
@@ -194,9 +228,321 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def bench(cluster, args, pids: dict[str, int]) -> None:
+def loadavg() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+# ------------------------------------------------------------------ load-generating processes
+
+def _generator_main(kind: str, url: str, token: str, ca: str, ns: str, items: list, spec: dict | None,
+                    concurrency: int, ready, go, results) -> None:
+    asyncio.run(_generate(kind, url, token, ca, ns, items, spec, concurrency, ready, go, results))
+
+
+async def _generate(kind, url, token, ca, ns, items, spec, concurrency, ready, go, results) -> None:
+    context = ssl.create_default_context(cafile=ca)
+    limits = httpx.Limits(max_connections=concurrency + 2, max_keepalive_connections=concurrency + 2)
+    async with httpx.AsyncClient(base_url=url, verify=context, limits=limits, timeout=120,
+                                 headers={"Authorization": f"Bearer {token}"}) as client:
+        # Open every connection before the clock starts (TLS handshakes are not the bench).
+        await asyncio.gather(*(client.get("/version") for _ in range(concurrency)))
+
+        async def create(name: str) -> None:
+            doc = trainjob(ns, name, suspend=kind == "create-suspended")
+            (await client.post(TRAINJOBS.format(ns=ns), json=doc)).raise_for_status()
+
+        async def delete(name: str) -> None:
+            response = await client.delete(TRAINJOBS.format(ns=ns) + f"/{name}")
+            if response.status_code != 404:
+                response.raise_for_status()
+
+        async def apply(name: str) -> None:
+            doc = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+                   "metadata": {"name": name, "namespace": ns}, "spec": spec}
+            response = await client.patch(
+                JOBSETS.format(ns=ns) + f"/{name}", params={"fieldManager": "trainer", "force": "true"},
+                content=json.dumps(doc), headers={"Content-Type": "application/apply-patch+yaml"})
+            response.raise_for_status()
+
+        ready.put(os.getpid())
+        await asyncio.get_running_loop().run_in_executor(None, go.wait)
+        send = {"create": create, "create-suspended": create, "delete": delete, "apply": apply}[kind]
+        elapsed = await as_fast_as_possible(client, ns, items, concurrency, send)
+        results.put(elapsed)
+
+
+class Generators:
+    """``count`` processes sending ``items`` (split round robin) as fast as the server takes them."""
+
+    def __init__(self, cluster, kind: str, ns: str, items: list[str], count: int, concurrency: int,
+                 spec: dict | None = None) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self._ready, self._results, self._go = ctx.Queue(), ctx.Queue(), ctx.Event()
+        per = max(1, concurrency // count)
+        self.procs = [ctx.Process(target=_generator_main, daemon=True, args=(
+            kind, cluster.url, cluster.token, str(cluster.ca_cert), ns, items[i::count], spec, per,
+            self._ready, self._go, self._results)) for i in range(count)]
+
+    async def start(self) -> None:
+        """Starts the processes and waits until each has its connections open."""
+        for proc in self.procs:
+            proc.start()
+        loop = asyncio.get_running_loop()
+        for _ in self.procs:
+            await loop.run_in_executor(None, self._ready.get, True, 120)
+
+    def go(self) -> None:
+        self._go.set()
+
+    async def finish(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            for proc in self.procs:
+                await loop.run_in_executor(None, self._results.get, True, 600)
+        finally:
+            for proc in self.procs:
+                proc.join(timeout=10)
+                if proc.is_alive():
+                    proc.kill()
+
+
+# ------------------------------------------------------------------ counters
+
+_SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+([-+0-9.eE]+|NaN)$')
+
+
+def prometheus_samples(text: str, name: str) -> dict[tuple, float]:
+    """Samples of one metric: {sorted label tuple: value}."""
+    out: dict[tuple, float] = {}
+    for line in text.splitlines():
+        match = _SAMPLE.match(line)
+        if match and match.group(1) == name:
+            labels = tuple(sorted(re.findall(r'(\w+)="([^"]*)"', match.group(2) or "")))
+            out[labels] = out.get(labels, 0.0) + float(match.group(3))
+    return out
+
+
+class Counters:
+    """What one sustained run costs per TrainJob: NATS messages, KV round trips, API requests."""
+
+    def __init__(self, client: httpx.AsyncClient, ports: dict[str, list[int]], monitor_port: int | None) -> None:
+        self._client = client
+        self._ports = ports
+        self._monitor = monitor_port
+
+    async def snapshot(self) -> dict:
+        snap: dict = {"nats": {}, "kv": {}, "api": {}, "published": {}}
+        async with httpx.AsyncClient(timeout=10) as plain:
+            if self._monitor:
+                conns = (await plain.get(f"http://127.0.0.1:{self._monitor}/connz", params={"limit": 4096})).json()
+                for conn in conns.get("connections") or []:
+                    name = conn.get("name") or "?"
+                    got = snap["nats"].setdefault(name, [0, 0])
+                    got[0] += conn.get("in_msgs", 0)
+                    got[1] += conn.get("out_msgs", 0)
+            for service, ports in self._ports.items():
+                for port in ports:
+                    text = (await plain.get(f"http://127.0.0.1:{port}/metrics")).text
+                    for labels, value in prometheus_samples(text, "trainyard_kv_operations_total").items():
+                        key = (service, dict(labels)["bucket"], dict(labels)["op"])
+                        snap["kv"][key] = snap["kv"].get(key, 0) + value
+                    for labels, value in prometheus_samples(text, "trainyard_published_messages_total").items():
+                        key = (service, dict(labels)["stream"])
+                        snap["published"][key] = snap["published"].get(key, 0) + value
+        text = (await self._client.get("/metrics")).text
+        for labels, value in prometheus_samples(text, "apiserver_request_total").items():
+            d = dict(labels)
+            resource = d["resource"] + (f"/{d['subresource']}" if d.get("subresource") else "")
+            key = (d["verb"], resource)
+            snap["api"][key] = snap["api"].get(key, 0) + value
+        return snap
+
+    @staticmethod
+    def report(before: dict, after: dict, count: int) -> list[str]:
+        def per(section: str) -> dict:
+            keys = set(before[section]) | set(after[section])
+            out = {}
+            for key in keys:
+                a, b = after[section].get(key), before[section].get(key)
+                if isinstance(a, list):
+                    b = b or [0, 0]
+                    out[key] = [(a[0] - b[0]) / count, (a[1] - b[1]) / count]
+                else:
+                    delta = ((a or 0) - (b or 0)) / count
+                    if delta:
+                        out[key] = delta
+            return out
+
+        lines = []
+        nats = per("nats")
+        if nats:
+            lines.append("  NATS messages client->server / server->client: " + ", ".join(
+                f"{name} {v[0]:.1f}/{v[1]:.1f}" for name, v in sorted(nats.items()) if v[0] or v[1]))
+        published = per("published")
+        lines.append("  published: " + ", ".join(
+            f"{svc} {stream} {v:.2f}" for (svc, stream), v in sorted(published.items())))
+        kv = per("kv")
+        for service in SERVICES:
+            ops = {k: v for k, v in kv.items() if k[0] == service}
+            if ops:
+                lines.append(f"  KV round trips, {service} ({sum(ops.values()):.1f}): " + ", ".join(
+                    f"{bucket} {op} {v:.2f}" for (_, bucket, op), v in sorted(ops.items())))
+        api = per("api")
+        lines.append(f"  API requests ({sum(v for k, v in api.items() if k[0] != 'WATCH'):.1f}): " + ", ".join(
+            f"{verb} {resource} {v:.2f}" for (verb, resource), v in sorted(api.items()) if verb != "WATCH"))
+        return lines
+
+
+# ------------------------------------------------------------------ profiling
+
+def start_profiles(directory: Path, pids: dict[str, int]) -> list[tuple[str, subprocess.Popen, Path]]:
+    spy = Path(sys.executable).parent / "py-spy"
+    directory.mkdir(parents=True, exist_ok=True)
+    running = []
+    for name, pid in pids.items():
+        if name.startswith("nats-server"):
+            continue  # Go
+        out = directory / f"{name}.txt"
+        proc = subprocess.Popen([str(spy), "record", "--nonblocking", "--format", "raw", "--rate", "200",
+                                 "-o", str(out), "-p", str(pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        running.append((name, proc, out))
+    time.sleep(0.5)
+    return running
+
+
+def stop_profiles(running: list[tuple[str, subprocess.Popen, Path]], top: int = 12) -> None:
+    for _, proc, _ in running:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGINT)
+    for name, proc, out in running:
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+        if not out.exists():
+            print(f"profile {name}: no samples (py-spy needs ptrace permission)")
+            continue
+        summarize_profile(name, out, top)
+
+
+def _frame(text: str) -> str:
+    """``func (path/to/file.py:12)`` -> ``func (file.py)``."""
+    match = re.match(r"(.*) \((.*?):\d+\)$", text)
+    if not match:
+        return text
+    path = match.group(2)
+    short = "/".join(path.split("/")[-2:]) if "site-packages" in path or "/lib/python" in path else path.split("/")[-1]
+    return f"{match.group(1)} ({short})"
+
+
+def summarize_profile(name: str, path: Path, top: int) -> None:
+    own: dict[str, int] = {}
+    inclusive: dict[str, int] = {}
+    total = 0
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        n = int(count)
+        frames = [_frame(f) for f in stack.split(";") if not f.startswith("process ") and not f.startswith("thread ")]
+        if not frames:
+            continue
+        total += n
+        own[frames[-1]] = own.get(frames[-1], 0) + n
+        for frame in set(frames):
+            inclusive[frame] = inclusive.get(frame, 0) + n
+    if not total:
+        print(f"profile {name}: no samples")
+        return
+    print(f"profile {name}: {total} samples ({path})")
+    print("  self:      " + "; ".join(f"{100 * v / total:.0f}% {k}" for k, v in
+                                      sorted(own.items(), key=lambda kv: -kv[1])[:top]))
+    interesting = [(k, v) for k, v in inclusive.items() if v < total * 0.97]
+    print("  inclusive: " + "; ".join(f"{100 * v / total:.0f}% {k}" for k, v in
+                                      sorted(interesting, key=lambda kv: -kv[1])[:top]))
+
+
+# ------------------------------------------------------------------ the bench
+
+class Stack:
+    """nats-server, a devcluster and the services (with replicas), for one bench."""
+
+    def __init__(self, replicas: dict[str, int], workdir: Path) -> None:
+        self.replicas = replicas
+        self.workdir = workdir
+        self.monitor_port = free_port()
+        self.nats = NatsServer(workdir / "nats", monitor_port=self.monitor_port)
+        self.cluster = None
+        self.procs: list[tuple[str, subprocess.Popen]] = []
+        self.ports: dict[str, list[int]] = {}
+
+    def start(self) -> None:
+        self.nats.start()
+        self.cluster = start_devcluster(self.workdir / "devcluster")
+        self.cluster.kubectl("apply", "--server-side",  # every CRD file (not the kustomization)
+                             *(arg for path in sorted((REPO / "deploy" / "crds").glob("*_*.yaml"))
+                               for arg in ("-f", str(path))))
+        for name in SERVICES:
+            for replica in range(self.replicas[name]):
+                self.procs.append((name, start_service(name, self.cluster.kubeconfig, self.nats.url,
+                                                       self.workdir, replica)))
+        for name, proc in self.procs:
+            self.ports.setdefault(name, []).append(wait_ready(proc, name))
+
+    def restart(self, name: str) -> tuple[float, float]:
+        """Stops the first replica of ``name`` (SIGTERM) and starts a new one; returns the
+        moment it was started (perf_counter) and the seconds until its /readyz answered."""
+        index = next(i for i, (n, _) in enumerate(self.procs) if n == name)
+        old = self.procs[index][1]
+        os.kill(old.pid, signal.SIGTERM)
+        old.wait(timeout=30)
+        started = time.perf_counter()
+        proc = start_service(name, self.cluster.kubeconfig, self.nats.url, self.workdir, replica=100 + index)
+        self.procs[index] = (name, proc)
+        port = wait_ready(proc, name)
+        self.ports[name][0] = port
+        return started, time.perf_counter() - started
+
+    def pids(self) -> dict[str, list[int]]:
+        """Process ids by service (replicas together), devcluster and nats-server."""
+        out: dict[str, list[int]] = {}
+        for name, proc in self.procs:
+            out.setdefault(name, []).append(proc.pid)
+        out["devcluster"] = [self.cluster.pid]
+        out["nats-server"] = [self.nats.proc.pid]
+        return out
+
+    def stop(self) -> None:
+        for _, proc in self.procs:
+            if proc.poll() is None:
+                os.kill(proc.pid, signal.SIGTERM)
+        for _, proc in self.procs:
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait()
+        if self.cluster is not None:
+            self.cluster.stop()
+        self.nats.stop()
+
+
+def process_names(pids: dict[str, list[int]]) -> dict[str, int]:
+    """One name per process: ``planner`` or ``planner-2`` when there are replicas."""
+    out = {}
+    for name, group in pids.items():
+        for i, pid in enumerate(group):
+            out[name if len(group) == 1 else f"{name}-{i + 1}"] = pid
+    return out
+
+
+async def bench(stack: Stack, args) -> dict:
+    cluster = stack.cluster
+    pids = stack.pids()
     context = ssl.create_default_context(cafile=str(cluster.ca_cert))
     limits = httpx.Limits(max_connections=args.concurrency + 4, max_keepalive_connections=args.concurrency + 4)
+    figures: dict = {}
     async with httpx.AsyncClient(base_url=cluster.url, verify=context, limits=limits, timeout=60,
                                  headers={"Authorization": f"Bearer {cluster.token}"}) as client:
         (await client.post("/apis/trainer.kubeflow.org/v1alpha1/clustertrainingruntimes", json=RUNTIME)
@@ -208,89 +554,128 @@ async def bench(cluster, args, pids: dict[str, int]) -> None:
         await watch.start()
         # Warm-up (first requests pay imports and connection set-up in every process).
         await paced(client, watch, "bench-paced", 5, 1.0)
-        idle = []
-        for i in range(10):  # one at a time: the pipeline's own latency, no queueing
-            idle += await one(client, watch, "bench-paced", f"idle-{i}")
-        print(f"one at a time: p50 {percentile(idle, 0.5):.1f} ms, max {max(idle):.1f} ms (n={len(idle)}); "
-              f"of which the create request itself (API server + admission webhook): "
-              f"p50 {percentile(CREATE_MS, 0.5):.1f} ms")
-        print(f"{'rate (TrainJobs/s)':>20} {'n':>5} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}"
-              f"   {'after create returned: p50':>28} {'p99':>8}")
-        for rate in (20, 50, 100):
-            latencies = await paced(client, watch, "bench-paced", rate, args.duration)
-            print(f"{rate:>20} {len(latencies):>5} {percentile(latencies, 0.5):>8.1f} "
-                  f"{percentile(latencies, 0.99):>8.1f} {max(latencies):>8.1f}"
-                  f"   {percentile(AFTER_CREATE_MS, 0.5):>28.1f} {percentile(AFTER_CREATE_MS, 0.99):>8.1f}")
+        if not args.skip_paced:
+            idle = []
+            for i in range(10):  # one at a time: the pipeline's own latency, no queueing
+                idle += await one(client, watch, "bench-paced", f"idle-{i}")
+            print(f"one at a time: p50 {percentile(idle, 0.5):.1f} ms, max {max(idle):.1f} ms (n={len(idle)}); "
+                  f"of which the create request itself (API server + admission webhook): "
+                  f"p50 {percentile(CREATE_MS, 0.5):.1f} ms")
+            print(f"{'rate (TrainJobs/s)':>20} {'n':>5} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}"
+                  f"   {'after create returned: p50':>28} {'p99':>8}")
+            for rate in (20, 50, 100):
+                latencies = await paced(client, watch, "bench-paced", rate, args.duration)
+                print(f"{rate:>20} {len(latencies):>5} {percentile(latencies, 0.5):>8.1f} "
+                      f"{percentile(latencies, 0.99):>8.1f} {max(latencies):>8.1f}"
+                      f"   {percentile(AFTER_CREATE_MS, 0.5):>28.1f} {percentile(AFTER_CREATE_MS, 0.99):>8.1f}")
 
         names = [f"s-{i}" for i in range(args.sustained)]
-
-        async def create(doc):
-            (await client.post(TRAINJOBS.format(ns="bench-sustained"), json=doc)).raise_for_status()
-
-        cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+        counters = Counters(client, stack.ports, stack.monitor_port)
+        creators = Generators(cluster, "create", "bench-sustained", names, args.generators, args.concurrency)
+        await creators.start()
+        before = await counters.snapshot()
+        profiles = start_profiles(Path(args.profile), process_names(pids)) if args.profile else []
+        flat = process_names(pids)
+        cpu_before = {name: cpu_seconds(pid) for name, pid in flat.items()}
+        load_before = loadavg()
         start = time.perf_counter()
-        await as_fast_as_possible(client, "bench-sustained",
-                                  [trainjob("bench-sustained", n) for n in names], args.concurrency, create)
+        creators.go()
+        await creators.finish()
         await watch.wait_all([f"bench-sustained/{n}" for n in names], timeout=300)
-        sustained = args.sustained / (time.perf_counter() - start)
-        cpu = {name: (cpu_seconds(pid) - cpu_before[name]) * 1000 / args.sustained for name, pid in pids.items()}
+        wall = time.perf_counter() - start
+        sustained = args.sustained / wall
+        cpu_each = {name: cpu_seconds(pid) - cpu_before[name] for name, pid in flat.items()}
+        if profiles:
+            stop_profiles(profiles)
+        await asyncio.sleep(1.0)  # status writes and the events they cause finish
+        after = await counters.snapshot()
+        cpu = {}
+        for name, group in pids.items():
+            members = [n for n in flat if n == name or n.startswith(f"{name}-") and n[len(name) + 1:].isdigit()]
+            cpu[name] = sum(cpu_each[m] for m in members) * 1000 / args.sustained
 
         # The same JobSets applied straight to the API server (field manager trainer, forced).
         sample = (await client.get(JOBSETS.format(ns="bench-sustained") + "/s-0")).json()
-        spec = sample["spec"]
-
-        async def apply(name):
-            doc = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
-                   "metadata": {"name": name, "namespace": "bench-raw"}, "spec": spec}
-            response = await client.patch(
-                JOBSETS.format(ns="bench-raw") + f"/{name}", params={"fieldManager": "trainer", "force": "true"},
-                content=json.dumps(doc), headers={"Content-Type": "application/apply-patch+yaml"})
-            response.raise_for_status()
-
-        elapsed = await as_fast_as_possible(client, "bench-raw", names, args.concurrency, apply)
+        appliers = Generators(cluster, "apply", "bench-raw", names, args.generators, args.concurrency,
+                              spec=sample["spec"])
+        await appliers.start()
+        dev_before = cpu_seconds(cluster.pid)
+        start = time.perf_counter()
+        appliers.go()
+        await appliers.finish()
+        elapsed = time.perf_counter() - start
         raw = args.sustained / elapsed
+        dev_raw_pct = 100 * (cpu_seconds(cluster.pid) - dev_before) / elapsed
         await watch.stop()
+    percent = {name: 100 * used / wall for name, used in cpu_each.items()}
+    busiest = max(percent, key=percent.get)
     print(f"sustained: {sustained:.1f} TrainJobs/s (create -> JobSet applied, {args.sustained} TrainJobs, "
-          f"concurrency {args.concurrency})")
-    print(f"raw devcluster SSA: {raw:.1f} JobSets/s; ratio sustained/raw = {sustained / raw:.2f}")
+          f"concurrency {args.concurrency}, {args.generators} generator processes; load average before "
+          f"{load_before}, after {loadavg()})")
+    print(f"raw devcluster SSA: {raw:.1f} JobSets/s (devcluster at {dev_raw_pct:.0f}% CPU); "
+          f"ratio sustained/raw = {sustained / raw:.2f}")
     print("CPU ms per TrainJob in the sustained run: " +
           ", ".join(f"{name} {value:.1f}" for name, value in cpu.items()))
+    control = sum(v for k, v in cpu.items() if k != "devcluster")
+    print(f"control plane (services + nats-server): {control:.1f} ms per TrainJob")
+    print("CPU % of one core during the sustained run: " +
+          ", ".join(f"{name} {value:.0f}" for name, value in percent.items()) + f"; busiest: {busiest}")
+    print("per TrainJob in the sustained run (counted after it settled):")
+    for line in Counters.report(before, after, args.sustained):
+        print(line)
+    figures.update(sustained=sustained, raw=raw, cpu=cpu, percent=percent, busiest=busiest)
+    return figures
+
+
+def run_once(args, replicas: dict[str, int]) -> dict:
+    workdir = Path(tempfile.mkdtemp(prefix="trainyard-bench-"))
+    stack = Stack(replicas, workdir)
+    try:
+        stack.start()
+        shown = ", ".join(f"{name}={count}" for name, count in replicas.items())
+        print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} "
+              f"(/proc/loadavg {loadavg()}); replicas {shown}; logs in {workdir}", flush=True)
+        return asyncio.run(bench(stack, args))
+    finally:
+        stack.stop()
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=float, default=3.0, help="seconds per paced rate")
     parser.add_argument("--sustained", type=int, default=300, help="TrainJobs in the sustained run")
-    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--concurrency", type=int, default=16, help="requests in flight, over all generators")
+    parser.add_argument("--generators", type=int, default=4, help="load-generating processes (sustained, raw)")
+    parser.add_argument("--replicas", default="", help="replicas per service, e.g. planner=4,applier=4")
+    parser.add_argument("--profile", default="", metavar="DIR",
+                        help="py-spy record every Python process during the sustained run into DIR")
+    parser.add_argument("--skip-paced", action="store_true", help="only the sustained and raw phases")
+    parser.add_argument("--table", default="", metavar="SERVICES",
+                        help="sustained and raw phases with 1, 2 and 4 replicas of these services (comma list)")
     args = parser.parse_args()
-    workdir = Path(tempfile.mkdtemp(prefix="trainyard-bench-"))
-    nats = NatsServer(workdir / "nats")
-    nats.start()
-    cluster = start_devcluster(workdir / "devcluster")
-    procs: list[subprocess.Popen] = []
-    try:
-        cluster.kubectl("apply", "--server-side",  # every CRD file (not the kustomization)
-                        *(arg for path in sorted((REPO / "deploy" / "crds").glob("*_*.yaml")) for arg in ("-f", str(path))))
-        procs = [start_service(name, cluster.kubeconfig, nats.url, workdir) for name in SERVICES]
-        for proc, name in zip(procs, SERVICES):
-            wait_ready(proc, name)
-        print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; logs in {workdir}")
-        pids = {name: proc.pid for name, proc in zip(SERVICES, procs)}
-        pids["devcluster"] = cluster.pid
-        pids["nats-server"] = nats.proc.pid
-        asyncio.run(bench(cluster, args, pids))
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                os.kill(proc.pid, signal.SIGTERM)
-        for proc in procs:
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.kill(proc.pid, signal.SIGKILL)
-                proc.wait()
-        cluster.stop()
-        nats.stop()
+    if args.generators < 1 or args.concurrency < args.generators:
+        raise SystemExit("error: --generators: needs 1 <= generators <= concurrency")
+    if args.sustained < 1:
+        raise SystemExit("error: --sustained: needs at least 1")
+    if not args.table:
+        run_once(args, parse_replicas(args.replicas))
+        return 0
+    services = [s.strip() for s in args.table.split(",") if s.strip()]
+    parse_replicas(",".join(f"{s}=1" for s in services))  # names checked
+    args.skip_paced = True
+    rows = []
+    for count in (1, 2, 4):
+        replicas = parse_replicas(",".join(f"{s}={count}" for s in services))
+        rows.append((count, run_once(args, replicas)))
+        print(flush=True)
+    print(f"replicas of {', '.join(services)}: throughput (sustained {args.sustained} TrainJobs, "
+          f"{args.generators} generators, load average now {loadavg()})")
+    print(f"{'replicas':>8} {'TrainJobs/s':>12} {'raw SSA/s':>10} {'ratio':>6} {'ctl ms/TJ':>10}   busiest process (CPU %)")
+    for count, fig in rows:
+        control = sum(v for k, v in fig["cpu"].items() if k != "devcluster")
+        top = sorted(fig["percent"].items(), key=lambda kv: -kv[1])[:3]
+        print(f"{count:>8} {fig['sustained']:>12.1f} {fig['raw']:>10.1f} {fig['sustained'] / fig['raw']:>6.2f} "
+              f"{control:>10.1f}   " + ", ".join(f"{n} {v:.0f}" for n, v in top))
     return 0
 
 

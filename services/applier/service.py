@@ -117,7 +117,7 @@ class Applier:
         done = AppliedPlan(
             uid=plan.uid, generation=plan.generation, planHash=plan.plan_hash, state="applied",
             owned=list(plan.owned), hashes=_remember(claim.previous, plan),
-            traceparent=current_traceparent(),
+            traceparent=current_traceparent(), inputs=plan.inputs,
         )
         try:
             await self.bus.applied.compare_and_set(key, done, claim.revision)
@@ -149,13 +149,15 @@ class Applier:
                 continue
             previous = entry if same else None
             if previous is not None and previous.state == "applying":
-                # A dead holder's claim: what it had applied before is what we know.
-                previous = previous.model_copy(update={"state": "applied"})
+                # A dead holder's claim: what it had applied before is what we know (not
+                # the inputs of the plan it was applying: that one may not have landed).
+                previous = previous.model_copy(update={"state": "applied", "inputs": ""})
             claim = AppliedPlan(
                 uid=plan.uid, generation=plan.generation, planHash=plan.plan_hash, state="applying",
                 holder=self.holder, claimExpires=time.time() + self.lease_s,
                 owned=list(previous.owned) if previous else [],
                 hashes=list(previous.hashes) if previous else [],
+                inputs=plan.inputs,
             )
             try:
                 revision = await self.bus.applied.compare_and_set(key, claim, current.revision)

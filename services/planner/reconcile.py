@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import logging
 from datetime import datetime, timezone
 from dataclasses import dataclass
@@ -126,6 +128,26 @@ async def observed_objects(bus: BusSession, cluster: str, trainjob: dict[str, An
     return found
 
 
+def planning_inputs(trainjob: dict[str, Any]) -> str:
+    """Digest of what planning reads from the TrainJob itself: its metadata (without
+    resourceVersion and managedFields) and spec. A status write leaves it unchanged; the status
+    only ever turns planning off (finished, deadline passed), which the status service handles."""
+    meta = {k: v for k, v in (trainjob.get("metadata") or {}).items() if k not in ("resourceVersion", "managedFields")}
+    text = json.dumps([meta, trainjob.get("spec")], sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+
+
+def inputs_already_applied(trainjob: dict[str, Any], applied: Any) -> bool:
+    """The plan applied (or being applied under a live claim: if that apply fails, the plan
+    message itself is retried) for this uid and generation was made from these very inputs: an
+    event that changed only the status cannot change the plan (children and runtimes have their
+    own events), so it needs no planning pass."""
+    meta = trainjob.get("metadata") or {}
+    return applied is not None and (applied.state == "applied" or applied.claim_live()) and bool(applied.inputs) \
+        and applied.uid == meta.get("uid") and applied.generation == int(meta.get("generation") or 0) \
+        and applied.inputs == planning_inputs(trainjob)
+
+
 def _same_refs(a: list[ObjectRef], b: list[ObjectRef]) -> bool:
     return {(r.api_version, r.kind, r.namespace, r.name) for r in a} == \
         {(r.api_version, r.kind, r.namespace, r.name) for r in b}
@@ -221,6 +243,7 @@ async def decide(bus: BusSession, cluster: str, trainjob: dict[str, Any],
         resourceVersion=str(meta.get("resourceVersion", "")), planHash=digest,
         objects=objects, owned=owned,
         suspended=(trainjob.get("spec") or {}).get("suspend") is True,
+        inputs=planning_inputs(trainjob),
     ))
 
 
@@ -263,6 +286,13 @@ def child_event_changes_nothing(event: ObjectEvent, trainjob: dict[str, Any], ap
 async def reconcile_trainjob(bus: BusSession, cluster: str, namespace: str, name: str,
                              trigger: ObjectEvent | None = None, plugins: tuple[Plugin, ...] = REGISTRY) -> str:
     """One planning pass; returns what happened (for logs and metrics)."""
+    if trigger is not None and trigger.kind == "TrainJob" and trigger.type != "DELETED":
+        # The event carries the TrainJob: a status-only change (the status service's own
+        # writes, mostly) is recognised with one read instead of a whole planning pass.
+        applied = (await bus.applied.read(applied_store_key(cluster, namespace, name))).value
+        if inputs_already_applied(trigger.object, applied):
+            metrics.PLANS.labels("inputs_unchanged").inc()
+            return "inputs unchanged"
     trainjob = await bus.snapshots.get(ObjectKey(cluster, "TrainJob", namespace, name))
     if trainjob is None:
         return "gone"

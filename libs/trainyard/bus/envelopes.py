@@ -114,6 +114,9 @@ class PlanMessage(Envelope):
     objects: list[dict[str, Any]] = Field(default_factory=list)
     owned: list[ObjectRef] = Field(default_factory=list)
     suspended: bool = False
+    # Digest of the TrainJob's planning inputs (metadata and spec, not status) this plan was
+    # made from; the applier records it so a status-only change is not planned again.
+    inputs: str = ""
 
     model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
 

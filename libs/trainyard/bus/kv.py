@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from trainyard.bus.envelopes import ObjectRef
 from trainyard.bus.subjects import ObjectKey, encode_token, kv_key, kv_prefix
 from trainyard.bus.topology import APPLIED_BUCKET, OUTCOMES_BUCKET, SNAPSHOTS_BUCKET
+from trainyard.telemetry import metrics
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +48,12 @@ class Snapshot(BaseModel):
     object: dict[str, Any]
 
 
+def _count(kv: KeyValue, op: str) -> None:
+    metrics.KV_OPERATIONS.labels(kv._name, op).inc()
+
+
 async def _get(kv: KeyValue, key: str) -> tuple[bytes | None, int | None]:
+    _count(kv, "get")
     try:
         entry = await kv.get(key)
     except (KeyNotFoundError, NotFoundError):
@@ -74,6 +80,7 @@ class SnapshotStore:
             if raw is not None and not _supersedes(Snapshot.model_validate_json(raw), meta, rv, deleted):
                 return False
             try:
+                _count(self._kv, "create" if revision is None else "update")
                 if revision is None:
                     await self._kv.create(kv_key(key), value)
                 else:
@@ -101,6 +108,7 @@ class SnapshotStore:
     ) -> list[Snapshot]:
         """Reads the latest value of every matching key with a short-lived pull consumer
         (deleted right after, so frequent listings do not pile consumers up)."""
+        _count(self._kv, "list")
         stream = f"KV_{self._kv._name}"
         name = f"list-{uuid.uuid4().hex}"
         js = self._kv._js
@@ -168,6 +176,8 @@ class AppliedPlan(BaseModel):
     # W3C traceparent of the TrainJob change that applied it: status traces started by
     # JobSet events link to it.
     traceparent: str = ""
+    # PlanMessage.inputs of the plan applied: the TrainJob's metadata and spec it was made from.
+    inputs: str = ""
 
     def claim_live(self, now: float | None = None) -> bool:
         return self.state == "applying" and (now or time.time()) < self.claim_expires
@@ -204,6 +214,7 @@ class AppliedPlanStore:
     async def compare_and_set(self, key: str, value: AppliedPlan, revision: int | None) -> int:
         """Writes ``value`` only if the entry is still at ``revision`` (None: must not exist)."""
         data = value.model_dump_json(by_alias=True).encode()
+        _count(self._kv, "create" if revision is None else "update")
         try:
             if revision is None:
                 return await self._kv.create(key, data)
@@ -214,6 +225,7 @@ class AppliedPlanStore:
             raise
 
     async def delete(self, key: str) -> None:
+        _count(self._kv, "delete")
         try:
             await self._kv.delete(key)
         except (KeyNotFoundError, NotFoundError):
@@ -250,11 +262,13 @@ class OutcomeStore:
             return None
 
     async def set(self, key: str, outcome: Outcome) -> None:
+        _count(self._kv, "put")
         await self._kv.put(key, outcome.model_dump_json(by_alias=True).encode())
 
     async def clear(self, key: str, stage: str) -> None:
         current = await self.get(key)
         if current is not None and current.stage == stage:
+            _count(self._kv, "delete")
             try:
                 await self._kv.delete(key)
             except (KeyNotFoundError, NotFoundError):

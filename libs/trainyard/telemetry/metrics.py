@@ -21,6 +21,9 @@ PROCESSED_DURATION = Histogram(
     "trainyard_processed_messages_duration_seconds", "Time spent handling one message",
     ["service", "consumer"], buckets=_LATENCY_BUCKETS,
 )
+KV_OPERATIONS = Counter(
+    "trainyard_kv_operations_total", "KV bucket round trips (reads, writes, listings)", ["bucket", "op"],
+)
 DEAD_LETTERS = Counter(
     "trainyard_dead_letter_messages_total", "Poison messages moved to the dead letter",
     ["service", "consumer"],
