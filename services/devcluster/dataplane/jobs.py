@@ -379,7 +379,8 @@ def plan_job(job: dict[str, Any], pods: list[dict[str, Any]], now: datetime,
     missing = [i for i in range(completions) if i not in succeeded_indexes and i not in held]
     to_create = missing[:max(0, wanted - running)]
     if to_create and restart_policy == "Never":
-        delay = _failure_backoff(pods, time_scale)
+        # pods removed by a scale-down are not failures: they start no back-off
+        delay = _failure_backoff([p for p in pods if (pod_index(p) or 0) < completions], time_scale)
         if delay is not None:
             last_failure, seconds = delay
             remaining = (last_failure - now).total_seconds() + seconds

@@ -181,6 +181,16 @@ def test_scale_up_creates_the_new_indexes_only():
     assert plan.delete == []
 
 
+def test_pods_removed_by_a_scale_down_start_no_failure_backoff():
+    removed = [pod(2, "Failed", deleting=True, exit_code=143), pod(3, "Failed", deleting=True, exit_code=143)]
+    plan = plan_job(job(2), [pod(0), *removed], NOW)  # index 1 is missing: created at once
+    assert [p["metadata"]["generateName"] for p in plan.create] == ["js-node-0-1-"]
+    backoff = job(2)
+    backoff["spec"]["backoffLimit"] = 3
+    failed = plan_job(backoff, [pod(0), pod(1, "Failed", exit_code=1)], NOW)  # an in-range failure waits
+    assert failed.create == [] and failed.requeue_after
+
+
 def test_completed_indexes_above_completions_no_longer_count_and_the_job_completes_on_0_to_n():
     status = {"completedIndexes": "0,2", "succeeded": 2, "failed": 0}
     plan = plan_job(job(2, status=status), [pod(1)], NOW)
