@@ -204,6 +204,8 @@ class ScaleEndpoint:
         meta = new_scale.get("metadata") or {}
         if meta.get("name") and meta["name"] != name:
             raise errors.bad_request(f"the name of the object ({meta['name']}) does not match the name on the URL ({name})")
+        if rt.namespaced and meta.get("namespace") and meta["namespace"] != namespace:
+            raise errors.bad_request("the namespace of the provided object does not match the namespace sent on the request")
         replicas = (new_scale.get("spec") or {}).get("replicas") or 0
         if replicas == UNSET_REPLICAS:
             raise errors.bad_request(f'the spec replicas field "{config.get("specReplicasPath")}" cannot be empty')

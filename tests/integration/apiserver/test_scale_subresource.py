@@ -108,6 +108,10 @@ def test_scale_writes_use_optimistic_concurrency_and_every_patch_type(cluster):
         unconditional = {"apiVersion": "autoscaling/v1", "kind": "Scale", "metadata": {"name": "w2"},
                          "spec": {"replicas": 6}}
         assert c.put(f"{BASE}/w2/scale", json=unconditional).json()["spec"] == {"replicas": 6}
+        elsewhere = dict(unconditional, metadata={"name": "w2", "namespace": "other"})
+        moved = c.put(f"{BASE}/w2/scale", json=elsewhere)
+        assert moved.status_code == 400 and "does not match the namespace" in moved.json()["message"]
+        assert c.get(f"{BASE}/missing/scale").json()["message"] == f'workers.{GROUP} "missing" not found'
         for content_type, body, want in (
                 ("application/merge-patch+json", {"spec": {"replicas": 1}}, 1),
                 ("application/strategic-merge-patch+json", {"spec": {"replicas": 2}}, 2),
