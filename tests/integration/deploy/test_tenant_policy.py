@@ -8,6 +8,7 @@ admin would; two tenant namespaces get their parameters; then TrainJobs are crea
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -175,3 +176,17 @@ def test_managed_by_and_the_parameters_guard(cluster):
               "-p", json.dumps({"data": {"managedByGroups": "system:masters"}}))
     ok = c.kubectl("apply", "-f", "-", input=multikueue)
     assert ok.stdout.strip() == "trainjob.trainer.kubeflow.org/delegated created"
+
+
+def test_the_component_composes_with_the_cluster_install(cluster, tmp_path):
+    c, _ = cluster
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        # kustomize takes relative paths only
+        "resources": [os.path.relpath(REPO / "deploy", overlay)], "components": [os.path.relpath(POLICY, overlay)]}))
+    docs = [d for d in yaml.safe_load_all(c.kubectl("kustomize", str(overlay)).stdout) if d]
+    kinds = [d["kind"] for d in docs]
+    assert kinds.count("ValidatingAdmissionPolicy") == 4 and kinds.count("ValidatingAdmissionPolicyBinding") == 4
+    assert "Deployment" in kinds and "ClusterTrainingRuntime" in kinds
