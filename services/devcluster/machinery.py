@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import importlib
 import json
+import math
+import re
 from typing import Any, Callable
 
 from . import errors
@@ -75,11 +77,35 @@ def field_matcher(rt: ResourceType, selector: str) -> Callable[[str, str, Stored
 def _number(text: str) -> int | float:
     """JSON numbers as the API server decodes them: whole numbers (``2.0``) become integers."""
     value = float(text)
+    if math.isinf(value):  # Go refuses it too; stored, it would be answered as invalid JSON
+        raise ValueError(f"cannot unmarshal number {text[:40]} into a float64: out of range")
     return int(value) if value.is_integer() and abs(value) < 2**63 else value
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"invalid character {name[0]!r} looking for beginning of value ({name} is not JSON)")
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def valid_unicode(value: Any) -> Any:
+    """Lone surrogates (``"\\ud800"`` in a JSON or YAML body) become U+FFFD, as Go's decoders
+    do: such a string cannot be encoded as UTF-8, so it could be neither stored nor answered."""
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, dict):
+        return {valid_unicode(k): valid_unicode(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [valid_unicode(v) for v in value]
+    return value
+
+
 def loads(body: bytes | str) -> Any:
-    return json.loads(body, parse_float=_number)
+    value = json.loads(body, parse_float=_number, parse_constant=_no_constant)
+    if (b"\\u" if isinstance(body, bytes) else "\\u") in body:  # only an escape makes a lone surrogate
+        value = valid_unicode(value)
+    return value
 
 
 def _decode_json(body: bytes, what: str) -> Any:
@@ -127,15 +153,104 @@ def parse_apply_body(body: bytes) -> dict[str, Any]:
     try:
         config = loads(text)
     except ValueError:
-        import yaml
-        from .schema import normalise_numbers
-        try:
-            config = normalise_numbers(yaml.safe_load(text))
-        except yaml.YAMLError as err:
-            raise errors.bad_request(f"error decoding YAML: {str(err).splitlines()[0]}") from err
+        config = load_yaml(text)
     if not isinstance(config, dict):
         raise errors.bad_request("an apply configuration must be an object")
     return config
+
+
+def _yaml_loader() -> type:
+    import yaml
+
+    class KubeYamlLoader(yaml.SafeLoader):
+        """YAML as the API server reads it (as JSON): a timestamp stays the string it is written
+        as; tags whose values JSON cannot hold (binary, sets, ordered pairs) are refused."""
+
+    def as_text(loader: Any, node: Any) -> str:
+        return loader.construct_scalar(node)
+
+    def refused(loader: Any, node: Any) -> Any:
+        raise yaml.constructor.ConstructorError(None, None, f"the YAML tag {node.tag} has no JSON value",
+                                                node.start_mark)
+    KubeYamlLoader.add_constructor("tag:yaml.org,2002:timestamp", as_text)
+    for tag in ("binary", "set", "omap", "pairs"):
+        KubeYamlLoader.add_constructor(f"tag:yaml.org,2002:{tag}", refused)
+    return KubeYamlLoader
+
+
+_YAML_LOADER: type | None = None
+
+
+def _expanded_size(value: Any, limit: int) -> int:
+    """How many values the document holds once its aliases are expanded, counting each shared
+    node once per reference (memoised, so an alias bomb is measured without expanding it);
+    -1 for a document that contains itself."""
+    sizes: dict[int, int] = {}
+    active: set[int] = set()
+
+    def size(node: Any) -> int:
+        if not isinstance(node, (dict, list)):
+            return 1
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in active:
+            raise RecursionError
+        active.add(key)
+        children = node.values() if isinstance(node, dict) else node
+        total = 1
+        for child in children:
+            total += size(child)
+            if total > limit:
+                break
+        active.discard(key)
+        sizes[key] = total
+        return total
+    try:
+        return size(value)
+    except RecursionError:
+        return -1
+
+
+def load_yaml(text: str) -> Any:
+    """One YAML document as JSON values; a clear 400 for what JSON cannot hold or for aliases
+    that expand the document far beyond its size (go-yaml: "excessive aliasing")."""
+    import yaml
+    from .schema import normalise_numbers
+    global _YAML_LOADER
+    if _YAML_LOADER is None:
+        _YAML_LOADER = _yaml_loader()
+    try:
+        value = yaml.load(text, Loader=_YAML_LOADER)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as err:
+        raise errors.bad_request(f"error decoding YAML: {str(err).splitlines()[0]}") from err
+    if "&" in text and "*" in text:  # anchors and aliases: bound what they expand to
+        limit = 4 * len(text) + 10_000
+        expanded = _expanded_size(value, limit)
+        if expanded < 0:
+            raise errors.bad_request("error decoding YAML: the document contains itself through an alias")
+        if expanded > limit:
+            raise errors.bad_request("error decoding YAML: document contains excessive aliasing")
+    value = normalise_numbers(value)
+    return valid_unicode(_json_form(value))
+
+
+def _yaml_key(key: Any) -> str:
+    if isinstance(key, bool):
+        return "true" if key else "false"
+    return "null" if key is None else str(key)
+
+
+def _json_form(value: Any) -> Any:
+    """The YAML value as JSON holds it: keys are strings (``1:``, ``true:``, ``null:`` as
+    sigs.k8s.io/yaml writes them); ``.inf`` and ``.nan`` have no JSON form and are refused."""
+    if isinstance(value, float) and (math.isinf(value) or math.isnan(value)):
+        raise errors.bad_request(f"error decoding YAML: unsupported value: {value} has no JSON form")
+    if isinstance(value, dict):
+        return {k if isinstance(k, str) else _yaml_key(k): _json_form(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_form(item) for item in value]
+    return value
 
 
 # ---------------------------------------------------------------- managedFields and apply

@@ -233,6 +233,9 @@ class Api:
             obj.setdefault("apiVersion", rt.api_version)
             obj.setdefault("kind", rt.kind)
         api_version, kind = obj.get("apiVersion"), obj.get("kind")
+        for field_name, value in (("apiVersion", api_version), ("kind", kind)):
+            if value is not None and not isinstance(value, str):
+                raise errors.bad_request(f"{field_name}: must be a string, got {json.dumps(value)[:100]}")
         if not kind:
             raise errors.bad_request("Object 'Kind' is missing in the request body")
         if not api_version:
@@ -245,6 +248,10 @@ class Api:
         obj["apiVersion"] = rt.api_version
         if not isinstance(obj.get("metadata", {}), dict):
             raise errors.bad_request("metadata must be a JSON object")
+        for key in ("name", "generateName", "namespace", "resourceVersion", "uid"):
+            value = (obj.get("metadata") or {}).get(key)
+            if value is not None and not isinstance(value, str):
+                raise errors.bad_request(f"metadata.{key}: must be a string, got {json.dumps(value)[:100]}")
         obj.setdefault("metadata", {})
         return obj
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,6 +72,8 @@ def webhook_trainjob(bus: BusSession, kube: KubeClient, cluster: str):
     the API server's copy (its runtimeRef is what matters, and it is immutable)."""
 
     async def lookup(namespace: str, name: str) -> dict[str, Any] | None:
+        if not _text(namespace) or not _text(name):  # a forged review: no TrainJob is named so
+            return None  # (an empty name would GET the whole list)
         try:
             found = await bus.snapshots.get(ObjectKey(cluster, "TrainJob", namespace, name))
         except Exception as err:  # the bus is a cache of the API server: ask the source
@@ -90,16 +93,30 @@ def webhook_trainjob(bus: BusSession, kube: KubeClient, cluster: str):
     return lookup
 
 
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+_OBJECT_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
+
+
+def _text(value: Any) -> str:
+    """A name worth looking up: no object is named otherwise (not even a path to another)."""
+    return value if isinstance(value, str) and _OBJECT_NAME.fullmatch(value) else ""
+
+
 def webhook_observed(bus: BusSession, kube: KubeClient, cluster: str):
     """What the TrainJob webhook rules read: runtime, existing JobSet, PriorityClasses."""
 
     async def lookup(trainjob: dict[str, Any]) -> list[dict[str, Any]]:
-        meta = trainjob.get("metadata") or {}
-        namespace, name = meta.get("namespace") or "", meta.get("name") or ""
-        ref = (trainjob.get("spec") or {}).get("runtimeRef") or {}
+        # A forged review may hold any shape here: what is not a dict or a string is not looked
+        # up (the validation that follows names the field).
+        meta = _mapping(trainjob.get("metadata"))
+        namespace, name = _text(meta.get("namespace")), _text(meta.get("name"))
+        ref = _mapping(_mapping(trainjob.get("spec")).get("runtimeRef"))
         kind = ref.get("kind", "ClusterTrainingRuntime")
         found: list[dict[str, Any]] = []
-        if kind in ("TrainingRuntime", "ClusterTrainingRuntime") and ref.get("name"):
+        if kind in ("TrainingRuntime", "ClusterTrainingRuntime") and _text(ref.get("name")):
             runtime_ns = namespace if kind == "TrainingRuntime" else ""
             runtime, _ = await cached(ObjectKey(cluster, kind, runtime_ns, ref["name"]))
             if runtime is None:  # just created, not yet seen by a watcher (or no bus): ask the API server

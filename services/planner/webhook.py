@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import logging
 import os
 import socket
@@ -62,6 +63,30 @@ def bad_review(detail: str) -> JSONResponse:
     return JSONResponse({"error": detail}, status_code=400)
 
 
+REVIEW_API_VERSION = "admission.k8s.io/v1"
+# An AdmissionReview holds the object and the old object, each at most the API server's 3 MiB
+# request limit: anything much larger is not from an API server, and is refused unread.
+MAX_REVIEW_BYTES = 8 * 1024 * 1024
+
+
+async def _read_limited(request: Request) -> bytes | None:
+    """The body, or None when it is larger than MAX_REVIEW_BYTES (read no further)."""
+    length = request.headers.get("content-length", "")
+    if length.isdigit() and int(length) > MAX_REVIEW_BYTES:
+        return None
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_REVIEW_BYTES:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _named_kind(value: Any) -> str:
+    return repr(value.get("kind")) if isinstance(value, dict) else f"a {type(value).__name__}"
+
+
 def build_app(observed_for: ObservedLookup, trainjob_for: TrainJobLookup | None = None) -> FastAPI:
     app = FastAPI(title="trainyard planner webhooks", docs_url=None, redoc_url=None, openapi_url=None)
     for _, path, resource in WEBHOOKS:
@@ -92,21 +117,42 @@ def build_app(observed_for: ObservedLookup, trainjob_for: TrainJobLookup | None 
             metrics.WEBHOOK_LATENCY.labels(path).observe(time.perf_counter() - started)
             metrics.WEBHOOK_REQUESTS_BY_CODE.labels(path, code).inc()
 
-    async def read_review(request: Request) -> tuple[dict[str, Any], str] | JSONResponse:
+    async def read_review(request: Request, kind: str) -> tuple[dict[str, Any], str] | JSONResponse:
+        """The review's request, or a 400 naming what is wrong: the review itself
+        (admission.k8s.io/v1 AdmissionReview), its uid, or an object or oldObject that is not
+        of the kind this webhook admits (a Scale on the scale subresource)."""
+        raw = await _read_limited(request)
+        if raw is None:
+            return bad_review(f"request body: larger than {MAX_REVIEW_BYTES // (1024 * 1024)} MiB")
         try:
-            body = await request.json()
-        except ValueError:
+            body = json.loads(raw)
+        except (ValueError, RecursionError):
             return bad_review("request body: not JSON")
-        review = body.get("request") if isinstance(body, dict) else None
+        if not isinstance(body, dict):
+            return bad_review("request body: not a JSON object")
+        review = body.get("request")
         if not isinstance(review, dict):
             return bad_review("request: missing AdmissionReview.request")
+        uid = review.get("uid")
+        if not isinstance(uid, str) or not uid:
+            return bad_review("request.uid: missing (a non-empty string)")
         if not isinstance(review.get("object"), dict):
             return bad_review("request.object: missing")
-        return review, str(review.get("uid", ""))
+        expected = "Scale" if kind == "TrainJob" and review.get("subResource") == "scale" else kind
+        for field in ("object", "oldObject"):
+            value = review.get(field)
+            if field == "oldObject" and value is None:
+                continue
+            if not isinstance(value, dict) or value.get("kind") != expected:
+                return bad_review(f"request.{field}.kind: expected {expected}, got {_named_kind(value)[:80]}")
+        if body.get("apiVersion") != REVIEW_API_VERSION or body.get("kind") != "AdmissionReview":
+            return bad_review(f"apiVersion, kind: expected {REVIEW_API_VERSION} AdmissionReview, got "
+                              f"{str(body.get('apiVersion'))[:60]!r} {str(body.get('kind'))[:60]!r}")
+        return review, uid
 
     @app.post(WEBHOOKS[2][1])
     async def trainjob(request: Request):
-        parsed = await read_review(request)
+        parsed = await read_review(request, "TrainJob")
         if isinstance(parsed, JSONResponse):
             return parsed
         review, uid = parsed
@@ -120,8 +166,10 @@ def build_app(observed_for: ObservedLookup, trainjob_for: TrainJobLookup | None 
 
     async def scale(review: dict[str, Any], uid: str) -> dict[str, Any]:
         """kubectl scale / an HPA: the TrainJob's numNodes set to the Scale's replicas (#17)."""
-        name = str(review.get("name") or (review["object"].get("metadata") or {}).get("name") or "")
-        namespace = str(review.get("namespace") or (review["object"].get("metadata") or {}).get("namespace") or "")
+        meta = review["object"].get("metadata")
+        meta = meta if isinstance(meta, dict) else {}
+        name = str(review.get("name") or meta.get("name") or "")
+        namespace = str(review.get("namespace") or meta.get("namespace") or "")
         trainjob = await trainjob_for(namespace, name) if trainjob_for is not None else None
         if trainjob is None:  # gone: the API server answers NotFound itself
             result = ValidationResult()
@@ -133,7 +181,8 @@ def build_app(observed_for: ObservedLookup, trainjob_for: TrainJobLookup | None 
         return review_response(uid, result)
 
     async def runtime(request: Request, resource: str):
-        parsed = await read_review(request)
+        kind = "ClusterTrainingRuntime" if resource == "clustertrainingruntimes" else "TrainingRuntime"
+        parsed = await read_review(request, kind)
         if isinstance(parsed, JSONResponse):
             return parsed
         review, uid = parsed

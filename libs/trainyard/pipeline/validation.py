@@ -24,7 +24,6 @@ from .framework import Plugin, ValidationContext, run_validation
 from .info import build_info
 from .observed import ObservedState
 from .plugins import REGISTRY
-from trainyard.apimachinery.json_types import json_type_name
 from trainyard.apimachinery.quantity import QuantityError
 from .resolution import (SUPPORTED_KEYS, ResolvedRuntime, RuntimeLookupError, created_deprecation_warning,
                          is_deprecated, lookup_runtime, referenced_deprecation_warning, registry_key,
@@ -213,7 +212,8 @@ def validate_trainjob_scale(scale: dict[str, Any], old_scale: dict[str, Any] | N
     new_doc.setdefault("spec", {}).setdefault("trainer", {})["numNodes"] = replicas
     state = observed if isinstance(observed, ObservedState) else ObservedState.of(observed)
     try:
-        document = as_document(runtime) if runtime is not None else lookup_runtime(new_doc, state)
+        document = as_document(runtime) if runtime is not None else \
+            lookup_runtime(new_doc, state) if unsupported_runtime_message(new_doc) is None else None
     except RuntimeLookupError:
         document = None
     if document is not None and elastic.policy_of(runtime_with_defaults(document).get("spec")) is None:
