@@ -211,7 +211,38 @@ def _builtin_columns(rt: ResourceType) -> tuple[list[dict[str, Any]], Any] | Non
     if key == ("apiextensions.k8s.io", "customresourcedefinitions"):
         return [_NAME_COLUMN, _simple("Created At", "date")], lambda o: [
             o["metadata"]["name"], o["metadata"].get("creationTimestamp")]
+    if key == ("admissionregistration.k8s.io", "validatingadmissionpolicies"):
+        def policy(o: dict[str, Any]) -> list[Any]:
+            spec = o.get("spec") or {}
+            kind = spec.get("paramKind")
+            shown = f"{kind.get('apiVersion', '')}/{kind.get('kind', '')}" if isinstance(kind, dict) else "<unset>"
+            return [o["metadata"]["name"], len(spec.get("validations") or []), shown,
+                    humanise_age(o["metadata"].get("creationTimestamp"))]
+        return [_NAME_COLUMN, _simple("Validations", "integer"), _simple("ParamKind"), _AGE_COLUMN], policy
+    if key == ("admissionregistration.k8s.io", "validatingadmissionpolicybindings"):
+        def binding(o: dict[str, Any]) -> list[Any]:
+            spec = o.get("spec") or {}
+            ref, shown = spec.get("paramRef"), "<unset>"
+            if isinstance(ref, dict) and ref.get("name"):
+                shown = f"{ref.get('namespace') or '*'}/{ref['name']}"
+            elif isinstance(ref, dict) and ref.get("selector") is not None:
+                shown = _go_label_selector(ref["selector"])
+            return [o["metadata"]["name"], spec.get("policyName", ""), shown,
+                    humanise_age(o["metadata"].get("creationTimestamp"))]
+        return [_NAME_COLUMN, _simple("PolicyName"), _simple("ParamRef"), _AGE_COLUMN], binding
     return None
+
+
+def _go_label_selector(selector: dict[str, Any]) -> str:
+    """A LabelSelector as Go's generated ``String()`` prints it (kube-apiserver's ParamRef cell)."""
+    labels = selector.get("matchLabels") or {}
+    pairs = "".join(f"{k}: {labels[k]}," for k in sorted(labels))
+    requirements = "".join(
+        f"LabelSelectorRequirement{{Key:{r.get('key', '')},Operator:{r.get('operator', '')},"
+        f"Values:[{' '.join(r.get('values') or [])}],}},"
+        for r in selector.get("matchExpressions") or [])
+    return (f"&LabelSelector{{MatchLabels:map[string]string{{{pairs}}},"
+            f"MatchExpressions:[]LabelSelectorRequirement{{{requirements}}},}}")
 
 
 def columns_for(rt: ResourceType) -> list[dict[str, Any]]:

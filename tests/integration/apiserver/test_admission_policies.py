@@ -344,7 +344,7 @@ def test_params_not_found_under_ignore_admits(client):
     assert configmap(client, "free", ns="team-b").status_code == 201
 
 
-def test_params_by_selector_each_must_pass(client):
+def test_params_by_selector_each_must_pass(client, devcluster_module):
     param(client, "team-a", "loose", 5, {"set": "x"})
     param(client, "team-a", "strict", 1, {"set": "x"})
     param(client, "team-a", "other", 0, {"set": "y"})
@@ -352,6 +352,10 @@ def test_params_by_selector_each_must_pass(client):
             binding_paramRef={"selector": {"matchLabels": {"set": "x"}}, "parameterNotFoundAction": "Deny"})
     assert configmap(client, "one", {"a": "1"}, ns="team-a").status_code == 201
     denied(configmap(client, "two", {"a": "1", "b": "2"}, ns="team-a"), 422, "Invalid", "at most 1 keys (strict)", "two")
+    # kubectl get shows the selector as kube-apiserver's ParamRef column does
+    shown = devcluster_module.kubectl("get", "validatingadmissionpolicybinding", "b").stdout.splitlines()[1].split()
+    assert shown[:3] == ["b", "p", "&LabelSelector{MatchLabels:map[string]string{set:"]
+    assert shown[3] == "x,},MatchExpressions:[]LabelSelectorRequirement{},}"
 
 
 def test_policies_are_served_with_kube_apiserver_defaults(client):

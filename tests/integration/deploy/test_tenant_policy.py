@@ -103,6 +103,17 @@ def test_the_component_installs_every_policy_and_binding(cluster):
     assert applied.count("serverside-applied") == 8, applied
     names = c.kubectl("get", "validatingadmissionpolicies", "-o", "name").stdout.split()
     assert "validatingadmissionpolicy.admissionregistration.k8s.io/trainyard-tenant-runtimes" in names
+    # kube-apiserver's columns
+    table = [line.split() for line in c.kubectl("get", "validatingadmissionpolicies").stdout.splitlines()]
+    assert table[0] == ["NAME", "VALIDATIONS", "PARAMKIND", "AGE"]
+    assert [row[:3] for row in table[1:]] == [["trainyard-managed-by", "1", "v1/ConfigMap"],
+                                              ["trainyard-tenant-limits", "4", "v1/ConfigMap"],
+                                              ["trainyard-tenant-parameters", "1", "<unset>"],
+                                              ["trainyard-tenant-runtimes", "1", "v1/ConfigMap"]]
+    table = [line.split() for line in c.kubectl("get", "validatingadmissionpolicybindings").stdout.splitlines()]
+    assert table[0] == ["NAME", "POLICYNAME", "PARAMREF", "AGE"]
+    assert table[1][:3] == ["trainyard-managed-by", "trainyard-managed-by", "*/trainyard-tenant-policy"]
+    assert table[3][:3] == ["trainyard-tenant-parameters", "trainyard-tenant-parameters", "<unset>"]
 
 
 def test_runtimes_a_tenant_may_reference(cluster):
