@@ -29,6 +29,38 @@ MAX_INT32 = 2**31 - 1
 UNSET_REPLICAS = -(2**31)
 
 
+def _go_value(value: Any) -> str:
+    """A JSON value as Go's ``%v`` prints it in unstructured accessor errors."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dict):
+        return "map[" + " ".join(f"{k}:{_go_value(v)}" for k, v in sorted(value.items())) + "]"
+    if isinstance(value, list):
+        return "[" + " ".join(_go_value(v) for v in value) + "]"
+    return str(value)
+
+
+def _go_type(value: Any) -> str:
+    """A JSON value's Go type in unstructured content, as ``%T`` prints it."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "int64"
+    if isinstance(value, float):
+        return "float64"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, dict):
+        return "map[string]interface {}"
+    return "[]interface {}"
+
+
+def accessor_error(path: str, value: Any, expected: str) -> str:
+    """k8s.io/apimachinery's unstructured accessor error, e.g. ``.spec.x accessor error: two is
+    of the type string, expected int64``."""
+    return f"{path} accessor error: {_go_value(value)} is of the type {_go_type(value)}, expected {expected}"
+
+
 class ScaleError(Exception):
     """A value at a scale path has the wrong type (kube-apiserver answers 400)."""
 
@@ -52,7 +84,7 @@ def _nested_int(obj: dict[str, Any], path: str) -> tuple[int, bool]:
     if not found:
         return 0, False
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ScaleError(f"{path} accessor error: {value!r} is of the type {type(value).__name__}, expected int64")
+        raise ScaleError(accessor_error(path, value, "int64"))
     return value, True
 
 
@@ -65,8 +97,7 @@ def scale_of(obj: dict[str, Any], config: dict[str, Any]) -> tuple[dict[str, Any
         value, present = _nested(obj, config["labelSelectorPath"])
         if present:
             if not isinstance(value, str):
-                raise ScaleError(f"{config['labelSelectorPath']} accessor error: {value!r} is of the type "
-                                 f"{type(value).__name__}, expected string")
+                raise ScaleError(accessor_error(config["labelSelectorPath"], value, "string"))
             selector = value
     meta = obj.get("metadata") or {}
     scale_meta: dict[str, Any] = {"name": meta.get("name", "")}
@@ -111,8 +142,7 @@ def replicas_causes(obj: dict[str, Any], config: dict[str, Any], status: bool = 
             continue
         if isinstance(value, bool) or not isinstance(value, int):
             causes.append(errors.field_cause(path, "FieldValueInvalid",
-                                             f"Invalid value: 0: {path} accessor error: {value!r} is of the type "
-                                             f"{type(value).__name__}, expected int64"))
+                                             f"Invalid value: 0: {accessor_error(path, value, 'int64')}"))
         elif value < 0:
             causes.append(errors.field_cause(path, "FieldValueInvalid",
                                              f"Invalid value: {value}: should be a non-negative integer"))
@@ -124,8 +154,7 @@ def replicas_causes(obj: dict[str, Any], config: dict[str, Any], status: bool = 
         value, found = _nested(obj, path)
         if found and not isinstance(value, str):
             causes.append(errors.field_cause(path, "FieldValueInvalid",
-                                             f"Invalid value: \"\": {path} accessor error: {value!r} is of the type "
-                                             f"{type(value).__name__}, expected string"))
+                                             f"Invalid value: \"\": {accessor_error(path, value, 'string')}"))
     return causes
 
 
@@ -157,8 +186,9 @@ def decode_scale(body: Any, opts: Any) -> dict[str, Any]:
     body = machinery.check_builtin_fields(_ScaleType(), body, opts)  # type: ignore[arg-type]
     replicas = (body.get("spec") or {}).get("replicas")
     if replicas is not None and (isinstance(replicas, bool) or not isinstance(replicas, int)):
+        shown = {str: "string", bool: "bool", dict: "object", list: "array"}.get(type(replicas), f"number {replicas}")
         raise errors.bad_request("Scale in version \"v1\" cannot be handled as a Scale: json: cannot unmarshal "
-                                 f"{type(replicas).__name__} into Go struct field ScaleSpec.spec.replicas of type int32")
+                                 f"{shown} into Go struct field ScaleSpec.spec.replicas of type int32")
     if replicas is not None and not -(2**31) <= replicas <= MAX_INT32:
         raise errors.bad_request("Scale in version \"v1\" cannot be handled as a Scale: json: cannot unmarshal "
                                  f"number {replicas} into Go struct field ScaleSpec.spec.replicas of type int32")

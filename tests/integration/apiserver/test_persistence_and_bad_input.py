@@ -102,7 +102,11 @@ def test_bad_input_gets_a_status_and_changes_nothing(cluster):
         body["spec"] = {"runtimeRef": {"name": "r"}, "trainer": {"numNodes": "two"}}
         typed = _status(c.post(TJ, json=body), 422, "Invalid")
         assert typed["details"]["causes"][0]["field"] == "spec.trainer.numNodes"
-        assert typed["message"].startswith('TrainJob.trainer.kubeflow.org "typed" is invalid: spec.trainer.numNodes')
+        # numNodes is the TrainJob's scale path: kube-apiserver also reports its accessor error
+        assert typed["message"].startswith('TrainJob.trainer.kubeflow.org "typed" is invalid: [spec.trainer.numNodes')
+        assert typed["details"]["causes"][1] == {
+            "reason": "FieldValueInvalid", "field": ".spec.trainer.numNodes",
+            "message": "Invalid value: 0: .spec.trainer.numNodes accessor error: two is of the type string, expected int64"}
         body["spec"] = {"trainer": {"numNodes": 1}}
         required = _status(c.post(TJ, json=body), 422, "Invalid")
         assert required["details"]["causes"][0] == {"reason": "FieldValueRequired", "message": "Required value",
