@@ -72,6 +72,17 @@ class Authorization:
         if not allowed:
             raise forbidden_error(attributes, reason)
 
+    def check_create_on_update(self, user: rbac.UserInfo, rt: ResourceType, namespace: str | None, name: str) -> None:
+        """A server-side apply that creates the object also needs ``create`` (with the name, so
+        a rule's resourceNames can allow it), as kube-apiserver checks it; its refusal is
+        ``<resource> "<name>" is forbidden: <reason>``."""
+        attributes = rbac.Attributes(user, "create", True, namespace or "", rt.group, rt.resource, "", name,
+                                     api_version=rt.version)
+        allowed, reason = self.decide(attributes)
+        if not allowed:
+            details: dict[str, Any] = {"name": name, **({"group": rt.group} if rt.group else {}), "kind": rt.resource}
+            raise errors.ApiError(403, "Forbidden", f'{rt.qualified_resource} "{name}" is forbidden: {reason}', details)
+
     def impersonate(self, headers: Iterable[tuple[str, str]], user: rbac.UserInfo) -> rbac.UserInfo:
         """The user a request acts as: ``user`` itself, or whom its ``Impersonate-*`` headers name
         once ``user`` may impersonate each of them (the ``impersonate`` verb on users, groups,

@@ -416,6 +416,8 @@ class ApiServer:
                 raise errors.unsupported_media_type(machinery.BUILTIN_PATCH_TYPES if rt.builtin else machinery.CR_PATCH_TYPES)
             body = await self._body(request)
             async with self.write_locks.hold((rt.storage_key, ns or "", name)):
+                if patch_type == "apply" and not sub and self.api.store.get(rt.storage_key, ns or "", name) is None:
+                    self.authz.check_create_on_update(request["user"], rt, ns, name)
                 code, obj = await self.api.patch(rt, ns, name, patch_type, body, opts)
             return self._json(self._written_body(rt, obj, opts), code, warnings=opts.warnings)
         if method == "DELETE":

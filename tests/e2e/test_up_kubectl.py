@@ -56,6 +56,13 @@ def test_up_apply_example_complete_logs_down_then_resume(tmp_path: Path) -> None
         # TrainJobStatus (on in `trainyard up`): the example reported its progress, the last at 100 %.
         progress = trainjob["status"]["trainerStatus"]
         assert progress["progressPercentage"] == 100 and progress["metrics"][0]["name"] == "loss"
+        # ... with every service acting as its own ServiceAccount, bound by deploy/services/rbac.yaml
+        # (devcluster enforces RBAC: a missing permission would have stopped the run above).
+        for service in ("watcher", "planner", "applier", "status"):
+            identity = tmp_path / "data" / "identities" / "default" / f"{service}.kubeconfig"
+            who = stack.kubectl("--kubeconfig", str(identity), "auth", "whoami", "-o",
+                                "jsonpath={.status.userInfo.username}")
+            assert who.stdout == f"system:serviceaccount:kubeflow-system:trainyard-{service}"
 
         pods = json.loads(stack.kubectl(
             "get", "pods", "-n", namespace, "-l",

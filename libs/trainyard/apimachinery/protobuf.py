@@ -43,6 +43,10 @@ KIND_MESSAGES: dict[tuple[str, str], str] = {
     ("authorization.k8s.io/v1", "SelfSubjectRulesReview"): "authorization.SelfSubjectRulesReview",
     ("authorization.k8s.io/v1", "SubjectAccessReview"): "authorization.SubjectAccessReview",
     ("authorization.k8s.io/v1", "LocalSubjectAccessReview"): "authorization.SubjectAccessReview",
+    ("rbac.authorization.k8s.io/v1", "Role"): "rbac.Role",
+    ("rbac.authorization.k8s.io/v1", "ClusterRole"): "rbac.ClusterRole",
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"): "rbac.RoleBinding",
+    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): "rbac.RoleBinding",
 }
 
 # Scalar fields that are pointers in the Go types: present on the wire means set, even when zero.

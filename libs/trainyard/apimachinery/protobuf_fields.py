@@ -6,7 +6,7 @@ JSON), `i` varint integer, `?` bool, `d` double, `f` float, `<alias>.<Message>` 
 intstr.IntOrString, `R` runtime.RawExtension, `F` metav1.FieldsV1, `{k:v}` a map, `*` prefix a
 repeated field, `^` prefix an embedded (inlined) struct whose fields belong to the parent in JSON.
 Aliases: authentication = k8s.io.api.authentication.v1, authorization = k8s.io.api.authorization.v1, core = k8s.io.api.core.v1, batch = k8s.io.api.batch.v1, coordination =
-k8s.io.api.coordination.v1, events = k8s.io.api.events.v1, meta =
+k8s.io.api.coordination.v1, events = k8s.io.api.events.v1, rbac = k8s.io.api.rbac.v1, meta =
 k8s.io.apimachinery.pkg.apis.meta.v1, runtime = k8s.io.apimachinery.pkg.runtime.
 Field numbers are those of the Kubernetes API (`generated.proto` of each group); messages and
 fields the server does not need are left out and skipped while decoding.
@@ -26,6 +26,13 @@ MESSAGES = {
     "authorization.SelfSubjectRulesReviewSpec": "1 namespace s",
     "authorization.SubjectAccessReview": "1 metadata meta.ObjectMeta;2 spec authorization.SubjectAccessReviewSpec",
     "authorization.SubjectAccessReviewSpec": "1 resourceAttributes authorization.ResourceAttributes;2 nonResourceAttributes authorization.NonResourceAttributes;3 user s;4 groups *s;6 uid s",
+    "rbac.AggregationRule": "1 clusterRoleSelectors *meta.LabelSelector",
+    "rbac.ClusterRole": "1 metadata meta.ObjectMeta;2 rules *rbac.PolicyRule;3 aggregationRule rbac.AggregationRule",
+    "rbac.PolicyRule": "1 verbs *s;2 apiGroups *s;3 resources *s;4 resourceNames *s;5 nonResourceURLs *s",
+    "rbac.Role": "1 metadata meta.ObjectMeta;2 rules *rbac.PolicyRule",
+    "rbac.RoleBinding": "1 metadata meta.ObjectMeta;2 subjects *rbac.Subject;3 roleRef rbac.RoleRef",
+    "rbac.RoleRef": "1 apiGroup s;2 kind s;3 name s",
+    "rbac.Subject": "1 kind s;2 apiGroup s;3 name s;4 namespace s",
     "batch.Job": "1 metadata meta.ObjectMeta;2 spec batch.JobSpec;3 status batch.JobStatus",
     "batch.JobCondition": "1 type s;2 status s;3 lastProbeTime T;4 lastTransitionTime T;5 reason s;6 message s",
     "batch.JobSchedulingConfiguration": "",

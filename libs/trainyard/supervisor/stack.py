@@ -151,6 +151,8 @@ class Stack:
         self.nats_route_ports: list[int] = []
         # TrainJobStatus per cluster: (bind address, port, certificate directory).
         self.trainjob_status: dict[str, tuple[str, int, Path]] = {}
+        # (cluster, service) -> the kubeconfig with that service's ServiceAccount token (identities.py).
+        self.identities: dict[tuple[str, str], Path] = {}
 
     def plan_clusters(self) -> None:
         """The manager from the configured ports; workers on free ports, each in its own
@@ -488,6 +490,25 @@ class Stack:
         finally:
             await client.close()
 
+    async def prepare_identities(self, cluster: ClusterPlan) -> None:
+        """deploy/'s ServiceAccounts and RBAC applied to the cluster, and a kubeconfig with its
+        own ServiceAccount token for each service that runs there (docs/security.md)."""
+        from trainyard.supervisor import identities
+
+        began = time.monotonic()
+        services = [name for name in SERVICES if name not in self.config.skip]
+        dispatcher = bool(self.config.workers) and cluster is self.manager
+        written = await identities.prepare(cluster.kubeconfig, self.config.deploy_dir,
+                                           self.layout.root / "identities" / cluster.name, services, dispatcher)
+        self.identities.update({(cluster.name, service): path for service, path in written.items()})
+        self.say(f"  identities  {len(written)} ServiceAccounts bound by deploy/ RBAC"
+                 f"{' on ' + cluster.name if self.config.workers else ''}  ({_since(began)})")
+
+    def service_kubeconfig(self, cluster: ClusterPlan, service: str) -> Path:
+        """The service's own identity on a devcluster of the stack; the cluster's kubeconfig
+        on an API server the stack did not start (--skip devcluster)."""
+        return self.identities.get((cluster.name, service), cluster.kubeconfig)
+
     async def start_planners(self, cluster: ClusterPlan) -> None:
         await asyncio.gather(*(self.start_service(cluster, "planner", replica=replica)
                                for replica in cluster.planner_replicas()))
@@ -498,8 +519,8 @@ class Stack:
             await self.start_planners(cluster)
             return
         port = replica[2] if replica else cluster.service_ports[service]
-        argv = trainyard_argv(service, "--kubeconfig", str(cluster.kubeconfig), "--nats-url", self.nats_url,
-                              "--http-port", str(port), "--cluster", cluster.name)
+        argv = trainyard_argv(service, "--kubeconfig", str(self.service_kubeconfig(cluster, service)),
+                              "--nats-url", self.nats_url, "--http-port", str(port), "--cluster", cluster.name)
         if service == "planner" and replica is not None:
             # No drain locally: devcluster tries the next replica when one refuses (docs/devcluster.md).
             argv += ["--webhook-port", str(replica[1]), "--webhook-drain", "0"]
@@ -518,7 +539,8 @@ class Stack:
 
     async def start_dispatcher(self) -> None:
         port = self.ports.services["dispatcher"] if self.ports else 0
-        argv = trainyard_argv("dispatcher", "--kubeconfig", str(self.manager.kubeconfig), "--nats-url", self.nats_url,
+        argv = trainyard_argv("dispatcher", "--kubeconfig", str(self.service_kubeconfig(self.manager, "dispatcher")),
+                              "--nats-url", self.nats_url,
                               "--http-port", str(port), "--cluster", self.manager.name,
                               "--secrets-namespace", SECRETS_NAMESPACE,
                               "--worker-lost-timeout", f"{self.config.worker_lost_timeout_s:g}",
@@ -550,6 +572,7 @@ class Stack:
         if "devcluster" not in self.config.skip:
             await asyncio.gather(*(self.start_devcluster(cluster) for cluster in self.clusters))
             await asyncio.gather(*(self.install_crds(cluster) for cluster in self.clusters))
+            await asyncio.gather(*(self.prepare_identities(cluster) for cluster in self.clusters))
             if self.config.trainjob_status and {"planner", "status"}.isdisjoint(self.config.skip):
                 await asyncio.gather(*(self.prepare_trainjob_status(cluster) for cluster in self.clusters))
             if self.webhook_behind_service:
