@@ -57,6 +57,7 @@ class WriteOptions:
     force: bool = False
     subresource: str | None = None
     warnings: list[str] = field(default_factory=list)
+    user: Any = None  # the requesting (or impersonated) rbac.UserInfo: request.userInfo of policies
 
 
 AdmissionHook = Callable[[str, ResourceType, dict[str, Any] | None, dict[str, Any] | None, WriteOptions],

@@ -310,7 +310,8 @@ class ApiServer:
             raise errors.bad_request(f'Unsupported value: "{dry_run}": supported values: "All"')
         return WriteOptions(manager=manager, manager_given=bool(query.get("fieldManager")),
                             field_validation=validation, dry_run=dry_run == "All",
-                            force=parse_bool(query.get("force"), "force"), subresource=subresource)
+                            force=parse_bool(query.get("force"), "force"), subresource=subresource,
+                            user=request.get("user"))
 
     async def _body(self, request: web.Request) -> bytes:
         if request.content_length is not None and request.content_length > MAX_BODY:

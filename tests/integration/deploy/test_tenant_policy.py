@@ -184,9 +184,59 @@ def test_managed_by_and_the_parameters_guard(cluster):
         "request: user devcluster-admin may not set spec.managedBy to kueue.x-k8s.io/multikueue in namespace team-a")
     # the cluster admin (system:masters) may change the parameters; listing the group allows it
     c.kubectl("patch", "configmap", "trainyard-tenant-policy", "-n", "team-a", "--type=merge",
-              "-p", json.dumps({"data": {"managedByGroups": "system:masters"}}))
+              "-p", json.dumps({"data": {"managedByGroups": "system:masters", "managedByUsers": "alice"}}))
     ok = c.kubectl("apply", "-f", "-", input=multikueue)
     assert ok.stdout.strip() == "trainjob.trainer.kubeflow.org/delegated created"
+
+
+TENANT_RBAC = """\
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: tenant-user
+  namespace: team-a
+rules:
+  - apiGroups: ["trainer.kubeflow.org"]
+    resources: ["trainjobs"]
+    verbs: ["get", "list", "create", "patch"]
+  - apiGroups: [""]
+    resources: ["configmaps"]
+    verbs: ["get", "list", "create", "patch", "update"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: tenant-users
+  namespace: team-a
+subjects:
+  - {kind: User, name: alice, apiGroup: rbac.authorization.k8s.io}
+  - {kind: User, name: bob, apiGroup: rbac.authorization.k8s.io}
+roleRef: {kind: Role, name: tenant-user, apiGroup: rbac.authorization.k8s.io}
+"""
+
+
+def test_impersonated_tenant_users(cluster):
+    """request.userInfo is the impersonated user (kubectl --as): a listed user may set
+    managedBy, another may not, and neither may change the tenant's parameters."""
+    c, _ = cluster
+    c.kubectl("apply", "-f", "-", input=TENANT_RBAC)
+    job = trainjob("by-alice", "team-a", "torch-distributed", managed_by="kueue.x-k8s.io/multikueue")
+    ok = c.kubectl("--as=alice", "apply", "-f", "-", input=job)
+    assert ok.stdout.strip() == "trainjob.trainer.kubeflow.org/by-alice created"
+    job = trainjob("by-bob", "team-a", "torch-distributed", managed_by="kueue.x-k8s.io/multikueue")
+    result = c.kubectl("--as=bob", "apply", "-f", "-", input=job, check=False)
+    assert result.returncode == 1
+    assert result.stderr.strip().endswith(
+        "denied request: user bob may not set spec.managedBy to kueue.x-k8s.io/multikueue in namespace team-a")
+    result = c.kubectl("--as=alice", "patch", "configmap", "trainyard-tenant-policy", "-n", "team-a",
+                       "--type=merge", "-p", json.dumps({"data": {"maxNodes": "100"}}), check=False)
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        'Error from server (Forbidden): configmaps "trainyard-tenant-policy" is forbidden: ValidatingAdmissionPolicy '
+        "'trainyard-tenant-parameters' with binding 'trainyard-tenant-parameters' denied request: only cluster "
+        "admins and trainyard:policy-admins may change trainyard-tenant-policy")
+    # other ConfigMaps of the tenant are not guarded
+    c.kubectl("--as=alice", "create", "configmap", "notes", "-n", "team-a", "--from-literal=a=1")
 
 
 def test_the_component_composes_with_the_cluster_install(cluster, tmp_path):
