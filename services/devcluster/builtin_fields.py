@@ -176,6 +176,97 @@ def _hpa_causes(spec: dict[str, Any]) -> list[dict[str, str]]:
     if isinstance(low, int) and isinstance(high, int) and high < low:
         causes.append({"reason": "FieldValueInvalid", "field": "spec.maxReplicas",
                        "message": f"Invalid value: {high}: must be greater than or equal to `minReplicas`"})
+    for number, metric in enumerate(spec.get("metrics") or []):
+        if isinstance(metric, dict):
+            causes += _metric_causes(metric, f"spec.metrics[{number}]")
+    return causes
+
+
+_METRIC_SOURCES = {"Object": "object", "Pods": "pods", "Resource": "resource", "External": "external",
+                   "ContainerResource": "containerResource"}
+
+
+def _cause(reason: str, path: str, message: str) -> dict[str, str]:
+    return {"reason": reason, "field": path, "message": message}
+
+
+def _positive_quantity(value: Any) -> bool:
+    from trainyard.apimachinery.quantity import QuantityError, parse_quantity
+    try:
+        return parse_quantity(value).value > 0
+    except QuantityError:
+        return True  # not a quantity: the definition check reports it
+
+
+def _metric_causes(metric: dict[str, Any], path: str) -> list[dict[str, str]]:
+    """One autoscaling/v2 MetricSpec, as kube-apiserver's validateMetricSpec words it."""
+    causes: list[dict[str, str]] = []
+    kind = metric.get("type") or ""
+    expected = _METRIC_SOURCES.get(kind)
+    if expected is None:
+        causes.append(_cause("FieldValueNotSupported", f"{path}.type", f'Unsupported value: "{kind}": supported '
+                             'values: "ContainerResource", "External", "Object", "Pods", "Resource"'))
+    # kube-apiserver looks at the sources in this order and validates only the first present
+    present = [field for field in ("object", "external", "pods", "resource", "containerResource")
+               if isinstance(metric.get(field), dict)]
+    if present:
+        source, first = metric[present[0]], f"{path}.{present[0]}"
+        target = source.get("target") or {}
+        causes += _target_causes(target, f"{first}.target")
+        if present[0] in ("object", "pods", "external"):
+            name = (source.get("metric") or {}).get("name")
+            if not name:
+                causes.append(_cause("FieldValueRequired", f"{first}.metric.name",
+                                     "Required value: must specify a metric name"))
+        if present[0] in ("resource", "containerResource"):
+            if not source.get("name"):
+                causes.append(_cause("FieldValueRequired", f"{first}.name", "Required value: must specify a resource name"))
+            if present[0] == "containerResource" and not source.get("container"):
+                causes.append(_cause("FieldValueRequired", f"{first}.container",
+                                     "Required value: must specify a container"))
+            if target.get("averageUtilization") is None and target.get("averageValue") is None:
+                causes.append(_cause("FieldValueRequired", f"{first}.target.averageUtilization",
+                                     "Required value: must set either a target raw value or a target utilization"))
+            if target.get("averageUtilization") is not None and target.get("averageValue") is not None:
+                causes.append(_cause("FieldValueForbidden", f"{first}.target.averageValue",
+                                     "Forbidden: may not set both a target raw value and a target utilization"))
+        elif present[0] == "pods" and target.get("averageValue") is None:
+            causes.append(_cause("FieldValueRequired", f"{first}.target.averageValue",
+                                 "Required value: must specify a positive target averageValue"))
+        elif present[0] == "object" and target.get("value") is None and target.get("averageValue") is None:
+            causes.append(_cause("FieldValueRequired", f"{first}.target.averageValue",
+                                 "Required value: must set either a target value or averageValue"))
+        elif present[0] == "external":
+            if target.get("value") is None and target.get("averageValue") is None:
+                causes.append(_cause("FieldValueRequired", f"{first}.target.averageValue",
+                                     "Required value: must set either a target value for metric or a per-pod target"))
+            if target.get("value") is not None and target.get("averageValue") is not None:
+                causes.append(_cause("FieldValueForbidden", f"{first}.target.value",
+                                     "Forbidden: may not set both a target value for metric and a per-pod target"))
+    if expected is not None and expected not in present:
+        causes.append(_cause("FieldValueRequired", f"{path}.{expected}",
+                             "Required value: must populate information for the given metric source"))
+    if len(present) != 1:
+        for other in present:
+            if other != expected:
+                causes.append(_cause("FieldValueForbidden", f"{path}.{other}",
+                                     "Forbidden: must populate the given metric source only"))
+    return causes
+
+
+def _target_causes(target: dict[str, Any], path: str) -> list[dict[str, str]]:
+    causes: list[dict[str, str]] = []
+    kind = target.get("type")
+    if kind not in ("Utilization", "Value", "AverageValue"):
+        causes.append(_cause("FieldValueInvalid", f"{path}.type",
+                             f'Invalid value: "{kind or ""}": must be either Utilization, Value, or AverageValue'))
+    for key in ("value", "averageValue"):
+        if target.get(key) is not None and not _positive_quantity(target[key]):
+            causes.append(_cause("FieldValueInvalid", f"{path}.{key}", f'Invalid value: "{target[key]}": must be positive'))
+    utilization = target.get("averageUtilization")
+    if isinstance(utilization, int) and utilization < 1:
+        causes.append(_cause("FieldValueInvalid", f"{path}.averageUtilization",
+                             f"Invalid value: {utilization}: must be greater than 0"))
     return causes
 
 

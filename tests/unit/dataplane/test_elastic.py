@@ -8,7 +8,6 @@ from datetime import datetime, timezone
 
 import pytest
 
-from trainyard_services.devcluster.builtin_fields import job_update_causes
 from trainyard_services.devcluster.dataplane.admission import parse_feature_gates, validate_jobset
 from trainyard_services.devcluster.dataplane.jobs import plan_job
 from trainyard_services.devcluster.dataplane.jobsets import plan_jobset
@@ -199,16 +198,3 @@ def test_completed_indexes_above_completions_no_longer_count_and_the_job_complet
     done = plan_job(job(2, status=status), [pod(1, "Succeeded", exit_code=0)], NOW)
     assert done.status["completedIndexes"] == "0-1"
     assert [c["type"] for c in done.status["conditions"]] == ["SuccessCriteriaMet", "Complete"]
-
-
-@pytest.mark.parametrize("new,old,message", [
-    ({"completionMode": "Indexed", "completions": 3, "parallelism": 3}, {"completions": 2}, None),
-    ({"completionMode": "Indexed", "completions": 3, "parallelism": 2}, {"completions": 2},
-     "Invalid value: 3: can only be modified in tandem with spec.parallelism"),
-    ({"completionMode": "Indexed", "completions": 2, "parallelism": 5}, {"completions": 2}, None),
-    ({"completions": 3, "parallelism": 3}, {"completions": 2}, "Invalid value: 3: field is immutable"),
-])
-def test_job_completions_update_rule(new, old, message):
-    causes = job_update_causes({"spec": new}, {"spec": old})
-    assert [c["message"] for c in causes] == ([message] if message else [])
-    assert all(c["field"] == "spec.completions" for c in causes)
