@@ -19,6 +19,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from trainyard.apimachinery.admission_policy import request_matches_rule
+
 from . import errors
 from .errors import ApiError
 
@@ -28,40 +30,9 @@ MUTATING = ("admissionregistration.k8s.io", "mutatingwebhookconfigurations")
 VALIDATING = ("admissionregistration.k8s.io", "validatingwebhookconfigurations")
 
 
-def _matches_list(values: list[str] | None, wanted: str) -> bool:
-    values = values or []
-    return "*" in values or wanted in values
-
-
-def _resource_matches(resources: list[str] | None, resource: str, subresource: str) -> bool:
-    full = f"{resource}/{subresource}" if subresource else resource
-    for pattern in resources or []:
-        if pattern == "*/*" or pattern == full:
-            return True
-        if pattern == "*" and not subresource:
-            return True
-        if "/" in pattern:
-            res, sub = pattern.split("/", 1)
-            if (res == "*" and sub == subresource) or (res == resource and sub == "*" and subresource):
-                return True
-    return False
-
-
 def rule_matches(rule: dict[str, Any], operation: str, rt: Any, subresource: str) -> bool:
-    if not _matches_list(rule.get("operations"), operation):
-        return False
-    if not _matches_list(rule.get("apiGroups"), rt.group):
-        return False
-    if not _matches_list(rule.get("apiVersions"), rt.version):
-        return False
-    if not _resource_matches(rule.get("resources"), rt.resource, subresource):
-        return False
-    scope = rule.get("scope", "*")
-    if scope == "Cluster" and rt.namespaced:
-        return False
-    if scope == "Namespaced" and not rt.namespaced:
-        return False
-    return True
+    """A webhook rule against the request: the same matching as ValidatingAdmissionPolicies'."""
+    return request_matches_rule(rule, operation, rt.group, rt.version, rt.resource, subresource, rt.namespaced)
 
 
 def _selector_matches(selector: dict[str, Any] | None, labels: dict[str, str]) -> bool:

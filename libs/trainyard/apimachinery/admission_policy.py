@@ -137,21 +137,30 @@ def _resource_listed(patterns: list[str] | None, resource: str, subresource: str
     return False
 
 
-def rule_matches(rule: Mapping[str, Any], attrs: Attributes, version: str | None = None) -> bool:
-    """One NamedRuleWithOperations against the request (``version``: matchPolicy Equivalent)."""
-    if not _listed(rule.get("operations"), attrs.operation):
+def request_matches_rule(rule: Mapping[str, Any], operation: str, group: str, version: str, resource: str,
+                         subresource: str, namespaced: bool, name: str = "") -> bool:
+    """One RuleWithOperations (of a webhook) or NamedRuleWithOperations (of a policy) against
+    a request: operations, API groups and versions, resources (``x``, ``x/sub``, ``*`` for
+    every main resource, ``*/sub``, ``x/*``, ``*/*``), scope and resourceNames."""
+    if not _listed(rule.get("operations"), operation):
         return False
-    if not _listed(rule.get("apiGroups"), attrs.group):
+    if not _listed(rule.get("apiGroups"), group):
         return False
-    if not _listed(rule.get("apiVersions"), version or attrs.version):
+    if not _listed(rule.get("apiVersions"), version):
         return False
-    if not _resource_listed(rule.get("resources"), attrs.resource, attrs.subresource):
+    if not _resource_listed(rule.get("resources"), resource, subresource):
         return False
     scope = rule.get("scope") or "*"
-    if (scope == "Cluster" and attrs.namespaced) or (scope == "Namespaced" and not attrs.namespaced):
+    if (scope == "Cluster" and namespaced) or (scope == "Namespaced" and not namespaced):
         return False
     names = rule.get("resourceNames")
-    return not names or attrs.name in names
+    return not names or name in names
+
+
+def rule_matches(rule: Mapping[str, Any], attrs: Attributes, version: str | None = None) -> bool:
+    """One NamedRuleWithOperations against the request (``version``: matchPolicy Equivalent)."""
+    return request_matches_rule(rule, attrs.operation, attrs.group, version or attrs.version, attrs.resource,
+                                attrs.subresource, attrs.namespaced, attrs.name)
 
 
 def _labels(obj: Mapping[str, Any] | None) -> dict[str, str]:
