@@ -166,9 +166,96 @@ def _scale_or_400(obj: dict[str, Any], config: dict[str, Any]) -> tuple[dict[str
 
 
 class _ScaleType:
-    """Enough of a resource type for the built-in field checks of a Scale body."""
+    """Enough of a resource type for the built-in field checks and Server-Side Apply of a Scale."""
 
+    builtin = True
     definition = SCALE_DEFINITION
+    schema = None
+    has_status = True  # an applied Scale's status is not the client's to set
+
+
+# -- managedFields between the object and its Scale (kube-apiserver's ScaleHandler) -----------
+_SCALE_REPLICAS = ["spec", "replicas"]
+
+
+def _owns(fields: dict[str, Any], parts: list[str]) -> bool:
+    node: Any = fields
+    for part in parts:
+        if not isinstance(node, dict) or f"f:{part}" not in node:
+            return False
+        node = node[f"f:{part}"]
+    return True
+
+
+def _without(fields: dict[str, Any], parts: list[str]) -> dict[str, Any]:
+    """``fields`` (FieldsV1) without the leaf at ``parts``; maps left empty are dropped."""
+    if not parts or f"f:{parts[0]}" not in fields:
+        return fields
+    out = dict(fields)
+    key = f"f:{parts[0]}"
+    if len(parts) == 1:
+        del out[key]
+    else:
+        child = _without(out[key], parts[1:]) if isinstance(out[key], dict) else out[key]
+        if child:
+            out[key] = child
+        else:
+            del out[key]
+    return out
+
+
+def _with(fields: dict[str, Any], parts: list[str]) -> dict[str, Any]:
+    out = dict(fields)
+    node = out
+    for part in parts[:-1]:
+        node[f"f:{part}"] = dict(node.get(f"f:{part}") or {})
+        node = node[f"f:{part}"]
+    node.setdefault(f"f:{parts[-1]}", {})
+    return out
+
+
+def _identity(entry: dict[str, Any]) -> tuple[str, str, str]:
+    return entry.get("manager", ""), entry.get("operation", ""), entry.get("subresource", "")
+
+
+def scale_managed_fields(entries: list[dict[str, Any]], config: dict[str, Any]) -> list[dict[str, Any]]:
+    """The object's managedFields seen through its Scale: the managers owning the spec replicas
+    path own ``spec.replicas`` (kube-apiserver converts them the same way for an apply)."""
+    parts = field_path(config.get("specReplicasPath") or "")
+    out = []
+    for entry in entries or []:
+        if _owns(entry.get("fieldsV1") or {}, parts):
+            converted = dict(entry, apiVersion=SCALE_API_VERSION, fieldsType="FieldsV1",
+                             fieldsV1=_with({}, _SCALE_REPLICAS))
+            out.append(converted)
+    return out
+
+
+def parent_managed_fields(entries: list[dict[str, Any]], scale_entries: list[dict[str, Any]],
+                          config: dict[str, Any], api_version: str) -> list[dict[str, Any]]:
+    """The object's managedFields after a Scale apply: the managers that own ``spec.replicas`` in
+    the Scale's entries own the spec replicas path, nobody else does; a manager new to it gets
+    an entry with subresource ``scale``."""
+    parts = field_path(config.get("specReplicasPath") or "")
+    owners = {_identity(e): e for e in scale_entries if _owns(e.get("fieldsV1") or {}, _SCALE_REPLICAS)}
+    out = []
+    for entry in entries or []:
+        fields = entry.get("fieldsV1") or {}
+        if _identity(entry) in owners:
+            owners.pop(_identity(entry))
+            out.append(dict(entry, fieldsV1=_with(fields, parts)))
+            continue
+        trimmed = _without(fields, parts)
+        if trimmed:
+            out.append(dict(entry, fieldsV1=trimmed))
+    for entry in owners.values():
+        added = {"manager": entry.get("manager", ""), "operation": entry.get("operation", ""),
+                 "apiVersion": api_version}
+        if entry.get("time"):
+            added["time"] = entry["time"]
+        added.update(fieldsType="FieldsV1", fieldsV1=_with({}, parts), subresource="scale")
+        out.append(added)
+    return out
 
 
 def decode_scale(body: Any, opts: Any) -> dict[str, Any]:
@@ -210,19 +297,45 @@ class ScaleEndpoint:
 
     async def patch(self, rt: ResourceType, namespace: str | None, name: str, patch_type: str, body: bytes,
                     opts: Any) -> dict[str, Any]:
+        if patch_type == "apply":
+            return await self._apply(rt, namespace, name, body, opts)
+
         def patched(old_scale: dict[str, Any]) -> dict[str, Any]:
-            if patch_type == "apply":
-                config = decode_scale(machinery.parse_apply_body(body), opts)
-                result = copy.deepcopy(old_scale)
-                if "replicas" in (config.get("spec") or {}):
-                    result["spec"]["replicas"] = config["spec"]["replicas"]
-                if (config.get("metadata") or {}).get("resourceVersion"):
-                    result["metadata"]["resourceVersion"] = config["metadata"]["resourceVersion"]
-                return result
             # A Scale has no lists: a strategic merge patch of it is a JSON merge patch.
             kind = "merge" if patch_type == "strategic" else patch_type
             return decode_scale(machinery.apply_patch(rt, kind, old_scale, body), opts)
         return await self._write(rt, namespace, name, opts, patched)
+
+    async def _apply(self, rt: ResourceType, namespace: str | None, name: str, body: bytes,
+                     opts: Any) -> dict[str, Any]:
+        """Server-Side Apply of a Scale: the object's managers of the spec replicas path become
+        the Scale's managers of ``spec.replicas``, the apply runs on the Scale (conflicts,
+        ``force``), and the resulting ownership goes back to the object."""
+        config = rt.scale or {}
+        applied = decode_scale(machinery.parse_apply_body(body), opts)
+        old = self.api._stored(rt, namespace, name).load()  # noqa: SLF001 - the server's own Api
+        live, found = _scale_or_400(old, config)
+        if not found:
+            live["spec"]["replicas"] = UNSET_REPLICAS
+        live["metadata"]["managedFields"] = scale_managed_fields(old["metadata"].get("managedFields") or [], config)
+        meta = applied.get("metadata") or {}
+        if meta.get("name") and meta["name"] != name:
+            raise errors.bad_request(f"the name of the object ({meta['name']}) does not match the name on the URL ({name})")
+        rv = meta.get("resourceVersion")
+        if rv and rv != old["metadata"].get("resourceVersion"):
+            raise errors.conflict(rt.qualified_resource, name, rt.group, rt.resource)
+        result = machinery.server_side_apply(_ScaleType(), live, applied, opts).object  # type: ignore[arg-type]
+        replicas = (result.get("spec") or {}).get("replicas") or 0
+        if replicas == UNSET_REPLICAS:
+            raise errors.bad_request(f'the spec replicas field "{config.get("specReplicasPath")}" cannot be empty')
+        new = with_replicas(old, config, replicas)
+        new["metadata"]["managedFields"] = parent_managed_fields(
+            old["metadata"].get("managedFields") or [], (result.get("metadata") or {}).get("managedFields") or [],
+            config, rt.api_version)
+        if not new["metadata"]["managedFields"]:
+            new["metadata"].pop("managedFields")
+        updated = await self.api._update_from(rt, old, new, opts, managed_fields_done=True)  # noqa: SLF001
+        return _scale_or_400(updated, config)[0]
 
     async def _write(self, rt: ResourceType, namespace: str | None, name: str, opts: Any, make: Any) -> dict[str, Any]:
         config = rt.scale or {}

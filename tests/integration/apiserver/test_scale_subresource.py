@@ -119,7 +119,8 @@ def test_scale_writes_use_optimistic_concurrency_and_every_patch_type(cluster):
             answer = c.patch(f"{BASE}/w2/scale", content=json.dumps(body), headers={"Content-Type": content_type})
             assert answer.status_code == 200, answer.text
             assert answer.json()["spec"]["replicas"] == want
-        applied = c.patch(f"{BASE}/w2/scale", params={"fieldManager": "scaler"},
+        # the patches above made their client the owner of the replicas: an apply takes over with force
+        applied = c.patch(f"{BASE}/w2/scale", params={"fieldManager": "scaler", "force": "true"},
                           content=json.dumps({"apiVersion": "autoscaling/v1", "kind": "Scale",
                                               "metadata": {"name": "w2"}, "spec": {"replicas": 9}}),
                           headers={"Content-Type": "application/apply-patch+yaml"})
@@ -130,6 +131,37 @@ def test_scale_writes_use_optimistic_concurrency_and_every_patch_type(cluster):
         assert bad.status_code == 400
         assert bad.json()["message"] == ('Scale in version "v1" cannot be handled as a Scale: json: cannot unmarshal '
                                          "string into Go struct field ScaleSpec.spec.replicas of type int32")
+
+
+def test_field_ownership_of_the_replicas_moves_with_scale_writes(cluster):
+    """Server-Side Apply and the scale subresource, as kube-apiserver's ScaleHandler does it: an
+    apply of a Scale conflicts with the object's manager of the spec path unless forced; a
+    forced apply or a scale update takes the path over (subresource scale); the old manager's
+    next apply of another value then conflicts."""
+    cluster.kubectl("apply", "--server-side", "--field-manager=owner", "-f", "-", input=json.dumps(worker("w6")))
+    config = json.dumps({"apiVersion": "autoscaling/v1", "kind": "Scale", "metadata": {"name": "w6"},
+                         "spec": {"replicas": 5}})
+    with client(cluster) as c:
+        refused = c.patch(f"{BASE}/w6/scale", params={"fieldManager": "autoscaler"}, content=config,
+                          headers={"Content-Type": "application/apply-patch+yaml"})
+        assert refused.status_code == 409
+        assert refused.json()["message"] == 'Apply failed with 1 conflict: conflict with "owner": .spec.replicas'
+        forced = c.patch(f"{BASE}/w6/scale", params={"fieldManager": "autoscaler", "force": "true"}, content=config,
+                         headers={"Content-Type": "application/apply-patch+yaml"})
+        assert forced.status_code == 200 and forced.json()["spec"] == {"replicas": 5}
+        managed = {(e["manager"], e["operation"], e.get("subresource", "")): e["fieldsV1"]
+                   for e in c.get(f"{BASE}/w6").json()["metadata"]["managedFields"]}
+    assert managed[("autoscaler", "Apply", "scale")] == {"f:spec": {"f:pool": {"f:size": {}}}}
+    assert managed[("owner", "Apply", "")] == {"f:spec": {"f:note": {}}}
+    again = cluster.kubectl("apply", "--server-side", "--field-manager=owner", "-f", "-",
+                            input=json.dumps(worker("w6")), check=False)
+    assert again.returncode != 0
+    assert 'conflict with "autoscaler" with subresource "scale": .spec.pool.size' in again.stderr
+    cluster.kubectl("scale", "worker/w6", "--replicas=3")
+    fields = json.loads(cluster.kubectl("get", "worker/w6", "-o", "json", "--show-managed-fields").stdout)
+    owners = {(e["manager"], e["operation"], e.get("subresource", "")) for e in fields["metadata"]["managedFields"]
+              if "f:size" in (e["fieldsV1"].get("f:spec", {}).get("f:pool") or {})}
+    assert owners == {("kubectl", "Update", "scale")}
 
 
 def test_scale_writes_go_through_the_schema_and_cel_rules_of_the_object(cluster):

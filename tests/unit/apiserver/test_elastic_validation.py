@@ -102,3 +102,25 @@ HPA_SPEC = {"scaleTargetRef": {"apiVersion": "trainer.kubeflow.org/v1alpha1", "k
 def test_hpa_metrics_validation(metric, causes):
     found = semantic_causes("HorizontalPodAutoscaler", {"spec": dict(HPA_SPEC, metrics=[metric])})
     assert [(c["field"], c["message"]) for c in found] == causes
+
+
+def test_managed_fields_through_the_scale_and_back():
+    from trainyard_services.devcluster.scale import parent_managed_fields, scale_managed_fields
+    owner = {"manager": "owner", "operation": "Apply", "apiVersion": "trainer.kubeflow.org/v1alpha1",
+             "fieldsType": "FieldsV1",
+             "fieldsV1": {"f:spec": {"f:runtimeRef": {"f:name": {}}, "f:trainer": {"f:numNodes": {}}}}}
+    other = {"manager": "labeller", "operation": "Update", "apiVersion": "trainer.kubeflow.org/v1alpha1",
+             "fieldsType": "FieldsV1", "fieldsV1": {"f:metadata": {"f:labels": {"f:a": {}}}}}
+    seen = scale_managed_fields([owner, other], PATHS)
+    assert [(e["manager"], e["apiVersion"], e["fieldsV1"]) for e in seen] == [
+        ("owner", "autoscaling/v1", {"f:spec": {"f:replicas": {}}})]
+    taken = [{"manager": "hpa", "operation": "Apply", "apiVersion": "autoscaling/v1", "subresource": "scale",
+              "time": "2026-01-01T00:00:00Z", "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:replicas": {}}}}]
+    back = parent_managed_fields([owner, other], taken, PATHS, "trainer.kubeflow.org/v1alpha1")
+    assert back[0]["fieldsV1"] == {"f:spec": {"f:runtimeRef": {"f:name": {}}}}  # owner lost numNodes
+    assert back[1] == other
+    assert back[2] == {"manager": "hpa", "operation": "Apply", "apiVersion": "trainer.kubeflow.org/v1alpha1",
+                       "time": "2026-01-01T00:00:00Z", "fieldsType": "FieldsV1",
+                       "fieldsV1": {"f:spec": {"f:trainer": {"f:numNodes": {}}}}, "subresource": "scale"}
+    shared = parent_managed_fields([owner], seen + taken, PATHS, "trainer.kubeflow.org/v1alpha1")
+    assert shared[0]["fieldsV1"] == owner["fieldsV1"]  # co-owners keep it
