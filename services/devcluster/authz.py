@@ -83,6 +83,36 @@ class Authorization:
             details: dict[str, Any] = {"name": name, **({"group": rt.group} if rt.group else {}), "kind": rt.resource}
             raise errors.ApiError(403, "Forbidden", f'{rt.qualified_resource} "{name}" is forbidden: {reason}', details)
 
+    def guard_rbac_write(self, rt: ResourceType, obj: dict[str, Any], opts: WriteOptions) -> None:
+        """Kubernetes' escalation prevention on a Role/ClusterRole or binding written by a user:
+        allowed when the user is in system:masters, may ``escalate`` (roles) or ``bind`` (the
+        referenced role), or already holds every permission granted; else 403."""
+        user = opts.user
+        if not isinstance(user, rbac.UserInfo) or self.mode == "AlwaysAllow" or opts.dry_run:
+            return
+        policy = self.policy()
+        if any(group in user.groups for group in policy.privileged_groups):
+            return
+        meta = obj.get("metadata") or {}
+        namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+        if rt.resource in ("roles", "clusterroles"):
+            if self.decide(rbac.Attributes(user, "escalate", True, namespace, rt.group, rt.resource, "", name))[0]:
+                return
+            granted = obj.get("rules") if isinstance(obj.get("rules"), list) else []
+        else:
+            ref = obj.get("roleRef") if isinstance(obj.get("roleRef"), dict) else {}
+            role_resource = "clusterroles" if ref.get("kind") == "ClusterRole" else "roles"
+            bind = rbac.Attributes(user, "bind", True, namespace, rt.group, role_resource, "", str(ref.get("name", "")))
+            if self.decide(bind)[0]:
+                return
+            granted, _ = policy._role_rules(ref, namespace)
+        held, _ = policy.rules_for(user, namespace)
+        missing = rbac.missing_rules(held, [r for r in granted if isinstance(r, dict)])
+        if missing:
+            details: dict[str, Any] = {"name": name, "group": rt.group, "kind": rt.resource}
+            raise errors.ApiError(403, "Forbidden", f'{rt.qualified_resource} "{name}" is forbidden: '
+                                  + rbac.escalation_message(user, missing), details)
+
     def impersonate(self, headers: Iterable[tuple[str, str]], user: rbac.UserInfo) -> rbac.UserInfo:
         """The user a request acts as: ``user`` itself, or whom its ``Impersonate-*`` headers name
         once ``user`` may impersonate each of them (the ``impersonate`` verb on users, groups,

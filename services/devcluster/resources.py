@@ -96,6 +96,8 @@ class Api:
         # ValidatingAdmissionPolicies (admissionpolicy.py): after mutation and schema checks
         self.policies: Callable[[str, ResourceType, dict[str, Any] | None, dict[str, Any] | None, WriteOptions],
                                 None] | None = None
+        # RBAC escalation checks on writes of Roles and bindings (authz.py), before admission
+        self.rbac_guard: Callable[[ResourceType, dict[str, Any], WriteOptions], None] | None = None
         self._service_ip = 10
         self._sweeping: set[str] = set()
         self._apply_memo: dict[tuple, tuple[int, bytes]] = {}  # (object, manager) -> (rv, body digest)
@@ -479,6 +481,13 @@ class Api:
                     + json.dumps(sorted(added)))])
         if rt.storage_key == ("apiextensions.k8s.io", "customresourcedefinitions"):
             self._crd_status(new)
+        if rt.resource in ("rolebindings", "clusterrolebindings") and rt.group == "rbac.authorization.k8s.io" \
+                and new.get("roleRef") != old.get("roleRef"):
+            ref = new.get("roleRef") if isinstance(new.get("roleRef"), dict) else {}
+            shown = ", ".join(f'{k}:{json.dumps(str(ref.get(j, "")))}' for k, j in
+                              (("APIGroup", "apiGroup"), ("Kind", "kind"), ("Name", "name")))
+            raise self._invalid(rt, meta["name"], [field_cause(  # kube-apiserver's ValidateRoleBindingUpdate
+                "roleRef", "FieldValueInvalid", f"Invalid value: rbac.RoleRef{{{shown}}}: cannot change roleRef")])
         result = await self._finish_write(rt, "UPDATE", new, old, opts, managed_fields_done=managed_fields_done)
         return result
 
@@ -502,6 +511,8 @@ class Api:
                 changes = update_causes(rt.storage_key, obj, old)
                 if changes:
                     raise self._invalid(rt, name, changes)
+        if self.rbac_guard is not None and rt.group == "rbac.authorization.k8s.io":
+            self.rbac_guard(rt, obj, opts)
         if self.admission is not None and rt.group != "admissionregistration.k8s.io" \
                 and opts.manager not in INTERNAL_MANAGERS:
             if opts.subresource == "scale" and rt.scale is not None:

@@ -137,6 +137,7 @@ class ApiServer:
         self.store.start(asyncio.get_running_loop())
         await self.api.bootstrap()
         await self.authz.bootstrap()
+        self.api.rbac_guard = self.authz.guard_rbac_write
         from .webhooks import Admission
         self.api.admission = Admission(self.api).admit
         from .admissionpolicy import ValidatingPolicies

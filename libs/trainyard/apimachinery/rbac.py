@@ -271,6 +271,9 @@ class Policy:
         for bindings in self.role_bindings.values():
             bindings.sort(key=lambda b: str(_meta(b).get("name", "")))
         self.privileged_groups = privileged_groups
+        # (user, groups, namespace) -> what ``visit`` yields: a Policy is a snapshot, so the
+        # grants of a subject never change while it lives (bounded: cleared when it grows large).
+        self._visited: dict[tuple[str, tuple[str, ...], str], list[tuple[Grant | None, str | None]]] = {}
 
     def _role_rules(self, ref: Mapping[str, Any], namespace: str) -> tuple[list[Mapping[str, Any]], str | None]:
         kind, name = ref.get("kind"), str(ref.get("name", ""))
@@ -319,13 +322,22 @@ class Policy:
             for rule in rules:
                 yield Grant(source, rule), None
 
+    def _grants(self, user: UserInfo, namespace: str) -> list[tuple[Grant | None, str | None]]:
+        key = (user.name, user.groups, namespace)
+        found = self._visited.get(key)
+        if found is None:
+            if len(self._visited) > 4096:
+                self._visited.clear()
+            found = self._visited[key] = list(self.visit(user, namespace))
+        return found
+
     def authorize(self, attributes: Attributes) -> tuple[bool, str]:
         """``(allowed, reason)`` as kube-apiserver's RBAC authorizer gives them: the reason names
         the binding that allowed, or (denied) the missing roles met on the way."""
         if any(group in attributes.user.groups for group in self.privileged_groups):
             return True, ""
         problems: list[str] = []
-        for grant, error in self.visit(attributes.user, attributes.namespace):
+        for grant, error in self._grants(attributes.user, attributes.namespace):
             if grant is not None and rule_allows(attributes, grant.rule):
                 return True, f"RBAC: allowed by {grant.source}"
             if error:
@@ -366,6 +378,72 @@ def rules_review_status(rules: list[Mapping[str, Any]], problems: list[str]) -> 
     if problems:
         status["evaluationError"] = problems[0] if len(problems) == 1 else "[" + ", ".join(problems) + "]"
     return status
+
+
+# ---------------------------------------------------------------------------- escalation
+
+def _single_rules(rule: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """A rule broken down into one rule per verb x group x resource x name (or verb x URL)."""
+    verbs = _strings(rule.get("verbs"))
+    out: list[dict[str, Any]] = []
+    resources = _strings(rule.get("resources"))
+    if resources:
+        names = _strings(rule.get("resourceNames"))
+        for group in _strings(rule.get("apiGroups")):
+            for resource in resources:
+                for verb in verbs:
+                    if names:
+                        out += [{"apiGroups": [group], "resources": [resource], "resourceNames": [n], "verbs": [verb]}
+                                for n in names]
+                    else:
+                        out.append({"apiGroups": [group], "resources": [resource], "verbs": [verb]})
+    for url in _strings(rule.get("nonResourceURLs")):
+        out += [{"nonResourceURLs": [url], "verbs": [verb]} for verb in verbs]
+    return out
+
+
+def _covers(owner: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
+    """Whether ``owner`` grants all of the single rule ``wanted`` (a wildcard is only covered
+    by the same wildcard)."""
+    verbs = _strings(owner.get("verbs"))
+    if "*" not in verbs and wanted["verbs"][0] not in verbs:
+        return False
+    if "nonResourceURLs" in wanted:
+        url = wanted["nonResourceURLs"][0]
+        return any(o == "*" or o == url or (o.endswith("*") and url.startswith(o.rstrip("*")))
+                   for o in _strings(owner.get("nonResourceURLs")))
+    groups = _strings(owner.get("apiGroups"))
+    if "*" not in groups and wanted["apiGroups"][0] not in groups:
+        return False
+    resources, resource = _strings(owner.get("resources")), wanted["resources"][0]
+    if "*" not in resources and resource not in resources and \
+            not ("/" in resource and "*/" + resource.split("/", 1)[1] in resources):
+        return False
+    names = _strings(owner.get("resourceNames"))
+    return not names or bool(wanted.get("resourceNames")) and wanted["resourceNames"][0] in names
+
+
+def missing_rules(held: Iterable[Mapping[str, Any]], granted: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The parts of ``granted`` that the ``held`` rules do not cover (an escalation)."""
+    held = list(held)
+    return [single for rule in granted for single in _single_rules(rule)
+            if not any(_covers(owner, single) for owner in held)]
+
+
+def _go_strings(values: list[str]) -> str:
+    return "[" + " ".join('"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"' for v in values) + "]"
+
+
+def escalation_message(user: UserInfo, missing: list[dict[str, Any]]) -> str:
+    """kube-apiserver's text for a Role or binding granting more than its writer holds."""
+    lines = []
+    for rule in missing:
+        parts = [f"{label}:{_go_strings(rule[key])}" for label, key in
+                 (("APIGroups", "apiGroups"), ("Resources", "resources"), ("NonResourceURLs", "nonResourceURLs"),
+                  ("ResourceNames", "resourceNames"), ("Verbs", "verbs")) if rule.get(key)]
+        lines.append("{" + ", ".join(parts) + "}")
+    return (f'user "{user.name}" (groups={_go_strings(list(user.groups))}) is attempting to grant RBAC permissions '
+            "not currently held:\n" + "\n".join(lines))
 
 
 # ---------------------------------------------------------------------------- refusals

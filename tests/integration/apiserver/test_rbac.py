@@ -285,3 +285,28 @@ def test_server_side_apply_that_creates_needs_create(cluster) -> None:
     cluster.kubectl("create", "-f", "-", input=json.dumps(runtime))
     runtime["metadata"]["labels"] = {"seen-by": "status"}
     cluster.kubectl("apply", "--server-side", "-f", "-", as_status, input=json.dumps(runtime))
+
+
+def test_roles_and_bindings_cannot_grant_more_than_their_writer_holds(cluster) -> None:
+    """Escalation prevention: a namespace admin may bind view, not cluster-admin, and may not write
+    a Role with rights it lacks; roleRef cannot change."""
+    cluster.kubectl("create", "serviceaccount", "lead", "-n", "team")
+    cluster.kubectl("create", "rolebinding", "lead-admin", "-n", "team", "--clusterrole=admin",
+                    "--serviceaccount=team:lead")
+    as_lead = "--as=system:serviceaccount:team:lead"
+    cluster.kubectl("create", "rolebinding", "lead-grants-view", "-n", "team", "--clusterrole=view",
+                    "--user=intern", as_lead)
+    refused = cluster.kubectl("create", "rolebinding", "lead-grants-all", "-n", "team", "--clusterrole=cluster-admin",
+                              "--user=intern", as_lead, check=False)
+    assert ('rolebindings.rbac.authorization.k8s.io "lead-grants-all" is forbidden: user '
+            '"system:serviceaccount:team:lead" (groups=["system:serviceaccounts" "system:serviceaccounts:team" '
+            '"system:authenticated"]) is attempting to grant RBAC permissions not currently held:\n'
+            '{APIGroups:["*"], Resources:["*"], Verbs:["*"]}') in refused.stderr
+    nodes = cluster.kubectl("create", "role", "node-reader", "-n", "team", "--verb=get", "--resource=nodes", as_lead,
+                            check=False)
+    assert '{APIGroups:[""], Resources:["nodes"], Verbs:["get"]}' in nodes.stderr
+    cluster.kubectl("create", "role", "pod-reader", "-n", "team", "--verb=get", "--resource=pods", as_lead)
+    changed = cluster.kubectl("patch", "rolebinding", "lead-grants-view", "-n", "team", "--type=merge",
+                              "-p", '{"roleRef": {"name": "edit"}}', check=False)
+    assert ('roleRef: Invalid value: rbac.RoleRef{APIGroup:"rbac.authorization.k8s.io", Kind:"ClusterRole", '
+            'Name:"edit"}: cannot change roleRef') in changed.stderr

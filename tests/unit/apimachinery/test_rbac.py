@@ -271,3 +271,25 @@ def test_bootstrap_policy_binds_what_kube_apiserver_binds() -> None:
     ed = rbac.UserInfo("ed", (rbac.AUTHENTICATED,))
     assert view.authorize(attrs("GET", "/api/v1/namespaces/x/secrets/s", user=ed))[0]
     assert not view.authorize(attrs("POST", "/apis/rbac.authorization.k8s.io/v1/namespaces/x/roles", user=ed))[0]
+
+
+@pytest.mark.parametrize("held,granted,missing", [
+    ([{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}], [{"verbs": ["get"], "apiGroups": [""], "resources": ["pods"]}], 0),
+    ([{"verbs": ["get", "list"], "apiGroups": [""], "resources": ["pods"]}],
+     [{"verbs": ["get", "list", "delete"], "apiGroups": [""], "resources": ["pods"]}], 1),
+    # a wildcard is only covered by the same wildcard
+    ([{"verbs": ["get", "list", "watch"], "apiGroups": [""], "resources": ["pods"]}],
+     [{"verbs": ["*"], "apiGroups": [""], "resources": ["pods"]}], 1),
+    ([{"verbs": ["get"], "apiGroups": [""], "resources": ["*/status"]}],
+     [{"verbs": ["get"], "apiGroups": [""], "resources": ["pods/status", "pods"]}], 1),
+    # names: a named owner rule covers only those names, an unnamed one every name
+    ([{"verbs": ["get"], "apiGroups": [""], "resources": ["secrets"], "resourceNames": ["a"]}],
+     [{"verbs": ["get"], "apiGroups": [""], "resources": ["secrets"], "resourceNames": ["a", "b"]}], 1),
+    ([{"verbs": ["get"], "apiGroups": [""], "resources": ["secrets"]}],
+     [{"verbs": ["get"], "apiGroups": [""], "resources": ["secrets"], "resourceNames": ["a", "b"]}], 0),
+    ([{"verbs": ["get"], "apiGroups": [""], "resources": ["secrets"], "resourceNames": ["a"]}],
+     [{"verbs": ["get"], "apiGroups": [""], "resources": ["secrets"]}], 1),
+    ([{"verbs": ["get"], "nonResourceURLs": ["/apis/*"]}], [{"verbs": ["get"], "nonResourceURLs": ["/apis/x", "/metrics"]}], 1),
+])
+def test_escalation_counts_the_rights_not_held(held, granted, missing) -> None:
+    assert len(rbac.missing_rules(held, granted)) == missing
