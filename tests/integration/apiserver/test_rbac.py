@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import json
 import ssl
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -310,3 +312,21 @@ def test_roles_and_bindings_cannot_grant_more_than_their_writer_holds(cluster) -
                               "-p", '{"roleRef": {"name": "edit"}}', check=False)
     assert ('roleRef: Invalid value: rbac.RoleRef{APIGroup:"rbac.authorization.k8s.io", Kind:"ClusterRole", '
             'Name:"edit"}: cannot change roleRef') in changed.stderr
+
+
+def test_authorization_mode_always_allow_still_authenticates(tmp_path) -> None:
+    from fixtures.devcluster import start_devcluster
+
+    server = start_devcluster(tmp_path / "open", ["--authorization-mode", "AlwaysAllow"])
+    try:
+        server.kubectl("create", "serviceaccount", "anyone")
+        token = server.kubectl("create", "token", "anyone").stdout.strip()
+        assert server.kubectl("--token", token, "get", "secrets", "-A").returncode == 0
+        assert server.kubectl("--token", token, "auth", "can-i", "delete", "nodes").stdout.strip() == "yes"
+        refused = server.kubectl("--token", "not-a-token", "get", "pods", check=False)
+        assert "(Unauthorized)" in refused.stderr
+    finally:
+        server.stop()
+    bad = subprocess.run([sys.executable, "-m", "trainyard.cli.main", "devcluster", "up", "--authorization-mode", "ABAC",
+                          "--data-dir", str(tmp_path / "x")], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert bad.returncode == 2 and "invalid choice: 'ABAC'" in bad.stderr
