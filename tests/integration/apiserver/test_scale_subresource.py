@@ -358,3 +358,9 @@ def test_kubectl_scale_trainjob_through_the_trainjob_crd(cluster):
     scale = json.loads(cluster.kubectl("get", "--raw",
                                        "/apis/trainer.kubeflow.org/v1alpha1/namespaces/default/trainjobs/tj/scale").stdout)
     assert (scale["kind"], scale["spec"], scale["status"]) == ("Scale", {"replicas": 3}, {"replicas": 0})
+    # kubectl's --subresource flag reads and patches the same Scale
+    patched = cluster.kubectl("patch", "trainjob/tj", "--subresource=scale", "--type=merge", "-p",
+                              '{"spec":{"replicas":4}}')
+    assert patched.stdout.strip() == "scale.autoscaling/tj patched"
+    read = json.loads(cluster.kubectl("get", "trainjob/tj", "--subresource=scale", "-o", "json").stdout)
+    assert read["spec"] == {"replicas": 4}
