@@ -282,6 +282,13 @@ def decode_scale(body: Any, opts: Any) -> dict[str, Any]:
     return body
 
 
+def _check_identity(rt: ResourceType, namespace: str | None, name: str, meta: dict[str, Any]) -> None:
+    if meta.get("name") and meta["name"] != name:
+        raise errors.bad_request(f"the name of the object ({meta['name']}) does not match the name on the URL ({name})")
+    if rt.namespaced and meta.get("namespace") and meta["namespace"] != namespace:
+        raise errors.bad_request("the namespace of the provided object does not match the namespace sent on the request")
+
+
 class ScaleEndpoint:
     """GET/PUT/PATCH of ``<resource>/<name>/scale`` over the ``Api``."""
 
@@ -319,8 +326,7 @@ class ScaleEndpoint:
             live["spec"]["replicas"] = UNSET_REPLICAS
         live["metadata"]["managedFields"] = scale_managed_fields(old["metadata"].get("managedFields") or [], config)
         meta = applied.get("metadata") or {}
-        if meta.get("name") and meta["name"] != name:
-            raise errors.bad_request(f"the name of the object ({meta['name']}) does not match the name on the URL ({name})")
+        _check_identity(rt, namespace, name, meta)
         rv = meta.get("resourceVersion")
         if rv and rv != old["metadata"].get("resourceVersion"):
             raise errors.conflict(rt.qualified_resource, name, rt.group, rt.resource)
@@ -345,10 +351,7 @@ class ScaleEndpoint:
             old_scale["spec"]["replicas"] = UNSET_REPLICAS
         new_scale = make(copy.deepcopy(old_scale))
         meta = new_scale.get("metadata") or {}
-        if meta.get("name") and meta["name"] != name:
-            raise errors.bad_request(f"the name of the object ({meta['name']}) does not match the name on the URL ({name})")
-        if rt.namespaced and meta.get("namespace") and meta["namespace"] != namespace:
-            raise errors.bad_request("the namespace of the provided object does not match the namespace sent on the request")
+        _check_identity(rt, namespace, name, meta)
         replicas = (new_scale.get("spec") or {}).get("replicas") or 0
         if replicas == UNSET_REPLICAS:
             raise errors.bad_request(f'the spec replicas field "{config.get("specReplicasPath")}" cannot be empty')
