@@ -159,78 +159,18 @@ def parse_apply_body(body: bytes) -> dict[str, Any]:
     return config
 
 
-def _yaml_loader() -> type:
-    import yaml
-
-    class KubeYamlLoader(yaml.SafeLoader):
-        """YAML as the API server reads it (as JSON): a timestamp stays the string it is written
-        as; tags whose values JSON cannot hold (binary, sets, ordered pairs) are refused."""
-
-    def as_text(loader: Any, node: Any) -> str:
-        return loader.construct_scalar(node)
-
-    def refused(loader: Any, node: Any) -> Any:
-        raise yaml.constructor.ConstructorError(None, None, f"the YAML tag {node.tag} has no JSON value",
-                                                node.start_mark)
-    KubeYamlLoader.add_constructor("tag:yaml.org,2002:timestamp", as_text)
-    for tag in ("binary", "set", "omap", "pairs"):
-        KubeYamlLoader.add_constructor(f"tag:yaml.org,2002:{tag}", refused)
-    return KubeYamlLoader
-
-
-_YAML_LOADER: type | None = None
-
-
-def _expanded_size(value: Any, limit: int) -> int:
-    """How many values the document holds once its aliases are expanded, counting each shared
-    node once per reference (memoised, so an alias bomb is measured without expanding it);
-    -1 for a document that contains itself."""
-    sizes: dict[int, int] = {}
-    active: set[int] = set()
-
-    def size(node: Any) -> int:
-        if not isinstance(node, (dict, list)):
-            return 1
-        key = id(node)
-        if key in sizes:
-            return sizes[key]
-        if key in active:
-            raise RecursionError
-        active.add(key)
-        children = node.values() if isinstance(node, dict) else node
-        total = 1
-        for child in children:
-            total += size(child)
-            if total > limit:
-                break
-        active.discard(key)
-        sizes[key] = total
-        return total
-    try:
-        return size(value)
-    except RecursionError:
-        return -1
-
-
 def load_yaml(text: str) -> Any:
-    """One YAML document as JSON values; a clear 400 for what JSON cannot hold or for aliases
-    that expand the document far beyond its size (go-yaml: "excessive aliasing")."""
+    """One YAML document as JSON values (``trainyard.apimachinery.yaml_json``: timestamps stay
+    strings, alias bombs and tags without a JSON value are refused); a clear 400 otherwise."""
     import yaml
+    from trainyard.apimachinery import yaml_json
     from .schema import normalise_numbers
-    global _YAML_LOADER
-    if _YAML_LOADER is None:
-        _YAML_LOADER = _yaml_loader()
     try:
-        value = yaml.load(text, Loader=_YAML_LOADER)  # noqa: S506 - a SafeLoader subclass
+        value = yaml_json.load(text)
     except yaml.YAMLError as err:
         raise errors.bad_request(f"error decoding YAML: {str(err).splitlines()[0]}") from err
-    if "&" in text and "*" in text:  # anchors and aliases: bound what they expand to
-        limit = 4 * len(text) + 10_000
-        expanded = _expanded_size(value, limit)
-        if expanded < 0:
-            raise errors.bad_request("error decoding YAML: the document contains itself through an alias")
-        if expanded > limit:
-            raise errors.bad_request("error decoding YAML: document contains excessive aliasing")
+    except yaml_json.YamlJsonError as err:
+        raise errors.bad_request(f"error decoding YAML: {err}") from err
     value = normalise_numbers(value)
     return valid_unicode(_json_form(value))
 

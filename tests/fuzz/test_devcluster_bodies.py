@@ -8,7 +8,6 @@ rejected request leaves the stored object exactly as it was (resourceVersion and
 """
 from __future__ import annotations
 
-import base64
 import json
 import os
 import ssl

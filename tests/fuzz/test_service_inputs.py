@@ -23,7 +23,6 @@ import signal
 import ssl
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -96,7 +95,7 @@ class Stack:
         assert answer.status_code == 201, answer.text
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         common = ["--kubeconfig", str(self.cluster.kubeconfig), "--nats-url", self.nats.url, "--http-port", "0",
-                  "--shutdown-grace", "5"]
+                  "--shutdown-grace", "1"]
         for name in SERVICES:
             extra = ["--webhook-port", "0", "--webhook-namespace", "kubeflow-system", "--webhook-drain", "0"] \
                 if name == "planner" else []
@@ -438,7 +437,7 @@ def not_an_envelope(stream: str, body: bytes) -> bool:
     return False
 
 
-@fuzz_settings(3)
+@fuzz_settings(2)
 @given(batch=st.lists(bus_messages(), min_size=25, max_size=40))
 def test_junk_on_the_bus_is_dead_lettered_and_does_not_block(stack, fuzz_count, batch):
     fuzz_count("bus envelopes", len(batch))

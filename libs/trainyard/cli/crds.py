@@ -74,5 +74,5 @@ def run(args: argparse.Namespace) -> int:
 def _read(path: Path) -> str | None:
     try:
         return path.read_text(encoding="utf-8")
-    except OSError:
+    except (OSError, UnicodeDecodeError):  # missing, unreadable or not text: it differs
         return None

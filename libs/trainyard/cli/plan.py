@@ -75,8 +75,12 @@ def parse_documents(text: str, filename: str, namespace: str) -> list[Document]:
     """The non-empty mapping documents of a YAML stream; errors name file, line and column."""
     import yaml
 
+    from trainyard.apimachinery import yaml_json
+
     try:
-        raw = list(yaml.safe_load_all(text))
+        raw = list(yaml_json.load_all(text))
+    except yaml_json.YamlJsonError as exc:  # an alias bomb, a document that contains itself
+        raise UserError(f"{filename}: invalid YAML: {exc}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
