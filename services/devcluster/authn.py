@@ -57,6 +57,10 @@ class Authenticator:
         self.tokens = tokens
         self.api = api
         self.registry = registry
+        # token -> its verified claims: the signature is checked once per token (kube-apiserver
+        # caches token authentication too); expiry and the ServiceAccount's existence are
+        # checked on every request.
+        self._verified: dict[str, dict[str, Any]] = {}
 
     def authenticate(self, authorization: str | None) -> rbac.UserInfo:
         """The user of an ``Authorization: Bearer <token>`` header; 401 when there is none or it
@@ -76,10 +80,19 @@ class Authenticator:
 
     def _service_account(self, token: str) -> rbac.UserInfo | None:
         issuer = self.tokens.issuer
-        try:
-            claims = sat.verify(token, sat.jwks([self.tokens.key]), issuer=issuer, audience=issuer, now=int(time.time()))
-        except sat.TokenError:
-            return None
+        now = int(time.time())
+        claims = self._verified.get(token)
+        if claims is not None and (claims.get("iss") != issuer or now > claims["exp"] + sat.LEEWAY_SECONDS):
+            del self._verified[token]
+            claims = None
+        if claims is None:
+            try:
+                claims = sat.verify(token, sat.jwks([self.tokens.key]), issuer=issuer, audience=issuer, now=now)
+            except sat.TokenError:
+                return None
+            if len(self._verified) >= 4096:
+                self._verified.clear()
+            self._verified[token] = claims
         private = claims.get("kubernetes.io")
         if not isinstance(private, dict):
             return None
