@@ -35,6 +35,7 @@ KIND_MESSAGES: dict[tuple[str, str], str] = {
     ("v1", "Service"): "core.Service",
     ("v1", "Event"): "core.Event",
     ("batch/v1", "Job"): "batch.Job",
+    ("autoscaling/v2", "HorizontalPodAutoscaler"): "autoscaling.HorizontalPodAutoscaler",
     ("coordination.k8s.io/v1", "Lease"): "coordination.Lease",
     ("events.k8s.io/v1", "Event"): "events.Event",
     ("authentication.k8s.io/v1", "TokenRequest"): "authentication.TokenRequest",
@@ -77,6 +78,10 @@ POINTER_FIELDS: frozenset[tuple[str, str]] = frozenset({
     ("coordination.LeaseSpec", "leaseTransitions"),
     ("core.ServiceSpec", "allocateLoadBalancerNodePorts"),
     ("authentication.TokenRequestSpec", "expirationSeconds"),
+    ("autoscaling.HorizontalPodAutoscalerSpec", "minReplicas"), ("autoscaling.MetricTarget", "averageUtilization"),
+    ("autoscaling.HPAScalingRules", "stabilizationWindowSeconds"), ("autoscaling.HPAScalingRules", "selectPolicy"),
+    # not a pointer, but its JSON has no omitempty: 0 is sent and validated as such
+    ("autoscaling.HorizontalPodAutoscalerSpec", "maxReplicas"),
 })
 
 _WIRE_VARINT, _WIRE_FIXED64, _WIRE_BYTES, _WIRE_FIXED32 = 0, 1, 2, 5

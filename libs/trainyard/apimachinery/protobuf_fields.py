@@ -5,7 +5,8 @@ JSON), `i` varint integer, `?` bool, `d` double, `f` float, `<alias>.<Message>` 
 `T` metav1.Time, `M` metav1.MicroTime, `D` metav1.Duration, `Q` resource.Quantity, `I`
 intstr.IntOrString, `R` runtime.RawExtension, `F` metav1.FieldsV1, `{k:v}` a map, `*` prefix a
 repeated field, `^` prefix an embedded (inlined) struct whose fields belong to the parent in JSON.
-Aliases: authentication = k8s.io.api.authentication.v1, authorization = k8s.io.api.authorization.v1, core = k8s.io.api.core.v1, batch = k8s.io.api.batch.v1, coordination =
+Aliases: authentication = k8s.io.api.authentication.v1, authorization = k8s.io.api.authorization.v1,
+autoscaling = k8s.io.api.autoscaling.v2, core = k8s.io.api.core.v1, batch = k8s.io.api.batch.v1, coordination =
 k8s.io.api.coordination.v1, events = k8s.io.api.events.v1, rbac = k8s.io.api.rbac.v1, meta =
 k8s.io.apimachinery.pkg.apis.meta.v1, runtime = k8s.io.apimachinery.pkg.runtime.
 Field numbers are those of the Kubernetes API (`generated.proto` of each group); messages and
@@ -33,6 +34,20 @@ MESSAGES = {
     "rbac.RoleBinding": "1 metadata meta.ObjectMeta;2 subjects *rbac.Subject;3 roleRef rbac.RoleRef",
     "rbac.RoleRef": "1 apiGroup s;2 kind s;3 name s",
     "rbac.Subject": "1 kind s;2 apiGroup s;3 name s;4 namespace s",
+    "autoscaling.ContainerResourceMetricSource": "1 name s;2 target autoscaling.MetricTarget;3 container s",
+    "autoscaling.CrossVersionObjectReference": "1 kind s;2 name s;3 apiVersion s",
+    "autoscaling.ExternalMetricSource": "1 metric autoscaling.MetricIdentifier;2 target autoscaling.MetricTarget",
+    "autoscaling.HPAScalingPolicy": "1 type s;2 value i;3 periodSeconds i",
+    "autoscaling.HPAScalingRules": "1 selectPolicy s;2 policies *autoscaling.HPAScalingPolicy;3 stabilizationWindowSeconds i;4 tolerance Q",
+    "autoscaling.HorizontalPodAutoscaler": "1 metadata meta.ObjectMeta;2 spec autoscaling.HorizontalPodAutoscalerSpec",
+    "autoscaling.HorizontalPodAutoscalerBehavior": "1 scaleUp autoscaling.HPAScalingRules;2 scaleDown autoscaling.HPAScalingRules",
+    "autoscaling.HorizontalPodAutoscalerSpec": "1 scaleTargetRef autoscaling.CrossVersionObjectReference;2 minReplicas i;3 maxReplicas i;4 metrics *autoscaling.MetricSpec;5 behavior autoscaling.HorizontalPodAutoscalerBehavior",
+    "autoscaling.MetricIdentifier": "1 name s;2 selector meta.LabelSelector",
+    "autoscaling.MetricSpec": "1 type s;2 object autoscaling.ObjectMetricSource;3 pods autoscaling.PodsMetricSource;4 resource autoscaling.ResourceMetricSource;5 external autoscaling.ExternalMetricSource;7 containerResource autoscaling.ContainerResourceMetricSource",
+    "autoscaling.MetricTarget": "1 type s;2 value Q;3 averageValue Q;4 averageUtilization i",
+    "autoscaling.ObjectMetricSource": "1 describedObject autoscaling.CrossVersionObjectReference;2 target autoscaling.MetricTarget;3 metric autoscaling.MetricIdentifier",
+    "autoscaling.PodsMetricSource": "1 metric autoscaling.MetricIdentifier;2 target autoscaling.MetricTarget",
+    "autoscaling.ResourceMetricSource": "1 name s;2 target autoscaling.MetricTarget",
     "batch.Job": "1 metadata meta.ObjectMeta;2 spec batch.JobSpec;3 status batch.JobStatus",
     "batch.JobCondition": "1 type s;2 status s;3 lastProbeTime T;4 lastTransitionTime T;5 reason s;6 message s",
     "batch.JobSchedulingConfiguration": "",

@@ -314,6 +314,15 @@ def test_horizontal_pod_autoscaler_targeting_a_scale_subresource_is_stored_and_v
     refused = cluster.kubectl("apply", "-f", "-", input=json.dumps(kindless), check=False)
     assert refused.stderr.strip() == ('The HorizontalPodAutoscaler "kindless" is invalid: '
                                       "spec.scaleTargetRef.kind: Required value")
+    # kubectl autoscale (a protobuf autoscaling/v2 body) targets the custom resource's scale subresource
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(worker("w7")))
+    made = cluster.kubectl("autoscale", "worker/w7", "--min=2", "--max=5", "--cpu=70%")
+    assert made.stdout.strip() == "horizontalpodautoscaler.autoscaling/w7 autoscaled"
+    spec = json.loads(cluster.kubectl("get", "hpa", "w7", "-o", "json").stdout)["spec"]
+    assert spec["scaleTargetRef"] == {"apiVersion": f"{GROUP}/v1", "kind": "Worker", "name": "w7"}
+    assert (spec["minReplicas"], spec["maxReplicas"]) == (2, 5)
+    assert spec["metrics"] == [{"type": "Resource", "resource": {"name": "cpu", "target": {
+        "type": "Utilization", "averageUtilization": 70}}}]
 
 
 def test_indexed_job_completions_change_only_in_tandem_with_parallelism(cluster):
