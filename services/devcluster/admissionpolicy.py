@@ -57,6 +57,20 @@ class ValidatingPolicies:
     def __init__(self, api: Any) -> None:
         self.api = api
         self.source = _StoreParams(api)
+        self._decoded: dict[tuple[str, str], tuple[int, dict[str, Any]]] = {}  # (kind, name) -> (rv, object)
+
+    def _load(self, key: tuple[str, str]) -> list[dict[str, Any]]:
+        """The stored policies or bindings, decoded once per resourceVersion (evaluation never
+        changes them)."""
+        found = []
+        for (_, name), stored in self.api.store.list(key):
+            cached = self._decoded.get((key[1], name))
+            if cached is None or cached[0] != stored.rv:
+                cached = self._decoded[(key[1], name)] = (stored.rv, stored.load())
+            found.append(cached[1])
+        if len(self._decoded) > 4096:
+            self._decoded.clear()
+        return found
 
     @staticmethod
     def _scale(rt: Any, obj: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -72,10 +86,10 @@ class ValidatingPolicies:
     def admit(self, operation: str, rt: Any, obj: dict[str, Any] | None, old: dict[str, Any] | None,
               opts: Any) -> None:
         """Raise the policy denial as an ``ApiError``; add policy warnings to ``opts.warnings``."""
-        policies = [stored.load() for _, stored in self.api.store.list(POLICIES)]
+        policies = self._load(POLICIES)
         if not policies:
             return
-        bindings = [stored.load() for _, stored in self.api.store.list(BINDINGS)]
+        bindings = self._load(BINDINGS)
         if not bindings:
             return
         subresource = opts.subresource or ""

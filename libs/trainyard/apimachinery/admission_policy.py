@@ -252,22 +252,33 @@ def _error_message(expression: str, err: CelError) -> str:
     return f"expression '{expression}' resulted in error: {text}"
 
 
-def _activation(attrs: Attributes, params: dict[str, Any] | None, namespace_object: dict[str, Any] | None,
-                policy: CompiledPolicy) -> dict[str, Any]:
-    activation: dict[str, Any] = {
-        "object": cel_value(attrs.object),
-        "oldObject": cel_value(attrs.old_object),
-        "request": cel_value(attrs.request()),
-        "params": cel_value(params),
-        "namespaceObject": cel_value(namespace_object),
-    }
-    expressions = dict(policy.variables)
+class _Inputs:
+    """The CEL values of one request, converted from JSON once however many policies,
+    bindings and parameter objects read them (CEL never changes a value)."""
 
-    def resolve(name: str) -> Any:
-        return expressions[name].evaluate(activation)
+    def __init__(self, attrs: Attributes, namespace_object: dict[str, Any] | None) -> None:
+        self.attrs = attrs
+        self.namespace_object = namespace_object
+        self._base: dict[str, Any] | None = None
+        self._params: dict[int, tuple[Any, Any]] = {}
 
-    activation["variables"] = lazy_map(resolve, [name for name, _ in policy.variables])
-    return activation
+    def activation(self, params: dict[str, Any] | None, policy: CompiledPolicy) -> dict[str, Any]:
+        if self._base is None:
+            self._base = {"object": cel_value(self.attrs.object), "oldObject": cel_value(self.attrs.old_object),
+                          "request": cel_value(self.attrs.request()),
+                          "namespaceObject": cel_value(self.namespace_object)}
+        converted = self._params.get(id(params))
+        if converted is None:
+            converted = self._params[id(params)] = (params, cel_value(params))  # keeps params alive: ids stay unique
+        activation = dict(self._base)
+        activation["params"] = converted[1]
+        expressions = dict(policy.variables)
+
+        def resolve(name: str) -> Any:
+            return expressions[name].evaluate(activation)
+
+        activation["variables"] = lazy_map(resolve, [name for name, _ in policy.variables])
+        return activation
 
 
 def _message(validation: Mapping[str, Any], message_expression: CompiledExpression | None,
@@ -284,10 +295,10 @@ def _message(validation: Mapping[str, Any], message_expression: CompiledExpressi
     return f"failed expression: {str(validation.get('expression', '')).strip()}"
 
 
-def _validate(policy: CompiledPolicy, attrs: Attributes, params: dict[str, Any] | None,
-              namespace_object: dict[str, Any] | None, fail_open: bool) -> list[_Failure]:
+def _validate(policy: CompiledPolicy, inputs: _Inputs, params: dict[str, Any] | None,
+              fail_open: bool) -> list[_Failure]:
     """The failures of one (policy, binding, param): empty when it passes or does not apply."""
-    activation = _activation(attrs, params, namespace_object, policy)
+    activation = inputs.activation(params, policy)
     errors: list[str] = []
     for _, condition in policy.match_conditions:
         try:
@@ -371,6 +382,7 @@ def evaluate(policies: list[dict[str, Any]], bindings: list[dict[str, Any]], att
     for binding in sorted(bindings, key=lambda b: (b.get("metadata") or {}).get("name", "")):
         by_policy.setdefault(str((binding.get("spec") or {}).get("policyName", "")), []).append(binding)
     namespace_object = source.namespace(attrs.namespace) if attrs.namespaced and attrs.namespace else None
+    inputs = _Inputs(attrs, namespace_object)
     for policy in sorted(policies, key=lambda p: (p.get("metadata") or {}).get("name", "")):
         name = str((policy.get("metadata") or {}).get("name", ""))
         spec = policy.get("spec") or {}
@@ -402,7 +414,7 @@ def evaluate(policies: list[dict[str, Any]], bindings: list[dict[str, Any]], att
                 if not fail_open:
                     failures.append(problem)
             for param in params:
-                failures += _validate(program, attrs, param, namespace_object, fail_open)
+                failures += _validate(program, inputs, param, fail_open)
             actions = set(bspec.get("validationActions") or [])
             for failure in failures:
                 if failure.config or "Deny" in actions:

@@ -247,12 +247,16 @@ def compile_expression(expression: str) -> CompiledExpression:
         from trainyard.apimachinery.cel_library import FUNCTIONS
     except ImportError:  # pragma: no cover - cel-python is a declared dependency
         return CompiledExpression(expression, None, "cel-python is not installed")
+    from trainyard.apimachinery.cel_closures import compile_tree
     env = celpy.Environment()
     try:
-        program = env.program(env.compile(expression), functions=FUNCTIONS).evaluate
+        tree = env.compile(expression)
+        program = env.program(tree, functions=FUNCTIONS).evaluate
     except Exception as err:  # noqa: BLE001 - reported where it is evaluated
         return CompiledExpression(expression, None, " ".join(str(err).split()))
-    return CompiledExpression(expression, program)
+    # The same evaluation as closures (cel_closures), where every node of the text allows it.
+    closures = compile_tree(tree, FUNCTIONS)
+    return CompiledExpression(expression, closures or program)
 
 
 def cel_value(value: Any) -> Any:
@@ -265,26 +269,33 @@ def lazy_map(resolve: Callable[[str], Any], names: list[str]) -> Any:
     """A CEL map whose entries are computed on first access (a policy's ``variables``):
     ``resolve(name)`` returns the entry's CEL value or raises ``CelError``; the error becomes
     the expression's error only when the entry is read."""
+    return _lazy_map_type()(resolve, names)
+
+
+@lru_cache(maxsize=1)
+def _lazy_map_type() -> type:
     from celpy import celtypes
     from celpy.evaluation import CELEvalError
 
     class LazyMap(celtypes.MapType):
-        def __init__(self) -> None:
+        def __init__(self, resolve: Callable[[str], Any], names: list[str]) -> None:
             super().__init__({celtypes.StringType(n): None for n in names})
+            self._resolve = resolve
+            self._names = frozenset(names)
             self._done: dict[str, Any] = {}
 
         def __getitem__(self, key: Any) -> Any:
             name = str(key)
-            if name not in names:
+            if name not in self._names:
                 raise KeyError(key)
             if name not in self._done:
                 try:
-                    self._done[name] = resolve(name)
+                    self._done[name] = self._resolve(name)
                 except CelError as err:
                     self._done[name] = CELEvalError(str(err))
             return self._done[name]
 
-    return LazyMap()
+    return LazyMap
 
 
 def as_bool(value: Any) -> bool | None:
