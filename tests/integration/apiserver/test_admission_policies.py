@@ -427,3 +427,89 @@ def test_policies_are_validated(client, spec, causes):
     answer = client.post(POLICIES, json={"apiVersion": "admissionregistration.k8s.io/v1",
                                          "kind": "ValidatingAdmissionPolicy", "metadata": {"name": "x"}, "spec": spec})
     _refused(answer, "ValidatingAdmissionPolicy", "x", causes)
+
+
+# --- custom resources: matchPolicy across served versions, subresources, scope -------------
+
+WIDGETS = "/apis/example.com/{v}/namespaces/default/widgets"
+
+
+@pytest.fixture(scope="module")
+def widgets(client: httpx.Client) -> None:
+    schema = {"openAPIV3Schema": {"type": "object", "properties": {
+        "spec": {"type": "object", "properties": {"size": {"type": "integer"}}},
+        "status": {"type": "object", "properties": {"phase": {"type": "string"}}}}}}
+    crd = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+           "metadata": {"name": "widgets.example.com"},
+           "spec": {"group": "example.com", "scope": "Namespaced",
+                    "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+                    "versions": [{"name": v, "served": True, "storage": v == "v1", "schema": schema,
+                                  "subresources": {"status": {}}} for v in ("v1", "v2")]}}
+    answer = client.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", json=crd)
+    assert answer.status_code == 201, answer.text
+
+
+def widget(c: httpx.Client, name: str, size: int, version: str = "v1") -> httpx.Response:
+    return c.post(WIDGETS.format(v=version), json={"apiVersion": f"example.com/{version}", "kind": "Widget",
+                                                   "metadata": {"name": name}, "spec": {"size": size}})
+
+
+def widget_rules(resources: list[str], match_policy: str = "Equivalent") -> dict[str, Any]:
+    return {"matchPolicy": match_policy, "resourceRules": [{
+        "apiGroups": ["example.com"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+        "resources": resources, "scope": "Namespaced"}]}
+
+
+@pytest.mark.parametrize("match_policy,v2_denied", [("Equivalent", True), ("Exact", False)])
+def test_match_policy_across_served_versions(client, widgets, match_policy, v2_denied):
+    install(client, [{"expression": "object.spec.size <= 3", "message": "too big"}],
+            match=widget_rules(["widgets"], match_policy))
+    assert widget(client, "w-small", 1).status_code == 201
+    answer = widget(client, "w-big-v2", 9, "v2")
+    assert answer.status_code == (422 if v2_denied else 201), answer.text
+    if v2_denied:
+        assert answer.json()["message"] == ('widgets.example.com "w-big-v2" is forbidden: ValidatingAdmissionPolicy '
+                                            "'p' with binding 'b' denied request: too big")
+    for name in ("w-small", "w-big-v2"):
+        client.delete(f"{WIDGETS.format(v='v1')}/{name}")
+
+
+def test_status_writes_match_only_rules_naming_the_subresource(client, widgets):
+    install(client, [{"expression": "!has(object.status) || object.status.phase != 'Broken'",
+                      "message": "no broken widgets"},
+                     {"expression": "request.subResource == 'status'", "message": "status only"}],
+            match=widget_rules(["widgets/status"]))
+    assert widget(client, "w-status", 1).status_code == 201  # a main-resource create is not matched
+    merge = {"Content-Type": "application/merge-patch+json"}
+    ok = client.patch(f"{WIDGETS.format(v='v1')}/w-status/status", json={"status": {"phase": "Ready"}}, headers=merge)
+    assert ok.status_code == 200, ok.text
+    refused = client.patch(f"{WIDGETS.format(v='v1')}/w-status/status", json={"status": {"phase": "Broken"}},
+                           headers=merge)
+    assert refused.status_code == 422
+    assert refused.json()["message"].endswith("denied request: no broken widgets")
+    client.delete(f"{WIDGETS.format(v='v1')}/w-status")
+
+
+def test_a_namespace_is_matched_by_its_own_labels_and_cluster_scoped_params(client):
+    match = {"namespaceSelector": {"matchLabels": {"guarded": "yes"}},
+             "resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                                "resources": ["namespaces"]}]}
+    # the parameter is a cluster-scoped object (a Namespace): paramRef.namespace plays no part
+    install(client, [{"expression": "object.metadata.name.startsWith(params.metadata.labels.prefix)",
+                      "messageExpression": "'names start with ' + params.metadata.labels.prefix"}],
+            match=match, paramKind={"apiVersion": "v1", "kind": "Namespace"},
+            binding_paramRef={"name": "team-a", "parameterNotFoundAction": "Deny"})
+    labelled = client.patch(f"{NS}/team-a", json={"metadata": {"labels": {"prefix": "team"}}},
+                            headers={"Content-Type": "application/merge-patch+json"})
+    assert labelled.status_code == 200, labelled.text
+    assert labelled.json()["metadata"]["labels"]["prefix"] == "team", labelled.text
+    free = client.post(NS, json={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "free-ns"}})
+    assert free.status_code == 201
+    refused = client.post(NS, json={"apiVersion": "v1", "kind": "Namespace",
+                                    "metadata": {"name": "other", "labels": {"guarded": "yes"}}})
+    assert refused.status_code == 422
+    assert refused.json()["message"] == ('namespaces "other" is forbidden: ValidatingAdmissionPolicy \'p\' with '
+                                         "binding 'b' denied request: names start with team")
+    ok = client.post(NS, json={"apiVersion": "v1", "kind": "Namespace",
+                               "metadata": {"name": "team-c", "labels": {"guarded": "yes"}}})
+    assert ok.status_code == 201
