@@ -14,7 +14,7 @@ run it prints CPU per TrainJob and CPU % of every process (which one saturates),
 TrainJob: NATS messages per service (nats-server's /connz), KV round trips per service and
 bucket (``trainyard_kv_operations_total``) and API requests by verb and resource (devcluster's
 ``apiserver_request_total``). ``--profile DIR`` records every Python process with py-spy during
-the sustained run and prints its top frames. ``--replicas planner=4,applier=4`` runs that many
+the sustained run (and the devcluster during the raw phase) and prints its top frames. ``--replicas planner=4,applier=4`` runs that many
 replicas of those services; ``--table planner,applier`` runs the sustained and raw phases with
 1, 2 and 4 replicas of the named services and prints a throughput table.
 
@@ -599,11 +599,14 @@ async def bench(stack: Stack, args) -> dict:
         appliers = Generators(cluster, "apply", "bench-raw", names, args.generators, args.concurrency,
                               spec=sample["spec"])
         await appliers.start()
+        raw_profile = start_profiles(Path(args.profile), {"devcluster-raw-ssa": cluster.pid}) if args.profile else []
         dev_before = cpu_seconds(cluster.pid)
         start = time.perf_counter()
         appliers.go()
         await appliers.finish()
         elapsed = time.perf_counter() - start
+        if raw_profile:
+            stop_profiles(raw_profile)
         raw = args.sustained / elapsed
         dev_raw_pct = 100 * (cpu_seconds(cluster.pid) - dev_before) / elapsed
         await watch.stop()

@@ -15,11 +15,12 @@ from typing import Any
 from opentelemetry import context as otel_context, trace
 
 from trainyard.bus.envelopes import EventType, ObjectEvent
-from trainyard.bus.kv import resource_version_newer
-from trainyard.bus.publisher import Outgoing
+from trainyard.bus.kv import SKIP, resource_version_newer
+from trainyard.bus.publisher import Outgoing, last_published_ids
 from trainyard.bus.redact import redact
 from trainyard.bus.session import BusSession
-from trainyard.bus.subjects import bus_kind, event_subject
+from trainyard.bus.subjects import bus_kind, event_filter, event_subject
+from trainyard.bus.topology import EVENTS_STREAM
 from trainyard.kube import resources as r
 from trainyard.kube.client import KubeClient
 from trainyard.kube.resources import Resource
@@ -80,8 +81,10 @@ class EventSink:
 
     async def put(self, event_type: EventType, obj: dict[str, Any]) -> None:
         # A Secret goes on the bus as a reference (keys and digest), never with its data.
-        event = ObjectEvent.from_object(self._cluster, event_type, redact(obj))
-        metrics.WATCH_EVENTS.labels(event.kind, event_type).inc()
+        await self.put_event(ObjectEvent.from_object(self._cluster, event_type, redact(obj)))
+
+    async def put_event(self, event: ObjectEvent) -> None:
+        metrics.WATCH_EVENTS.labels(event.kind, event.type).inc()
         await self._queue.put((event, observation_context(event)))
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -141,20 +144,36 @@ class ResourceFeed:
             await self._sink.put(event_type, obj)  # type: ignore[arg-type]
 
     async def on_relist(self, resource: Resource, items: list[dict[str, Any]], list_rv: str) -> None:
-        """Publishes the listed state, and DELETED for stored objects no longer listed."""
+        """Publishes the listed state, and DELETED for stored objects no longer listed.
+
+        A listed object whose current state is already the last event on its subject (its
+        snapshot was recorded before that event was published) is not published again: a
+        restarted watcher then costs the consumers nothing for the thousands of objects that
+        did not change while it was away, and an event that was lost (recorded, never
+        published) is still published."""
+        kind = bus_kind(resource.api_version, resource.kind)
+        published = await last_published_ids(self._bus.js, EVENTS_STREAM, event_filter(self._cluster, kind))
         listed: set[tuple[str, str]] = set()
         for obj in items:
             if not self._wanted(resource, obj):
                 continue
             meta = obj.get("metadata") or {}
             listed.add((meta.get("namespace") or "", meta.get("name", "")))
-            await self._sink.put("ADDED", obj)
-        kind = bus_kind(resource.api_version, resource.kind)
-        for snapshot in await self._bus.snapshots.list_snapshots(self._cluster, kind):
-            meta = snapshot.object.get("metadata") or {}
-            where = (meta.get("namespace") or "", meta.get("name", ""))
-            if snapshot.deleted or where in listed:
+            event = ObjectEvent.from_object(self._cluster, "ADDED", redact(obj))
+            if published.get(event_subject(event.key)) == event.msg_id():
                 continue
+            await self._sink.put_event(event)
+        del published
+
+        def unlisted(snapshot: Any) -> Any:
+            """Only the live snapshots the list no longer has (whole objects of all of them
+            would be the watcher's biggest allocation with thousands of objects)."""
+            meta = snapshot.object.get("metadata") or {}
+            if snapshot.deleted or (meta.get("namespace") or "", meta.get("name", "")) in listed:
+                return SKIP
+            return snapshot
+
+        for snapshot in await self._bus.snapshots.list_snapshots(self._cluster, kind, keep=unlisted):
             # Written after our list by a faster replica? Then it is not a deletion.
             if list_rv and resource_version_newer(snapshot.resource_version, list_rv):
                 continue

@@ -3,7 +3,9 @@
 Snapshots: several watchers may write the same object; a write only lands when its
 resourceVersion is newer than the stored one (compare-and-set on the KV revision), so a
 lagging watcher never rolls a snapshot back. A deletion leaves a tombstone snapshot
-(``deleted: true``) so that a late ADDED from a lagging watcher cannot resurrect it.
+(``deleted: true``) so that a late ADDED from a lagging watcher cannot resurrect it. Tombstones,
+and the markers a removed applied-plan or outcome entry leaves, expire after
+``TOMBSTONE_TTL_S`` (JetStream per-message TTL), so the buckets do not grow with history.
 
 Applied plans: the applier claims a TrainJob's entry with compare-and-set before applying and
 records the result after, which is what makes plans monotonic across appliers (docs/bus.md).
@@ -11,10 +13,11 @@ records the result after, which is what makes plans monotonic across appliers (d
 from __future__ import annotations
 
 import logging
+import os
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
@@ -28,6 +31,31 @@ from trainyard.bus.topology import APPLIED_BUCKET, OUTCOMES_BUCKET, SNAPSHOTS_BU
 from trainyard.telemetry import metrics
 
 log = logging.getLogger(__name__)
+
+# Long enough that no late event of a deleted object can still arrive (the streams' dedup window
+# is 2 minutes; a watcher that was away lists again instead of replaying), short enough that the
+# buckets hold the live objects only, however many came and went.
+TOMBSTONE_TTL_S = 600.0
+TOMBSTONE_TTL_ENV = "TRAINYARD_TOMBSTONE_TTL"
+
+
+def tombstone_ttl_s() -> float:
+    """``$TRAINYARD_TOMBSTONE_TTL`` seconds (benchmarks shorten it), else ``TOMBSTONE_TTL_S``."""
+    raw = os.environ.get(TOMBSTONE_TTL_ENV, "").strip()
+    if not raw:
+        return TOMBSTONE_TTL_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = 0.0
+    if value < 1:
+        log.warning("%s: must be a number of seconds >= 1, got %r; using %s", TOMBSTONE_TTL_ENV, raw,
+                    TOMBSTONE_TTL_S)
+        return TOMBSTONE_TTL_S
+    return value
+
+
+SKIP = object()  # what a list_snapshots keep() returns for "leave it out"
 
 
 def resource_version_newer(candidate: str, current: str) -> bool:
@@ -52,6 +80,45 @@ def _count(kv: KeyValue, op: str) -> None:
     metrics.KV_OPERATIONS.labels(kv._name, op).inc()
 
 
+def _ttl_refused(err: Exception) -> bool:
+    return "ttl" in str(err).lower() and not _is_cas_conflict(err)
+
+
+async def _write(kv: KeyValue, key: str, value: bytes, revision: int | None, ttl: float | None) -> int:
+    """Create (revision None) or compare-and-set update; ``ttl``: the entry expires after that
+    many seconds (a bucket made without per-message TTL keeps it instead)."""
+    _count(kv, "create" if revision is None else "update")
+    if ttl:
+        try:
+            if revision is None:
+                return await kv.create(key, value, msg_ttl=ttl)
+            return await kv._update(key, value, last=revision, msg_ttl=ttl)
+        except Exception as err:
+            if not _ttl_refused(err):
+                raise
+            log.warning("bucket %s refuses per-message TTL; the tombstone of %s is kept", kv._name, key)
+    if revision is None:
+        return await kv.create(key, value)
+    return await kv.update(key, value, last=revision)
+
+
+async def _remove(kv: KeyValue, key: str, ttl: float) -> None:
+    """Removes an entry; the marker the removal leaves expires after ``ttl`` seconds."""
+    _count(kv, "delete")
+    try:
+        await kv.purge(key, msg_ttl=ttl)
+        return
+    except (KeyNotFoundError, NotFoundError):
+        return
+    except Exception as err:
+        if not _ttl_refused(err):
+            raise
+    try:
+        await kv.delete(key)
+    except (KeyNotFoundError, NotFoundError):
+        pass
+
+
 async def _get(kv: KeyValue, key: str) -> tuple[bytes | None, int | None]:
     _count(kv, "get")
     try:
@@ -62,8 +129,14 @@ async def _get(kv: KeyValue, key: str) -> tuple[bytes | None, int | None]:
 
 
 class SnapshotStore:
-    def __init__(self, kv: KeyValue) -> None:
+    def __init__(self, kv: KeyValue, tombstone_ttl: float | None = None) -> None:
         self._kv = kv
+        self.tombstone_ttl_s = tombstone_ttl or tombstone_ttl_s()
+        # KV key -> (revision, uid, resourceVersion) of the live snapshot this process last
+        # wrote: the next write of that object is a compare-and-set on that revision without
+        # reading the entry first (another writer in between makes it fail, and then it reads).
+        # Only writers (the watcher) fill it, one entry per live object; deletions drop theirs.
+        self._written: dict[str, tuple[int, str, str]] = {}
 
     @classmethod
     async def open(cls, js: JetStreamContext) -> "SnapshotStore":
@@ -75,20 +148,32 @@ class SnapshotStore:
         rv = str(meta.get("resourceVersion", ""))
         value = Snapshot(resourceVersion=rv, deleted=deleted, object=obj).model_dump_json(
             by_alias=True).encode()
+        name = kv_key(key)
         for _ in range(20):
-            raw, revision = await _get(self._kv, kv_key(key))
-            if raw is not None and not _supersedes(Snapshot.model_validate_json(raw), meta, rv, deleted):
-                return False
+            known = self._written.get(name)
+            if known is not None:
+                revision = known[0]
+                if not _supersedes_parts(known[1], False, known[2], meta, rv, deleted):
+                    return False
+            else:
+                raw, revision = await _get(self._kv, name)
+                if raw is not None:
+                    current = Snapshot.model_validate_json(raw)
+                    if not _supersedes_parts((current.object.get("metadata") or {}).get("uid"), current.deleted,
+                                             current.resource_version, meta, rv, deleted):
+                        return False
             try:
-                _count(self._kv, "create" if revision is None else "update")
-                if revision is None:
-                    await self._kv.create(kv_key(key), value)
-                else:
-                    await self._kv.update(kv_key(key), value, last=revision)
-                return True
+                written = await _write(self._kv, name, value, revision, self.tombstone_ttl_s if deleted else None)
             except Exception as err:
                 if not _is_cas_conflict(err):
                     raise
+                self._written.pop(name, None)
+                continue
+            if deleted:
+                self._written.pop(name, None)
+            else:
+                self._written[name] = (written, str(meta.get("uid") or ""), rv)
+            return True
         return False
 
     async def get(self, key: ObjectKey) -> dict[str, Any] | None:
@@ -99,56 +184,82 @@ class SnapshotStore:
         snapshot = Snapshot.model_validate_json(raw)
         return None if snapshot.deleted else snapshot.object
 
-    async def list(self, cluster: str, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:
-        """All live objects of one kind (and namespace), read in one pass over the bucket."""
-        return [s.object for s in await self.list_snapshots(cluster, kind, namespace) if not s.deleted]
+    async def list(self, cluster: str, kind: str, namespace: str | None = None,
+                   pick: Callable[[dict[str, Any]], Any] | None = None) -> list[Any]:
+        """All live objects of one kind (and namespace), read in one pass over the bucket;
+        with ``pick``, ``pick(object)`` of each instead, made as the objects stream in (a scan
+        of thousands then never holds them all)."""
+        def keep(snapshot: Snapshot) -> Any:
+            if snapshot.deleted:
+                return SKIP
+            return snapshot.object if pick is None else pick(snapshot.object)
+
+        return await self.list_snapshots(cluster, kind, namespace, keep)
 
     async def list_snapshots(
-        self, cluster: str, kind: str, namespace: str | None = None
-    ) -> list[Snapshot]:
+        self, cluster: str, kind: str, namespace: str | None = None,
+        keep: Callable[[Snapshot], Any] | None = None,
+    ) -> list[Any]:
         """Reads the latest value of every matching key with a short-lived pull consumer
-        (deleted right after, so frequent listings do not pile consumers up)."""
+        (deleted right after, so frequent listings do not pile consumers up). ``keep`` maps
+        each snapshot to what is returned (``SKIP``: nothing)."""
         _count(self._kv, "list")
-        stream = f"KV_{self._kv._name}"
-        name = f"list-{uuid.uuid4().hex}"
-        js = self._kv._js
-        info = await js.add_consumer(stream, config=ConsumerConfig(
-            name=name, deliver_policy=DeliverPolicy.LAST_PER_SUBJECT, ack_policy=AckPolicy.NONE,
-            filter_subject=f"$KV.{self._kv._name}.{kv_prefix(cluster, kind, namespace)}",
-            inactive_threshold=10.0, mem_storage=True,
-        ))
-        out: list[Snapshot] = []
-        try:
-            remaining = info.num_pending
-            if remaining == 0:
-                return out
-            sub = await js.pull_subscribe_bind(consumer=name, stream=stream)
-            try:
-                while remaining > 0:
-                    msgs = await sub.fetch(min(remaining, 256), timeout=5.0)
-                    for msg in msgs:
-                        remaining = msg.metadata.num_pending
-                        if msg.data and (msg.headers or {}).get("KV-Operation") not in ("DEL", "PURGE"):
-                            out.append(Snapshot.model_validate_json(msg.data))
-            finally:
-                await sub.unsubscribe()
-        finally:
-            try:
-                await js.delete_consumer(stream, name)
-            except Exception:
-                pass
+        out: list[Any] = []
+
+        def visit(msg: Any) -> None:
+            if msg.data and (msg.headers or {}).get("KV-Operation") not in ("DEL", "PURGE"):
+                snapshot = Snapshot.model_validate_json(msg.data)
+                kept = snapshot if keep is None else keep(snapshot)
+                if kept is not SKIP:
+                    out.append(kept)
+
+        await scan_last_per_subject(self._kv._js, f"KV_{self._kv._name}",
+                                    f"$KV.{self._kv._name}.{kv_prefix(cluster, kind, namespace)}", visit)
         return out
 
 
-def _supersedes(current: Snapshot, meta: dict[str, Any], rv: str, deleted: bool) -> bool:
-    """Whether a new snapshot (meta/rv/deleted) should replace the stored one."""
-    if (current.object.get("metadata") or {}).get("uid") != meta.get("uid"):
+async def scan_last_per_subject(js: JetStreamContext, stream: str, filter_subject: str,
+                                visit: Callable[[Any], None], headers_only: bool = False) -> None:
+    """Calls ``visit(msg)`` with the last message of every subject matching ``filter_subject``,
+    read with a short-lived pull consumer (deleted right after, so frequent scans do not pile
+    consumers up); ``headers_only``: the messages come without their bodies."""
+    name = f"scan-{uuid.uuid4().hex}"
+    info = await js.add_consumer(stream, config=ConsumerConfig(
+        name=name, deliver_policy=DeliverPolicy.LAST_PER_SUBJECT, ack_policy=AckPolicy.NONE,
+        filter_subject=filter_subject, inactive_threshold=10.0, mem_storage=True,
+        headers_only=headers_only or None,
+    ))
+    try:
+        remaining = info.num_pending
+        if remaining == 0:
+            return
+        sub = await js.pull_subscribe_bind(consumer=name, stream=stream)
+        try:
+            while remaining > 0:
+                msgs = await sub.fetch(min(remaining, 1024), timeout=5.0)
+                for msg in msgs:
+                    remaining = msg.metadata.num_pending
+                    visit(msg)
+        finally:
+            await sub.unsubscribe()
+    finally:
+        try:
+            await js.delete_consumer(stream, name)
+        except Exception:
+            pass
+
+
+def _supersedes_parts(current_uid: str | None, current_deleted: bool, current_rv: str,
+                      meta: dict[str, Any], rv: str, deleted: bool) -> bool:
+    """Whether a new snapshot (meta/rv/deleted) should replace the stored one (its uid,
+    tombstone flag and resourceVersion)."""
+    if (current_uid or "") != (meta.get("uid") or ""):
         return True  # another incarnation of the name: the newest event wins
-    if current.deleted:
+    if current_deleted:
         return False  # a tombstone is final for this uid
     if deleted:
         return True
-    return resource_version_newer(rv, current.resource_version)
+    return resource_version_newer(rv, current_rv)
 
 
 def _is_cas_conflict(err: Exception) -> bool:
@@ -198,8 +309,9 @@ def applied_key(cluster: str, namespace: str, name: str) -> str:
 
 
 class AppliedPlanStore:
-    def __init__(self, kv: KeyValue) -> None:
+    def __init__(self, kv: KeyValue, tombstone_ttl: float | None = None) -> None:
         self._kv = kv
+        self.tombstone_ttl_s = tombstone_ttl or tombstone_ttl_s()
 
     @classmethod
     async def open(cls, js: JetStreamContext) -> "AppliedPlanStore":
@@ -225,11 +337,7 @@ class AppliedPlanStore:
             raise
 
     async def delete(self, key: str) -> None:
-        _count(self._kv, "delete")
-        try:
-            await self._kv.delete(key)
-        except (KeyNotFoundError, NotFoundError):
-            pass
+        await _remove(self._kv, key, self.tombstone_ttl_s)
 
 
 class Outcome(BaseModel):
@@ -245,8 +353,9 @@ class Outcome(BaseModel):
 
 
 class OutcomeStore:
-    def __init__(self, kv: KeyValue) -> None:
+    def __init__(self, kv: KeyValue, tombstone_ttl: float | None = None) -> None:
         self._kv = kv
+        self.tombstone_ttl_s = tombstone_ttl or tombstone_ttl_s()
 
     @classmethod
     async def open(cls, js: JetStreamContext) -> "OutcomeStore":
@@ -268,8 +377,4 @@ class OutcomeStore:
     async def clear(self, key: str, stage: str) -> None:
         current = await self.get(key)
         if current is not None and current.stage == stage:
-            _count(self._kv, "delete")
-            try:
-                await self._kv.delete(key)
-            except (KeyNotFoundError, NotFoundError):
-                pass
+            await _remove(self._kv, key, self.tombstone_ttl_s)

@@ -22,6 +22,20 @@ from trainyard.telemetry import metrics
 MSG_ID_HEADER = "Nats-Msg-Id"
 
 
+async def last_published_ids(js: JetStreamContext, stream: str, filter_subject: str) -> dict[str, str]:
+    """Subject -> ``Nats-Msg-Id`` of the last message the stream holds on it, for every subject
+    matching ``filter_subject`` (one pass, headers only)."""
+    from trainyard.bus.kv import scan_last_per_subject
+
+    found: dict[str, str] = {}
+
+    def visit(msg: Any) -> None:
+        found[msg.subject] = (msg.headers or {}).get(MSG_ID_HEADER, "")
+
+    await scan_last_per_subject(js, stream, filter_subject, visit, headers_only=True)
+    return found
+
+
 @dataclass(frozen=True)
 class Outgoing:
     subject: str

@@ -18,6 +18,7 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 
 from trainyard.kube.resources import Resource, resource_for
+from trainyard.telemetry import detail
 
 log = logging.getLogger(__name__)
 _tracer = trace.get_tracer("trainyard.kube")
@@ -25,7 +26,7 @@ _tracer = trace.get_tracer("trainyard.kube")
 
 def _span(name: str, resource: Resource, namespace: str | None, obj_name: str | None):
     """A CLIENT span around one write to the API server."""
-    return _tracer.start_as_current_span(name, kind=SpanKind.CLIENT, attributes={
+    return detail.span(_tracer.start_as_current_span, name, kind=SpanKind.CLIENT, attributes={
         "k8s.kind": resource.kind, "k8s.namespace.name": namespace or "", "k8s.object.name": obj_name or "",
     })
 

@@ -11,6 +11,8 @@ from typing import Any, Callable, Sequence
 
 from opentelemetry import trace
 
+from trainyard.telemetry import detail
+
 from . import names
 from .documents import dig, mapping
 from .curve_keys import CurveKeyFactory, new_curve_key_pair
@@ -111,19 +113,19 @@ PLANNING_PHASES = ("enforce_ml_policy", "enforce_pod_group_policy", "identify_po
 def run_planning(plugins: Sequence[Plugin], ctx: PlanContext) -> list[dict[str, Any]]:
     """Enforce phases in order, then builders; the concatenated outputs in plugin order."""
     for phase in PLANNING_PHASES:
-        with _tracer.start_as_current_span(f"phase {phase}"):
+        with detail.span(_tracer.start_as_current_span, f"phase {phase}"):
             for plugin in plugins:
                 step = getattr(plugin, phase)
                 if step is not None:
-                    with _tracer.start_as_current_span(f"{plugin.name} {phase}",
-                                                       attributes={"trainyard.plugin": plugin.name}):
+                    with detail.span(_tracer.start_as_current_span, f"{plugin.name} {phase}",
+                                     attributes={"trainyard.plugin": plugin.name}):
                         step(ctx)
     objects: list[dict[str, Any]] = []
-    with _tracer.start_as_current_span("phase build"):
+    with detail.span(_tracer.start_as_current_span, "phase build"):
         for plugin in plugins:
             if plugin.build is not None:
-                with _tracer.start_as_current_span(f"{plugin.name} build",
-                                                   attributes={"trainyard.plugin": plugin.name}) as span:
+                with detail.span(_tracer.start_as_current_span, f"{plugin.name} build",
+                                 attributes={"trainyard.plugin": plugin.name}) as span:
                     built = plugin.build(ctx)
                     span.set_attribute("trainyard.objects", len(built))
                     objects.extend(built)

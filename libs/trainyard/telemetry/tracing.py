@@ -67,8 +67,12 @@ def otlp_requested() -> bool:
 
 def configure_tracing(service: str) -> TracerProvider:
     name = os.environ.get("OTEL_SERVICE_NAME") or f"trainyard-{service}"
+    from trainyard.telemetry import detail
+
     provider = TracerProvider(resource=Resource.create({"service.name": name}))
     provider.add_span_processor(TrainJobUidProcessor())
+    # Planning-phase and API-write spans only when some exporter sees them (docs/performance.md).
+    detail.set_enabled(otlp_requested() or os.environ.get("TRAINYARD_TRACE_CONSOLE") == "1")
     if otlp_requested():
         provider.add_span_processor(BatchSpanProcessor(_otlp_exporter()))
         log.info("exporting traces over OTLP", extra={

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
+import time
 from typing import Any, Awaitable, Callable
 
 from trainyard.telemetry import metrics
@@ -67,6 +68,11 @@ def observe_transition(trainjob: dict[str, Any], before: dict[str, Any], after: 
         metrics.TRAINJOB_TIME_TO_COMPLETE.labels(runtime, new).observe(max(finished - created, 0.0))
 
 
+def gauge_fields(trainjob: dict[str, Any]) -> dict[str, Any]:
+    """The part of a TrainJob ``count_states`` reads."""
+    return {"status": trainjob.get("status"), "spec": {"runtimeRef": (trainjob.get("spec") or {}).get("runtimeRef")}}
+
+
 def count_states(trainjobs: list[dict[str, Any]]) -> dict[tuple[str, str], int]:
     counts: dict[tuple[str, str], int] = {}
     for job in trainjobs:
@@ -85,6 +91,7 @@ async def keep_state_gauge(list_trainjobs: Lister, stop: asyncio.Event, interval
     its first TrainJobs."""
     runtimes: set[str] = set()
     while not stop.is_set():
+        started = time.monotonic()
         try:
             counts = count_states(await list_trainjobs())
             known = [str((r.get("metadata") or {}).get("name") or "") for r in
@@ -101,7 +108,9 @@ async def keep_state_gauge(list_trainjobs: Lister, stop: asyncio.Event, interval
             for runtime in runtimes:
                 for state in metrics.TRAINJOB_STATES:
                     metrics.TRAINJOBS.labels(state, runtime).set(counts.get((state, runtime), 0))
+        # With many TrainJobs a recount takes a while: wait at least 20 times as long as it took,
+        # so that counting stays under 5 % of a core.
         try:
-            await asyncio.wait_for(stop.wait(), timeout=interval_s)
+            await asyncio.wait_for(stop.wait(), timeout=max(interval_s, 20 * (time.monotonic() - started)))
         except asyncio.TimeoutError:
             pass

@@ -215,6 +215,58 @@ async def test_snapshot_never_rolls_back_and_tombstones_stay(bus):
     assert await bus.snapshots.list("c1", "JobSet") == []
 
 
+async def test_a_lagging_replica_with_a_remembered_revision_does_not_roll_back(nats_server, bus):
+    """Each watcher remembers the revision it wrote and updates without reading first: a write
+    by another replica in between makes that compare-and-set fail, and the newer snapshot stays."""
+    other = await BusSession.open(nats_server.url, "test-2")
+    try:
+        key = ObjectKey("c1", "JobSet", "ns", "lag")
+        assert await bus.snapshots.record(key, trainjob("lag", "5"))
+        assert await other.snapshots.record(key, trainjob("lag", "7"))
+        assert not await bus.snapshots.record(key, trainjob("lag", "6"))
+        assert (await bus.snapshots.get(key))["metadata"]["resourceVersion"] == "7"
+        assert await bus.snapshots.record(key, trainjob("lag", "8"))
+        assert not await other.snapshots.record(key, trainjob("lag", "7"))
+        assert (await other.snapshots.get(key))["metadata"]["resourceVersion"] == "8"
+    finally:
+        await other.close()
+
+
+async def test_tombstones_and_removed_entries_expire(bus):
+    """A deleted object's tombstone and a forgotten TrainJob's applied entry leave nothing in
+    their buckets once their TTL passed (here 1 s instead of 10 minutes): the buckets do not
+    grow with history."""
+    from nats.js.errors import NotFoundError
+
+    from trainyard.bus.kv import kv_key
+
+    bus.snapshots.tombstone_ttl_s = 1.0
+    bus.applied.tombstone_ttl_s = 1.0
+    key = ObjectKey("c1", "TrainJob", "ns", "gone")
+    assert await bus.snapshots.record(key, trainjob("gone", "5"))
+    assert await bus.snapshots.record(key, trainjob("gone", "6"), deleted=True)
+    assert not await bus.snapshots.record(key, trainjob("gone", "5"))  # no resurrection meanwhile
+    await bus.applied.compare_and_set("c1.ns.gone", AppliedPlan(uid="u", generation=1, planHash="h"), None)
+    await bus.applied.delete("c1.ns.gone")
+    assert (await bus.applied.read("c1.ns.gone")).value is None
+
+    async def held(stream: str, subject: str) -> bool:
+        try:
+            await bus.js.get_last_msg(stream, subject)
+            return True
+        except NotFoundError:
+            return False
+
+    for _ in range(100):
+        if not await held("KV_ty_objects", f"$KV.ty_objects.{kv_key(key)}") \
+                and not await held("KV_ty_applied", "$KV.ty_applied.c1.ns.gone"):
+            break
+        await asyncio.sleep(0.1)
+    else:
+        raise AssertionError("the tombstone or the removal marker is still stored")
+    assert await bus.snapshots.record(key, trainjob("gone", "9", uid="uid-2"))
+
+
 async def test_applied_plan_compare_and_set(bus):
     plan = AppliedPlan(uid="u", generation=1, planHash="h1")
     revision = await bus.applied.compare_and_set("k", plan, None)
