@@ -191,7 +191,9 @@ class Admission:
         review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
             "uid": str(uuid.uuid4()), "kind": gvk, "resource": gvr, "requestKind": gvk, "requestResource": gvr,
             "name": meta.get("name", ""), "operation": operation,
-            "userInfo": {"username": "devcluster-admin", "groups": ["system:masters", "system:authenticated"]},
+            # the requesting (or impersonated) user, as kube-apiserver sends it; internal writes: the admin
+            "userInfo": opts.user.as_json() if hasattr(getattr(opts, "user", None), "as_json") else
+            {"username": "devcluster-admin", "groups": ["system:masters", "system:authenticated"]},
             "object": obj, "oldObject": old, "dryRun": bool(opts.dry_run),
             "options": {"apiVersion": "meta.k8s.io/v1", "kind": f"{operation.capitalize()}Options",
                         "fieldManager": opts.manager} if operation != "DELETE" else

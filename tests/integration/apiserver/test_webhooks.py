@@ -95,6 +95,13 @@ async def test_mutating_and_validating_webhooks_are_called(devcluster, webhook_s
         assert ok.headers.get("Warning") == '299 - "checked by test"'
         plain = await c.post(CM, json={"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "plain"}})
         assert "mutated" not in (plain.json()["metadata"].get("labels") or {})  # objectSelector did not match
+        assert seen[-1]["userInfo"] == {"username": "devcluster-admin",
+                                        "groups": ["system:masters", "system:authenticated"]}
+        # the review names the requesting user, here an impersonated one (kubectl --as)
+        jane = await c.post(CM, json={"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "by-jane"}},
+                            headers={"Impersonate-User": "jane", "Impersonate-Group": "system:masters"})
+        assert jane.status_code == 201, jane.text
+        assert seen[-1]["userInfo"] == {"username": "jane", "groups": ["system:masters", "system:authenticated"]}
 
         denied = await c.post(CM, json={"apiVersion": "v1", "kind": "ConfigMap",
                                         "metadata": {"name": "denied", "labels": {"deny": "yes"}}})
