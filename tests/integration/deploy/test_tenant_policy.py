@@ -201,7 +201,7 @@ rules:
     verbs: ["get", "list", "create", "patch"]
   - apiGroups: [""]
     resources: ["configmaps"]
-    verbs: ["get", "list", "create", "patch", "update"]
+    verbs: ["get", "list", "create", "patch", "update", "delete"]
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: RoleBinding
@@ -235,8 +235,29 @@ def test_impersonated_tenant_users(cluster):
         'Error from server (Forbidden): configmaps "trainyard-tenant-policy" is forbidden: ValidatingAdmissionPolicy '
         "'trainyard-tenant-parameters' with binding 'trainyard-tenant-parameters' denied request: only cluster "
         "admins and trainyard:policy-admins may change trainyard-tenant-policy")
+    result = c.kubectl("--as=alice", "delete", "configmap", "trainyard-tenant-policy", "-n", "team-a", check=False)
+    assert result.returncode == 1
+    assert result.stderr.strip().endswith("denied request: only cluster admins and trainyard:policy-admins may "
+                                          "change trainyard-tenant-policy")
     # other ConfigMaps of the tenant are not guarded
     c.kubectl("--as=alice", "create", "configmap", "notes", "-n", "team-a", "--from-literal=a=1")
+    c.kubectl("--as=alice", "delete", "configmap", "notes", "-n", "team-a")
+
+
+def test_updates_that_leave_the_trainer_alone_are_not_capped(cluster):
+    """A TrainJob admitted before a cap existed keeps working: controllers' label and
+    finalizer updates pass; a change of spec.trainer is checked against the cap."""
+    c, _ = cluster
+    params = ["configmap", "trainyard-tenant-policy", "-n", "team-a", "--type=json"]
+    c.kubectl("patch", *params, "-p", json.dumps([{"op": "remove", "path": "/data/maxNodes"}]))
+    c.kubectl("apply", "-f", "-", input=trainjob("older", "team-a", "torch-distributed", nodes=None))
+    c.kubectl("patch", *params, "-p", json.dumps([{"op": "add", "path": "/data/maxNodes", "value": "4"}]))
+    labelled = c.kubectl("label", "trainjob", "older", "-n", "team-a", "stage=two")
+    assert labelled.stdout.strip() == "trainjob.trainer.kubeflow.org/older labeled"
+    resized = c.kubectl("patch", "trainjob", "older", "-n", "team-a", "--type=merge",
+                        "-p", json.dumps({"spec": {"trainer": {"numNodes": 8}}}), check=False)
+    assert resized.returncode == 1
+    assert "denied request: spec.trainer.numNodes 8 exceeds the cap of 4 nodes in namespace team-a" in resized.stderr
 
 
 def test_the_component_composes_with_the_cluster_install(cluster, tmp_path):
