@@ -5,6 +5,8 @@ import asyncio
 import hashlib
 import json
 import logging
+import time
+from collections import OrderedDict
 from datetime import datetime, timezone
 from dataclasses import dataclass
 from typing import Any
@@ -148,6 +150,39 @@ def inputs_already_applied(trainjob: dict[str, Any], applied: Any) -> bool:
         and applied.inputs == planning_inputs(trainjob)
 
 
+class RecentlyPublished:
+    """The inputs of the plans this process published in the last ``ttl_s`` seconds, per
+    TrainJob (bounded): until the applier records a plan, only the planner knows what it was
+    made from. Short-lived on purpose: a plan that fails to apply is planned again by the next
+    change after that, as without this memory."""
+
+    def __init__(self, ttl_s: float = 10.0, size: int = 4096) -> None:
+        self._ttl_s = ttl_s
+        self._size = size
+        self._entries: OrderedDict[tuple[str, str], tuple[float, str, int, str]] = OrderedDict()
+
+    def remember(self, namespace: str, name: str, message: PlanMessage) -> None:
+        key = (namespace, name)
+        self._entries[key] = (time.monotonic() + self._ttl_s, message.uid, message.generation, message.inputs)
+        self._entries.move_to_end(key)
+        while len(self._entries) > self._size:
+            self._entries.popitem(last=False)
+
+    def holds(self, namespace: str, name: str, trainjob: dict[str, Any]) -> bool:
+        entry = self._entries.get((namespace, name))
+        if entry is None:
+            return False
+        if entry[0] < time.monotonic():
+            del self._entries[(namespace, name)]
+            return False
+        meta = trainjob.get("metadata") or {}
+        return bool(entry[3]) and entry[1] == meta.get("uid") and entry[2] == int(meta.get("generation") or 0) \
+            and entry[3] == planning_inputs(trainjob)
+
+
+_RECENTLY_PUBLISHED = RecentlyPublished()
+
+
 def _same_refs(a: list[ObjectRef], b: list[ObjectRef]) -> bool:
     return {(r.api_version, r.kind, r.namespace, r.name) for r in a} == \
         {(r.api_version, r.kind, r.namespace, r.name) for r in b}
@@ -288,7 +323,12 @@ async def reconcile_trainjob(bus: BusSession, cluster: str, namespace: str, name
     """One planning pass; returns what happened (for logs and metrics)."""
     if trigger is not None and trigger.kind == "TrainJob" and trigger.type != "DELETED":
         # The event carries the TrainJob: a status-only change (the status service's own
-        # writes, mostly) is recognised with one read instead of a whole planning pass.
+        # writes, mostly) is recognised with one read instead of a whole planning pass, or
+        # with none when this process has just published the plan of these very inputs (the
+        # status write of a new TrainJob often comes before the applier claims its plan).
+        if _RECENTLY_PUBLISHED.holds(namespace, name, trigger.object):
+            metrics.PLANS.labels("inputs_unchanged").inc()
+            return "inputs unchanged"
         applied = (await bus.applied.read(applied_store_key(cluster, namespace, name))).value
         if inputs_already_applied(trigger.object, applied):
             metrics.PLANS.labels("inputs_unchanged").inc()
@@ -319,6 +359,7 @@ async def reconcile_trainjob(bus: BusSession, cluster: str, namespace: str, name
         return decision.skipped
     message = decision.message
     await bus.publisher.publish(plan_subject(cluster, namespace, name), message, message.msg_id())
+    _RECENTLY_PUBLISHED.remember(namespace, name, message)
     metrics.PLANS.labels("published").inc()
     return "published"
 

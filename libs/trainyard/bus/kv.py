@@ -149,12 +149,16 @@ class SnapshotStore:
         value = Snapshot(resourceVersion=rv, deleted=deleted, object=obj).model_dump_json(
             by_alias=True).encode()
         name = kv_key(key)
-        for _ in range(20):
+        for attempt in range(20):
             known = self._written.get(name)
             if known is not None:
                 revision = known[0]
                 if not _supersedes_parts(known[1], False, known[2], meta, rv, deleted):
                     return False
+            elif attempt == 0 and not deleted:
+                # Never written by this process: most often a new object, so create it without
+                # reading first (an existing entry makes the create fail, and then it reads).
+                revision = None
             else:
                 raw, revision = await _get(self._kv, name)
                 if raw is not None:

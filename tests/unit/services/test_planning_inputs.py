@@ -58,3 +58,25 @@ def test_only_an_applied_plan_or_a_live_claim_of_these_inputs_skips_planning() -
     assert not inputs_already_applied(status_only, entry(generation=1))
     assert not inputs_already_applied(status_only, entry(uid="other"))
     assert not inputs_already_applied(changed("metadata.labels", {"team": "b"}), entry())
+
+
+def test_a_plan_just_published_covers_its_status_only_events_for_a_short_while() -> None:
+    """Before the applier claims a plan only the planner knows its inputs: the status write of a
+    new TrainJob, arriving then, is not planned again; another generation, other inputs or an
+    expired memory are."""
+    from trainyard.bus.envelopes import PlanMessage
+    from trainyard_services.planner.reconcile import RecentlyPublished
+
+    recent = RecentlyPublished(ttl_s=30.0, size=2)
+    plan = PlanMessage(cluster="c", namespace="default", name="mnist", uid="u", generation=2, planHash="h",
+                       inputs=planning_inputs(TRAINJOB))
+    recent.remember("default", "mnist", plan)
+    assert recent.holds("default", "mnist", changed("status", {"state": "Running"}))
+    assert not recent.holds("default", "mnist", changed("spec.suspend", True))
+    assert not recent.holds("default", "other", TRAINJOB)
+    for i in range(2):  # bounded: the oldest entries go first
+        recent.remember("default", f"job-{i}", plan)
+    assert not recent.holds("default", "mnist", TRAINJOB)
+    expired = RecentlyPublished(ttl_s=-1.0)
+    expired.remember("default", "mnist", plan)
+    assert not expired.holds("default", "mnist", TRAINJOB)
