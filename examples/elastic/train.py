@@ -23,8 +23,8 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-STEPS = int(os.environ.get("TRAIN_STEPS", "60"))
-STEP_SECONDS = float(os.environ.get("STEP_SECONDS", "0.2"))
+STEPS = int(os.environ.get("TRAIN_STEPS", "100"))
+STEP_SECONDS = float(os.environ.get("STEP_SECONDS", "0.4"))
 CHECKPOINT_DIR = os.environ.get("CHECKPOINT_DIR", "/checkpoints")
 CHECKPOINT_EVERY = int(os.environ.get("CHECKPOINT_EVERY", "2"))
 FAIL_AT_STEP = int(os.environ.get("FAIL_AT_STEP", "-1"))

@@ -20,6 +20,7 @@ from .errors import FieldError, invalid, required
 ANNOTATION_ELASTIC = "trainyard.kubeflow.org/elastic-policy"
 NUM_NODES_FIELD = "spec.trainer.numNodes"
 RDZV_BACKEND = "c10d"
+ENV_DISABLE_SHARED_STORE = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 # Exit codes of a container killed by a signal (SIGKILL, SIGTERM): a lost pod, replaced by the
 # Job. Any other non-zero exit of torchrun is final (its restart budget is spent).
 SIGNAL_EXIT_CODES = (137, 143)
@@ -117,6 +118,10 @@ def torchrun_env(trainjob_name: str, rdzv_id: str, found: Bounds, nproc: int | s
         {"name": "PET_RDZV_BACKEND", "value": RDZV_BACKEND},
         {"name": "PET_RDZV_ENDPOINT", "value": f"{master}:{names.CONTAINER_TRAINER_PORT}"},
         {"name": "PET_RDZV_ID", "value": rdzv_id},
+        # torchrun >= 2.4 shares the rendezvous TCPStore with the workers; a node that joins a
+        # running group then waits forever for the store address, which node 0 publishes only in
+        # its first round. Without sharing, every round publishes it (docs/elastic.md).
+        {"name": ENV_DISABLE_SHARED_STORE, "value": "1"},
     ]
     return env
 

@@ -33,7 +33,7 @@ def test_elastic_env_replaces_fixed_rank_and_master() -> None:
     env = env_of(container_of(jobset, "node"))
     assert env == {"PET_NNODES": "1:4", "PET_NPROC_PER_NODE": "2", "PET_MAX_RESTARTS": "3",
                    "PET_RDZV_BACKEND": "c10d", "PET_RDZV_ENDPOINT": "test-job-node-0-0.test-job:29500",
-                   "PET_RDZV_ID": "uid-1"}
+                   "PET_RDZV_ID": "uid-1", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
     assert container_of(jobset, "node")["ports"] == [{"containerPort": 29500}]
     spec = replicated_job(jobset, "node")["template"]["spec"]
     assert (spec["parallelism"], spec["completions"]) == (2, 2)
