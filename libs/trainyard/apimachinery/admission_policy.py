@@ -615,3 +615,65 @@ def _binding_causes(spec: dict[str, Any]) -> list[dict[str, str]]:
     if isinstance(spec.get("matchResources"), dict):
         causes += _match_causes(spec["matchResources"], "spec.matchResources")
     return causes
+
+
+# --- offline: policies found among documents (trainyard validate) --------------------------
+
+POLICY_API_VERSION = "admissionregistration.k8s.io/v1"
+
+
+class DocumentSource:
+    """A ``ParamSource`` over a list of objects: the files ``trainyard validate`` reads stand
+    for the cluster (namespaces, parameter objects). A kind is cluster-scoped when named in
+    ``cluster_scoped_kinds``."""
+
+    def __init__(self, objects: list[dict[str, Any]], cluster_scoped_kinds: set[str] | frozenset[str]) -> None:
+        self.objects = objects
+        self.cluster_scoped = cluster_scoped_kinds
+
+    def _of(self, api_version: str, kind: str) -> list[dict[str, Any]]:
+        return [o for o in self.objects if o.get("apiVersion") == api_version and o.get("kind") == kind]
+
+    def namespace(self, name: str) -> dict[str, Any] | None:
+        return next((o for o in self._of("v1", "Namespace") if (o.get("metadata") or {}).get("name") == name), None)
+
+    def param_kind_scope(self, api_version: str, kind: str) -> bool | None:
+        return kind not in self.cluster_scoped
+
+    def list_params(self, api_version: str, kind: str, namespace: str) -> list[dict[str, Any]]:
+        found = self._of(api_version, kind)
+        if kind in self.cluster_scoped:
+            return found
+        return [o for o in found if (o.get("metadata") or {}).get("namespace", "") == namespace]
+
+    def get_param(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        return next((o for o in self.list_params(api_version, kind, namespace)
+                     if (o.get("metadata") or {}).get("name") == name), None)
+
+
+def policies_among(objects: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The ValidatingAdmissionPolicies and bindings among ``objects``, with the defaults
+    kube-apiserver gives them; ``ValueError`` naming the object for one it would refuse."""
+    import copy
+    found: dict[str, list[dict[str, Any]]] = {"ValidatingAdmissionPolicy": [], "ValidatingAdmissionPolicyBinding": []}
+    for obj in objects:
+        kind = obj.get("kind")
+        if obj.get("apiVersion") != POLICY_API_VERSION or kind not in found:
+            continue
+        obj = copy.deepcopy(obj)
+        meta = obj.setdefault("metadata", {})
+        meta.pop("namespace", None)  # cluster-scoped
+        meta.setdefault("uid", f"{kind}/{meta.get('name', '')}")
+        meta.setdefault("generation", 1)
+        try:
+            set_defaults(str(kind), obj)
+            causes = spec_causes(str(kind), obj)
+        except (AttributeError, TypeError, KeyError) as err:  # a shape the definitions would refuse
+            raise ValueError(f'{kind}.admissionregistration.k8s.io "{meta.get("name", "")}" is invalid: '
+                             f"spec: not a {kind} spec ({type(err).__name__}: {err})") from None
+        if causes:
+            first = causes[0]
+            raise ValueError(f'{kind}.admissionregistration.k8s.io "{meta.get("name", "")}" is invalid: '
+                             f'{first["field"]}: {first["message"]}')
+        found[str(kind)].append(obj)
+    return found["ValidatingAdmissionPolicy"], found["ValidatingAdmissionPolicyBinding"]

@@ -4,8 +4,11 @@ Each TrainJob and runtime in the files is checked as a create, or as an update o
 with the same kind, namespace and name in the ``--old`` files: the CRD schema and CEL rules,
 then the validating webhook (runtime resolution, plugin rules, immutability and suspend
 rules). Other documents are the cluster state the rules read (an existing JobSet,
-PriorityClasses). Warnings print as ``Warning: <text>``; rejections print what kubectl shows.
-Exit 1 when anything is rejected, 0 when all is accepted, 2 for unreadable input.
+PriorityClasses). ValidatingAdmissionPolicies and their bindings among the documents are
+enforced first, as kube-apiserver does, with the Namespaces and parameter objects of the files
+(``--as``/``--as-group`` name the requesting user, as with kubectl). Warnings print as
+``Warning: <text>``; rejections print what kubectl shows. Exit 1 when anything is rejected, 0
+when all is accepted, 2 for unreadable input.
 """
 from __future__ import annotations
 
@@ -27,6 +30,24 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="directory of runtime YAML files the TrainJobs may reference")
     parser.add_argument("-n", "--namespace", default="default",
                         help="namespace for namespaced objects that name none (default: default)")
+    parser.add_argument("--as", dest="as_user", default="trainyard-validate", metavar="USER",
+                        help="user the ValidatingAdmissionPolicies see (request.userInfo.username)")
+    parser.add_argument("--as-group", dest="as_groups", action="append", default=[], metavar="GROUP",
+                        help="group of that user (repeatable; system:authenticated is always one)")
+
+
+_RESOURCES = {"TrainJob": "trainjobs", "TrainingRuntime": "trainingruntimes",
+              "ClusterTrainingRuntime": "clustertrainingruntimes"}
+_REASONS = {401: "Unauthorized", 403: "Forbidden", 413: "RequestEntityTooLarge"}
+
+
+def _policy_rejection(denial: Any, doc: Any, operation: str) -> str:
+    """What kubectl prints for a ValidatingAdmissionPolicy denial."""
+    resource = _RESOURCES[doc.kind]
+    if denial.code == 422:  # kubectl shows an Invalid status as a field error with no field
+        return f'The {resource} "{doc.name}" is invalid: : {denial.message}'
+    return (f'Error from server ({_REASONS.get(denial.code, "Forbidden")}): error when {operation} "{doc.source}": '
+            f'{resource}.trainer.kubeflow.org "{doc.name}" is forbidden: {denial.message}')
 
 
 def _key(body: dict[str, Any]) -> tuple[str, str, str]:
@@ -34,8 +55,18 @@ def _key(body: dict[str, Any]) -> tuple[str, str, str]:
     return str(body.get("kind")), str(meta.get("namespace") or ""), str(meta.get("name") or "")
 
 
+def _evaluate(evaluate: Any, *args: Any) -> Any:
+    try:
+        return evaluate(*args)
+    except (AttributeError, TypeError, KeyError, ValueError) as err:  # a policy shape kube-apiserver would refuse
+        raise UserError(f"a ValidatingAdmissionPolicy or binding in the files is malformed: {type(err).__name__}: "
+                        f"{err}", exit_code=1) from None
+
+
 def run(args: argparse.Namespace) -> int:
-    from trainyard.cli.plan import RUNTIME_KINDS, cluster_state, load_inputs, print_warnings, render_rejection
+    from trainyard.apimachinery.admission_policy import Attributes, DocumentSource, evaluate, policies_among
+    from trainyard.cli.plan import (CLUSTER_SCOPED_KINDS, RUNTIME_KINDS, cluster_state, load_inputs, print_warnings,
+                                    render_rejection)
     from trainyard.pipeline import ObservedState, validate_runtime, validate_trainjob
 
     documents = load_inputs(args.files, [], args.namespace)
@@ -52,9 +83,28 @@ def run(args: argparse.Namespace) -> int:
     new_keys = {_key(body) for body in state_docs}
     state_docs += [d.body for d in old_documents if d.kind in RUNTIME_KINDS and _key(d.body) not in new_keys]
     state = ObservedState.of(state_docs)
+    objects = [d.body for d in context + documents]
+    try:
+        policies, bindings = policies_among(objects)
+    except ValueError as err:
+        raise UserError(str(err), exit_code=1) from None
+    source = DocumentSource(objects, CLUSTER_SCOPED_KINDS)
+    user = {"username": args.as_user, "groups": [*args.as_groups, "system:authenticated"]}
     rejected = False
     for doc in checked:
         old = old_by_key.get(_key(doc.body))
+        if policies and bindings:
+            group, _, version = str(doc.body.get("apiVersion")).partition("/")
+            outcome = _evaluate(evaluate, policies, bindings, Attributes(
+                operation="UPDATE" if old is not None else "CREATE", group=group, version=version,
+                resource=_RESOURCES[doc.kind], kind=doc.kind, namespaced=doc.kind != "ClusterTrainingRuntime",
+                name=doc.name, namespace=doc.namespace, object=doc.body, old_object=old, user_info=user), source)
+            print_warnings(outcome.warnings)
+            if outcome.denial is not None:
+                rejected = True
+                print(_policy_rejection(outcome.denial, doc, "updating" if old is not None else "creating"),
+                      file=sys.stderr)
+                continue
         if doc.kind == "TrainJob":
             result = validate_trainjob(doc.body, old, observed=state)
         else:
