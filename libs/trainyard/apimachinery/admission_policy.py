@@ -490,11 +490,14 @@ def _unsupported(field_path: str, value: Any, supported: tuple[str, ...]) -> dic
     return _cause(field_path, "FieldValueNotSupported", f'Unsupported value: "{value}": supported values: {listed}')
 
 
+def _items(value: Any) -> list[dict[str, Any]]:
+    """A list field's items, a null item read as an empty object (as Go decodes it)."""
+    return [item if isinstance(item, dict) else {} for item in value] if isinstance(value, list) else []
+
+
 def _rule_causes(rules: Any, where: str) -> list[dict[str, str]]:
     causes = []
-    for i, rule in enumerate(rules or []):
-        if not isinstance(rule, dict):
-            continue
+    for i, rule in enumerate(_items(rules)):
         at = f"{where}[{i}]"
         for j, op in enumerate(rule.get("operations") or []):
             if op not in _OPERATIONS:
@@ -543,7 +546,7 @@ def spec_causes(kind: str, obj: dict[str, Any]) -> list[dict[str, str]]:
         if not match.get("resourceRules"):
             causes.append(_required("spec.matchConstraints.resourceRules"))
     seen: set[str] = set()
-    for i, condition in enumerate(spec.get("matchConditions") or []):
+    for i, condition in enumerate(_items(spec.get("matchConditions"))):
         at = f"spec.matchConditions[{i}]"
         if not str(condition.get("expression") or "").strip():
             causes.append(_required(f"{at}.expression"))
@@ -553,7 +556,7 @@ def spec_causes(kind: str, obj: dict[str, Any]) -> list[dict[str, str]]:
         elif name in seen:
             causes.append(_cause(f"{at}.name", "FieldValueDuplicate", f'Duplicate value: "{name}"'))
         seen.add(name)
-    for i, variable in enumerate(spec.get("variables") or []):
+    for i, variable in enumerate(_items(spec.get("variables"))):
         at = f"spec.variables[{i}]"
         name = str(variable.get("name") or "")
         if not name.strip():
@@ -563,7 +566,7 @@ def spec_causes(kind: str, obj: dict[str, Any]) -> list[dict[str, str]]:
                                  f'Invalid value: "{name}": name is not a valid CEL identifier'))
         if not str(variable.get("expression") or "").strip():
             causes.append(_required(f"{at}.expression", "expression is not specified"))
-    validations = spec.get("validations") or []
+    validations = _items(spec.get("validations"))
     if not validations and not spec.get("auditAnnotations"):
         detail = "validations or auditAnnotations must contain at least one item"
         causes += [_required("spec.validations", detail), _required("spec.auditAnnotations", detail)]
