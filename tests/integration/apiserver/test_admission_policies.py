@@ -422,6 +422,9 @@ RULES = configmap_rules()
       "matchConditions": [{"name": "a", "expression": "true"}, {"name": "a", "expression": "true"}]},
      [("spec.matchConditions[1].name", 'Duplicate value: "a"'),
       ("spec.variables[0].name", 'Invalid value: "not-an-identifier": name is not a valid CEL identifier')]),
+    ({"matchConstraints": RULES, "validations": [{"expression": "true"}], "variables": [None]},
+     [("spec.variables[0].name", "Required value: name is not specified"),
+      ("spec.variables[0].expression", "Required value: expression is not specified")]),
 ])
 def test_policies_are_validated(client, spec, causes):
     answer = client.post(POLICIES, json={"apiVersion": "admissionregistration.k8s.io/v1",
