@@ -118,22 +118,6 @@ def _parse_number(value: object, flag: str, kind: type):
         raise UserError(f"{flag}: expected a number, got {value!r}") from None
 
 
-EVENT_LOOP_ENV = "TRAINYARD_EVENT_LOOP"
-
-
-def use_fast_event_loop() -> str:
-    """uvloop's event loop for the next ``asyncio.run`` (less CPU per message and request:
-    docs/performance.md), unless ``$TRAINYARD_EVENT_LOOP`` is ``asyncio``; returns which."""
-    if os.environ.get(EVENT_LOOP_ENV, "").strip().lower() == "asyncio":
-        return "asyncio"
-    try:
-        import uvloop
-    except ImportError:  # an installation without it runs on the standard loop
-        return "asyncio"
-    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
-    return "uvloop"
-
-
 def run_service(config: ServiceConfig, main: Callable[[asyncio.Event], Awaitable[None]]) -> int:
     """Runs ``main(stop)`` with logging and tracing set up; SIGTERM/SIGINT set ``stop``.
 
@@ -154,7 +138,6 @@ def run_service(config: ServiceConfig, main: Callable[[asyncio.Event], Awaitable
 
     from trainyard.kube.kubeconfig import KubeconfigError
 
-    use_fast_event_loop()
     try:
         asyncio.run(wrapper())
     except KubeconfigError as err:  # no cluster to talk to: one line, as for a bad flag
