@@ -6,8 +6,11 @@ on top of the CEL standard: the strings extension (``charAt``, ``indexOf``, ``la
 the list library (``isSorted``, ``sum``, ``min``, ``max``, ``indexOf``, ``lastIndexOf``), the
 regex library (``find``, ``findAll``), the quantity library (``quantity``, ``isQuantity``,
 ``sign``, ``isInteger``, ``asInteger``, ``asApproximateFloat``, ``add``, ``sub``,
-``compareTo``, ``isGreaterThan``, ``isLessThan``) and the URL library (``url``, ``isURL``,
-``getScheme``, ``getHost``, ``getHostname``, ``getPort``, ``getEscapedPath``, ``getQuery``).
+``compareTo``, ``isGreaterThan``, ``isLessThan``), the URL library (``url``, ``isURL``,
+``getScheme``, ``getHost``, ``getHostname``, ``getPort``, ``getEscapedPath``, ``getQuery``) and
+the IP/CIDR library (``ip``, ``isIP``, ``family``, ``isUnspecified``, ``isLoopback``,
+``isLinkLocalMulticast``, ``isLinkLocalUnicast``, ``isGlobalUnicast``, ``cidr``, ``isCIDR``,
+``containsIP``, ``containsCIDR``, ``ip()`` of a CIDR, ``masked``, ``prefixLength``).
 
 cel-python calls a receiver-style function ``x.f(a)`` as ``f(x, a)``, so one Python function
 per name serves both shapes; names shared by two libraries (``indexOf`` on strings and lists)
@@ -343,6 +346,140 @@ def _query(value: Any) -> Any:
                              for k, v in parsed.items()})
 
 
+# --- IP and CIDR ----------------------------------------------------------------------------
+
+class IPValue:
+    """An IP address (``ip('10.0.0.1')``); Kubernetes refuses zones and IPv4-mapped IPv6."""
+
+    def __init__(self, address: Any) -> None:
+        self.address = address
+
+    def __eq__(self, other: Any) -> bool:
+        return isinstance(other, IPValue) and self.address == other.address
+
+    def __hash__(self) -> int:
+        return hash(self.address)
+
+    def __str__(self) -> str:
+        return str(self.address)
+
+
+class CIDRValue:
+    """A subnet as written (``cidr('10.0.0.1/8')`` keeps its address; ``masked()`` clears it)."""
+
+    def __init__(self, interface: Any) -> None:
+        self.interface = interface
+
+    def __eq__(self, other: Any) -> bool:
+        return isinstance(other, CIDRValue) and self.interface == other.interface
+
+    def __hash__(self) -> int:
+        return hash(self.interface)
+
+    def __str__(self) -> str:
+        return str(self.interface)
+
+
+def _parse_ip(text: str) -> Any:
+    import ipaddress
+    if "%" in text:
+        raise ValueError("IP address with zone value is not allowed")
+    address = ipaddress.ip_address(text)
+    if address.version == 6 and address.ipv4_mapped is not None:
+        raise ValueError("IPv4-mapped IPv6 address is not allowed")
+    return address
+
+
+def _parse_cidr(text: str) -> Any:
+    import ipaddress
+    if "%" in text:
+        raise ValueError("CIDR with zone value is not allowed")
+    interface = ipaddress.ip_interface(text)
+    if "/" not in text:
+        raise ValueError("CIDR must have a prefix length")
+    if interface.version == 6 and interface.ip.ipv4_mapped is not None:
+        raise ValueError("IPv4-mapped IPv6 address is not allowed")
+    return interface
+
+
+def _ip(text: Any) -> Any:
+    if not isinstance(text, str):
+        return _error("no such overload: ip")
+    try:
+        return IPValue(_parse_ip(str(text)))
+    except ValueError as err:
+        return _error(f"IP Address {str(text)!r} parse error during conversion from string: {err}")
+
+
+def _cidr(text: Any) -> Any:
+    if not isinstance(text, str):
+        return _error("no such overload: cidr")
+    try:
+        return CIDRValue(_parse_cidr(str(text)))
+    except ValueError as err:
+        return _error(f"network address parse error during conversion from string: {err}")
+
+
+def _is_parsable(parse: Callable[[str], Any], name: str) -> Callable[[Any], Any]:
+    def call(text: Any) -> Any:
+        if not isinstance(text, str):
+            return _error(f"no such overload: {name}")
+        try:
+            parse(str(text))
+        except ValueError:
+            return celtypes.BoolType(False)
+        return celtypes.BoolType(True)
+    return call
+
+
+def _ip_method(name: str, fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    def call(value: Any) -> Any:
+        if not isinstance(value, IPValue):
+            return _error(f"no such overload: {name}")
+        return fn(value.address)
+    return call
+
+
+def _contains_ip(subnet: Any, other: Any) -> Any:
+    if not isinstance(subnet, CIDRValue):
+        return _error("no such overload: containsIP")
+    if isinstance(other, str):
+        other = _ip(other)
+    if not isinstance(other, IPValue):
+        return other if isinstance(other, CELEvalError) else _error("no such overload: containsIP")
+    return celtypes.BoolType(other.address.version == subnet.interface.version
+                             and other.address in subnet.interface.network)
+
+
+def _contains_cidr(subnet: Any, other: Any) -> Any:
+    if not isinstance(subnet, CIDRValue):
+        return _error("no such overload: containsCIDR")
+    if isinstance(other, str):
+        other = _cidr(other)
+    if not isinstance(other, CIDRValue):
+        return other if isinstance(other, CELEvalError) else _error("no such overload: containsCIDR")
+    inner, outer = other.interface.network, subnet.interface.network
+    return celtypes.BoolType(inner.version == outer.version and inner.subnet_of(outer))
+
+
+def _cidr_method(name: str, fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    def call(value: Any) -> Any:
+        if not isinstance(value, CIDRValue):
+            return _error(f"no such overload: {name}")
+        return fn(value.interface)
+    return call
+
+
+def _link_local_multicast(address: Any) -> bool:
+    import ipaddress
+    return address in ipaddress.ip_network("224.0.0.0/24" if address.version == 4 else "ff02::/16")
+
+
+def _masked(interface: Any) -> Any:
+    import ipaddress
+    return CIDRValue(ipaddress.ip_interface(str(interface.network)))
+
+
 FUNCTIONS: dict[str, Callable[..., Any]] = {
     # strings
     "charAt": _char_at,
@@ -388,4 +525,23 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "getPort": _url_method("getPort", _port),
     "getEscapedPath": _url_method("getEscapedPath", lambda u: u.parts.path),
     "getQuery": _query,
+    # IP and CIDR
+    "ip": lambda value: _cidr_method("ip", lambda i: IPValue(i.ip))(value) if isinstance(value, CIDRValue)
+    else _ip(value),
+    "isIP": _is_parsable(_parse_ip, "isIP"),
+    "cidr": _cidr,
+    "isCIDR": _is_parsable(_parse_cidr, "isCIDR"),
+    "family": _ip_method("family", lambda a: celtypes.IntType(a.version)),
+    "isUnspecified": _ip_method("isUnspecified", lambda a: celtypes.BoolType(a.is_unspecified)),
+    "isLoopback": _ip_method("isLoopback", lambda a: celtypes.BoolType(a.is_loopback)),
+    "isLinkLocalMulticast": _ip_method("isLinkLocalMulticast", lambda a: celtypes.BoolType(_link_local_multicast(a))),
+    "isLinkLocalUnicast": _ip_method("isLinkLocalUnicast", lambda a: celtypes.BoolType(a.is_link_local and
+                                                                                        not a.is_multicast)),
+    "isGlobalUnicast": _ip_method("isGlobalUnicast", lambda a: celtypes.BoolType(
+        not (a.is_unspecified or a.is_loopback or a.is_multicast or a.is_link_local)
+        and not (a.version == 4 and str(a) == "255.255.255.255"))),
+    "containsIP": _contains_ip,
+    "containsCIDR": _contains_cidr,
+    "masked": _cidr_method("masked", _masked),
+    "prefixLength": _cidr_method("prefixLength", lambda i: celtypes.IntType(i.network.prefixlen)),
 }

@@ -45,6 +45,15 @@ def run(expression: str, **names):
     "url('https://[::1]:80/').getHostname() == '::1' && url('https://example.com/').getPort() == ''",
     "url('https://example.com/a%20b').getEscapedPath() == '/a%20b'",
     "url('https://example.com/?k=a&k=b').getQuery() == {'k': ['a', 'b']}",
+    # IP and CIDR
+    "isIP('10.0.0.1') && isIP('::1') && !isIP('1.2.3') && !isIP('fe80::1%eth0')",
+    "ip('10.0.0.1').family() == 4 && ip('::1').family() == 6 && string(ip('10.0.0.1')) == '10.0.0.1'",
+    "ip('127.0.0.1').isLoopback() && ip('0.0.0.0').isUnspecified() && ip('8.8.8.8').isGlobalUnicast()",
+    "ip('fe80::1').isLinkLocalUnicast() && ip('224.0.0.1').isLinkLocalMulticast()",
+    "cidr('10.0.0.0/8').containsIP(ip('10.1.2.3')) && !cidr('10.0.0.0/8').containsIP('11.0.0.1')",
+    "cidr('10.0.0.0/8').containsCIDR('10.1.0.0/16') && !cidr('10.1.0.0/16').containsCIDR('10.0.0.0/8')",
+    "cidr('10.1.2.3/8').masked() == cidr('10.0.0.0/8') && cidr('10.1.2.3/8').ip() == ip('10.1.2.3')",
+    "cidr('10.0.0.0/8').prefixLength() == 8 && isCIDR('10.0.0.0/8') && !isCIDR('10.0.0.0')",
 ])
 def test_library_functions(expression):
     assert run(expression) is not None and bool(run(expression)) is True
@@ -57,6 +66,7 @@ def test_library_functions(expression):
     ("quantity('12 apples')", {}, "quantities must match the regular expression"),
     ("url('nope')", {}, "URL parse error during conversion from string: nope"),
     ("'abc'.substring(5)", {}, "index out of range: 5"),
+    ("ip('::ffff:1.2.3.4')", {}, "IPv4-mapped IPv6 address is not allowed"),
 ])
 def test_errors_read_as_one_line(expression, names, message):
     with pytest.raises(CelError) as err:
