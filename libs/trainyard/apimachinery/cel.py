@@ -87,9 +87,10 @@ def compile_rule(rule: str) -> CompiledRule:
         import celpy
     except ImportError:  # pragma: no cover - cel-python is a declared dependency
         return CompiledRule(rule, transition, native, None, "cel-python is not installed")
+    from trainyard.apimachinery.cel_library import FUNCTIONS  # CRD rules get Kubernetes' libraries too
     env = celpy.Environment()
     try:
-        program = env.program(env.compile(rule)).evaluate
+        program = env.program(env.compile(rule), functions=FUNCTIONS).evaluate
     except Exception as err:  # noqa: BLE001 - a bad rule is reported where it is evaluated
         return CompiledRule(rule, transition, native, None, str(err))
     return CompiledRule(rule, transition, native, program)

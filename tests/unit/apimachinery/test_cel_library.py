@@ -99,3 +99,10 @@ def test_lazy_map_evaluates_an_entry_on_first_read_only():
     assert calls == ["good"]
     with pytest.raises(CelError, match="boom"):
         compile_expression("variables.bad == 1").evaluate({"variables": variables})
+
+
+def test_crd_rules_get_the_same_libraries():
+    from trainyard.apimachinery.cel import compile_rule
+    rule = compile_rule("quantity(self.memory).isLessThan(quantity('1Gi')) && self.name.lowerAscii() == self.name")
+    assert rule.holds({"memory": "512Mi", "name": "abc"}) is True
+    assert rule.holds({"memory": "2Gi", "name": "abc"}) is False
