@@ -14,6 +14,8 @@ The same lines go to CHECKPOINT_DIR/progress.log, which outlives the pods (a rem
 goes with it).
 
 FAIL_AT_STEP=<n> makes every worker exit with an error at step n (to spend torchrun's budget).
+A file CHECKPOINT_DIR/train_steps, when present, holds the number of steps instead of TRAIN_STEPS
+(so a running job can be made shorter or longer; the e2e test ends its run that way).
 """
 import os
 import sys
@@ -53,6 +55,14 @@ def save(model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: int) ->
     os.replace(partial, checkpoint_path())
 
 
+def total_steps() -> int:
+    try:
+        with open(os.path.join(CHECKPOINT_DIR, "train_steps")) as handle:
+            return int(handle.read().strip())
+    except (FileNotFoundError, ValueError):
+        return STEPS
+
+
 def record(line: str) -> None:
     print(line, flush=True)
     os.makedirs(CHECKPOINT_DIR, exist_ok=True)
@@ -65,7 +75,7 @@ def main() -> int:
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
     model = torch.nn.Linear(FEATURES, 1)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     step = load(model, optimizer)  # every rank reads the same file: the same weights everywhere
     ddp = DistributedDataParallel(model)
     # A fixed target every node agrees on; each rank draws its own batches.
@@ -75,7 +85,8 @@ def main() -> int:
     restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     if rank == 0:
         record(f"start step={step} world={world} nodes={nodes} restart={restart}")
-    while step < STEPS:
+    steps = total_steps()
+    while step < steps:
         if step == FAIL_AT_STEP:
             print(f"rank {rank}: failing at step {step} on purpose", flush=True)
             return 3
@@ -90,9 +101,13 @@ def main() -> int:
         dist.all_reduce(total)
         if rank == 0:
             record(f"step={step} loss={total.item() / world:.5f} world={world} nodes={nodes} restart={restart}")
-            if step % CHECKPOINT_EVERY == 0 or step == STEPS:
+            if step % CHECKPOINT_EVERY == 0 or step == steps:
                 save(model, optimizer, step)
         time.sleep(STEP_SECONDS)
+        # Every rank must agree on the end: rank 0 reads the file, the others follow it.
+        agreed = torch.tensor([total_steps() if rank == 0 else 0])
+        dist.broadcast(agreed, 0)
+        steps = int(agreed.item())
     dist.barrier()
     dist.destroy_process_group()
     return 0
