@@ -20,7 +20,7 @@ from .errors import ApiError
 
 POLICIES = ("admissionregistration.k8s.io", "validatingadmissionpolicies")
 BINDINGS = ("admissionregistration.k8s.io", "validatingadmissionpolicybindings")
-# The one kubeconfig user, until authentication names others (userInfo of every request).
+# request.userInfo of a write that names no user (the server's own writes): the admin.
 DEFAULT_USER = {"username": "devcluster-admin", "groups": ["system:masters", "system:authenticated"]}
 
 
