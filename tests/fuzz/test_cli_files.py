@@ -133,8 +133,9 @@ def check_cli_answer(code: int, stdout: str, stderr: str, what: str) -> None:
     assert code in (1, 2), f"{what}: exit {code}\n{stderr}"
     lines = [line for line in stderr.splitlines() if line and not line.startswith("Warning: ")]
     assert lines, f"{what}: exit {code} with nothing on stderr"
-    for line in lines:
-        assert line.startswith(("error: ", "Error from server (")), f"{what}: unclear error line {line!r}"
+    assert lines[0].startswith(("error: ", "Error from server (")), f"{what}: unclear error line {lines[0]!r}"
+    for line in lines[1:]:  # kubectl lists several causes of one rejection as "* <field>: ..." lines
+        assert line.startswith(("error: ", "Error from server (", "* ")), f"{what}: unclear error line {line!r}"
 
 
 @fuzz_settings(120)

@@ -22,7 +22,7 @@ from nats.errors import ConnectionClosedError, TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
 
 from trainyard.bus import subjects
-from trainyard.bus.envelopes import DeadLetter
+from trainyard.bus.envelopes import DEAD_LETTER_DATA_MAX, DeadLetter
 from trainyard.bus.publisher import Publisher
 from trainyard.bus.topology import ConsumerSpec, ensure_consumer, retire_consumers
 from trainyard.bus.tracing import consume_span
@@ -290,8 +290,9 @@ class Consumer:
             subject=msg.subject,
             deliveries=delivery.num_delivered,
             error=error,
-            data=base64.b64encode(msg.data).decode("ascii"),
+            data=base64.b64encode(msg.data[:DEAD_LETTER_DATA_MAX]).decode("ascii"),
             headers={k: v for k, v in delivery.headers.items()},
+            truncated=len(msg.data) > DEAD_LETTER_DATA_MAX,
         )
         subject = subjects.dead_letter_subject(msg.subject)
         msg_id = f"dead:{self._spec.stream}:{self.name}:{delivery.stream_sequence}"

@@ -150,7 +150,12 @@ class ApplyResult(Envelope):
 
 
 class DeadLetter(Envelope):
-    """A message given up on, with the error that made it poison."""
+    """A message given up on, with the error that made it poison.
+
+    ``data`` is the base64 of the original body, or of its first ``DEAD_LETTER_DATA_MAX`` bytes
+    (``truncated`` true) when it is larger: a letter must fit in NATS's max_payload, which a
+    poison message just under that limit, grown by base64, would not.
+    """
 
     stream: str
     consumer: str
@@ -159,6 +164,10 @@ class DeadLetter(Envelope):
     error: str
     data: str
     headers: dict[str, str] = Field(default_factory=dict)
+    truncated: bool = False
+
+
+DEAD_LETTER_DATA_MAX = 256 * 1024
 
 
 E = TypeVar("E", bound=Envelope)
