@@ -151,6 +151,8 @@ class Authorization:
         if not isinstance(body, dict):
             raise errors.bad_request(f"the body of a {rt.kind} must be a JSON object")
         answer = dict(body, apiVersion=rt.api_version, kind=rt.kind)
+        if answer.get("metadata") is not None and not isinstance(answer["metadata"], dict):
+            raise errors.bad_request("metadata must be a JSON object")
         meta = dict(answer.get("metadata") or {})
         meta.setdefault("creationTimestamp", None)
         answer["metadata"] = meta

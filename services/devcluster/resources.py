@@ -637,6 +637,8 @@ class Api:
         obj = stored.load()
         meta = obj["metadata"]
         pre = options.get("preconditions") or {}
+        if not isinstance(pre, dict):
+            raise errors.bad_request(f"DeleteOptions.preconditions: must be an object, got {json.dumps(pre)[:100]}")
         if pre.get("uid") and pre["uid"] != meta.get("uid"):
             raise errors.conflict(rt.qualified_resource, name, rt.group, rt.resource,
                                   f"Precondition failed: UID in precondition: {pre['uid']}, UID in object meta: {meta.get('uid')}")

@@ -466,8 +466,8 @@ class ApiServer:
         options: dict[str, Any] = {}
         if body.strip():
             try:
-                options = json.loads(body)
-            except ValueError as err:
+                options = machinery.loads(body)
+            except (ValueError, UnicodeDecodeError) as err:
                 raise errors.bad_request(f"error decoding DeleteOptions: {err}") from err
             if not isinstance(options, dict):
                 raise errors.bad_request("DeleteOptions must be a JSON object")

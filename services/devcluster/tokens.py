@@ -58,6 +58,10 @@ class TokenIssuer:
         account = api.get(accounts, namespace, name)  # 404 as kube-apiserver when it does not exist
         if not isinstance(body, dict) or body.get("kind") not in (None, TOKEN_REQUEST_KIND):
             raise errors.bad_request(f"the body of a {TOKEN_REQUEST_KIND} must be a {TOKEN_REQUEST_KIND} object")
+        if body.get("spec") is not None and not isinstance(body["spec"], dict):
+            raise errors.invalid(f"{TOKEN_REQUEST_KIND}.authentication.k8s.io", name, "authentication.k8s.io",
+                                 TOKEN_REQUEST_KIND, [errors.field_cause("spec", "FieldValueInvalid",
+                                                                         "Invalid value: must be an object")])
         spec = dict(body.get("spec") or {})
         spec.setdefault("expirationSeconds", sat.DEFAULT_EXPIRATION_SECONDS)
         if not spec.get("audiences"):

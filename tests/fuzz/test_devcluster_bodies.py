@@ -497,6 +497,16 @@ BOMB = YamlBomb.text(9, 10)  # 10**8 values once expanded, from under 1 KiB
                                      b"{k: !!binary aGVsbG8=}\n", 400, "has no JSON value"),
     ("POST", CM, "application/yaml", b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: f}\ndata: {k: .inf}\n",
      400, "has no JSON form"),
+    ("POST", "/api/v1/namespaces/default/serviceaccounts/default/token", "application/json",
+     b'{"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": "x"}', 422,
+     "spec: Invalid value: must be an object"),
+    ("DELETE", CM + "/seed?dryRun=All", "application/json", b'{"preconditions": 5}', 400,
+     "DeleteOptions.preconditions: must be an object"),
+    ("DELETE", CM + "/seed?dryRun=All", "application/json", b'{"preconditions": {"uid": 1e400}}', 400,
+     "out of range"),
+    ("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", "application/json",
+     b'{"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview", "metadata": true, "spec": {}}',
+     400, "metadata must be a JSON object"),
 ])
 def test_found_bad_bodies_get_a_clear_4xx(server, method, path, content_type, body, code, text):
     before = server.get("ConfigMap")
@@ -523,3 +533,44 @@ def test_a_warning_about_a_field_named_with_control_characters_is_still_answered
     assert response.status_code == 201, response.text
     assert 'metadata.a\\u0004b' in response.headers["warning"]
     server.client.delete(f"{CM}/warned")
+
+
+# ---------------------------------------------------------------------------- other request bodies
+
+TOKEN_REQUEST = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                 "spec": {"audiences": ["fuzz"], "expirationSeconds": 3600,
+                          "boundObjectRef": {"kind": "ConfigMap", "apiVersion": "v1", "name": "seed"}}}
+DELETE_OPTIONS = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background",
+                  "gracePeriodSeconds": 0, "preconditions": {"uid": "x", "resourceVersion": "1"}, "dryRun": ["All"]}
+BINDING = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "seed"}, "target": {"kind": "Node", "name": "n"}}
+REVIEW = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+          "spec": {"resourceAttributes": {"namespace": "default", "verb": "get", "resource": "configmaps"}}}
+OTHER = {
+    "token": ("POST", "/api/v1/namespaces/default/serviceaccounts/default/token", TOKEN_REQUEST),
+    "delete options": ("DELETE", "/api/v1/namespaces/default/configmaps/seed", DELETE_OPTIONS),
+    "binding": ("POST", "/api/v1/namespaces/default/pods/seed/binding", BINDING),
+    "access review": ("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", REVIEW),
+}
+SELECTORS = st.one_of(st.text(max_size=20), st.sampled_from(
+    ["a in (b", "a notin ()", "!a,b", "a=b,,", "metadata.name=seed", "spec.x=1", "a==b==c", "a=" + "x" * 300,
+     "status.phase!=Running", "a in (b,c),!d", "=", "!", "a,b=", "metadata.name in (x)"]))
+
+
+@fuzz_settings(60)
+@given(data=st.data())
+def test_delete_options_token_binding_review_bodies_and_selectors(server, fuzz_count, data):
+    which = data.draw(st.sampled_from(sorted(OTHER) + ["selectors"]), label="endpoint")
+    if which == "selectors":
+        fuzz_count("devcluster list selectors")
+        query = {key: clean_text(data.draw(SELECTORS, label=key))
+                 for key in data.draw(st.lists(st.sampled_from(["labelSelector", "fieldSelector"]), min_size=1,
+                                               max_size=2, unique=True), label="keys")}
+        response = server.client.get(KINDS[data.draw(st.sampled_from(sorted(KINDS)), label="kind")][0], params=query)
+        check_answer(server, "ConfigMap", response, f"list {query}")
+        return
+    method, path, seed = OTHER[which]
+    body = data.draw(json_bodies(seed), label="body")
+    query = {"dryRun": "All"} if which == "delete options" else {}  # the seed ConfigMap stays
+    fuzz_count(f"devcluster {which} bodies")
+    response = server.send(method, path, body, "application/json", query)
+    check_answer(server, "ConfigMap", response, f"{method} {path} {body[:300]!r}")
