@@ -504,6 +504,9 @@ BOMB = YamlBomb.text(9, 10)  # 10**8 values once expanded, from under 1 KiB
      "DeleteOptions.preconditions: must be an object"),
     ("DELETE", CM + "/seed?dryRun=All", "application/json", b'{"preconditions": {"uid": 1e400}}', 400,
      "out of range"),
+    # a Secret whose data (a map) arrives as a number: TypeError in the decoder
+    ("POST", "/api/v1/namespaces/default/secrets", "application/vnd.kubernetes.protobuf",
+     b"k8s\x00\n\x0c\n\x02v1\x12\x06Secret\x12\x02\x10\x08", 400, "expected a map entry"),
     ("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", "application/json",
      b'{"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview", "metadata": true, "spec": {}}',
      400, "metadata must be a JSON object"),
@@ -574,3 +577,41 @@ def test_delete_options_token_binding_review_bodies_and_selectors(server, fuzz_c
     fuzz_count(f"devcluster {which} bodies")
     response = server.send(method, path, body, "application/json", query)
     check_answer(server, "ConfigMap", response, f"{method} {path} {body[:300]!r}")
+
+
+# ---------------------------------------------------------------------------- the protobuf decoder
+
+
+@st.composite
+def protobuf_objects(draw) -> bytes:
+    """A valid envelope naming a supported kind whose object bytes are random fields: numbers,
+    wire types, lengths and nested payloads the decoder has to survive."""
+    from trainyard.apimachinery.protobuf import supported_kinds
+    api_version, kind = draw(st.sampled_from(supported_kinds()))
+    fields = b""
+    for _ in range(draw(st.integers(0, 6))):
+        number = draw(st.integers(1, 20))
+        wire = draw(st.sampled_from([0, 1, 2, 5, 3, 7]))
+        if wire == 2:
+            payload = draw(st.one_of(st.binary(max_size=30), st.builds(
+                lambda n, p: field_bytes(n, p), st.integers(1, 12), st.binary(max_size=12))))
+            fields += varint(number << 3 | 2) + varint(len(payload) + draw(st.sampled_from([0, 0, 0, 1, 50]))) + payload
+        else:
+            fields += varint(number << 3 | wire) + draw(st.binary(min_size=0, max_size=9))
+    type_meta = field_bytes(1, api_version.encode()) + field_bytes(2, kind.encode())
+    return MAGIC + field_bytes(1, type_meta) + field_bytes(2, fields)
+
+
+@fuzz_settings(400)
+@given(body=protobuf_objects())
+def test_the_protobuf_decoder_only_ever_refuses_with_its_own_error(fuzz_count, body):
+    """What devcluster calls for every protobuf body: a decoded object or ProtobufDecodeError
+    (answered 400); any other exception would be a 500."""
+    from trainyard.apimachinery.errors import ProtobufDecodeError
+    from trainyard.apimachinery.protobuf import decode_kubernetes_protobuf
+    fuzz_count("protobuf decoder (in-process)")
+    try:
+        decoded = decode_kubernetes_protobuf(body)
+    except ProtobufDecodeError:
+        return
+    json.dumps(decoded, allow_nan=False).encode("utf-8")  # and what it decodes is JSON

@@ -153,6 +153,8 @@ def _store(result: dict[str, Any], message: str, name: str, type_code: str, wire
         else:
             values.append(_decode_value(element, wire_type, payload, f"{message}.{name}"))
     elif type_code.startswith("{"):
+        if wire_type != _WIRE_BYTES:  # a map entry is a message: its payload was a number
+            raise ProtobufDecodeError(f"protobuf {message}.{name}: expected a map entry, got wire type {wire_type}")
         key_type, _, value_type = type_code[1:-1].partition(":")
         entry = _decode_map_entry(payload, key_type, value_type, f"{message}.{name}")
         result.setdefault(name, {})[entry[0]] = entry[1]
