@@ -581,6 +581,7 @@ async def bench(stack: Stack, args) -> dict:
         start = time.perf_counter()
         creators.go()
         await creators.finish()
+        created = time.perf_counter() - start
         await watch.wait_all([f"bench-sustained/{n}" for n in names], timeout=300)
         wall = time.perf_counter() - start
         sustained = args.sustained / wall
@@ -613,8 +614,8 @@ async def bench(stack: Stack, args) -> dict:
     percent = {name: 100 * used / wall for name, used in cpu_each.items()}
     busiest = max(percent, key=percent.get)
     print(f"sustained: {sustained:.1f} TrainJobs/s (create -> JobSet applied, {args.sustained} TrainJobs, "
-          f"concurrency {args.concurrency}, {args.generators} generator processes; load average before "
-          f"{load_before}, after {loadavg()})")
+          f"concurrency {args.concurrency}, {args.generators} generator processes, every create answered "
+          f"after {created:.1f} s of {wall:.1f} s; load average before {load_before}, after {loadavg()})")
     print(f"raw devcluster SSA: {raw:.1f} JobSets/s (devcluster at {dev_raw_pct:.0f}% CPU); "
           f"ratio sustained/raw = {sustained / raw:.2f}")
     print("CPU ms per TrainJob in the sustained run: " +

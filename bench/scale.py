@@ -143,6 +143,8 @@ async def run(stack: Stack, args) -> None:
             await removers.finish()
             await watch.wait_all([f"{NS}/{n}" for n in batch], timeout=600, deleted=True)
             await settle(stack)
+            print(f"  cycle {cycle + 1}: RSS MiB " + ", ".join(f"{n} {v:.0f}" for n, v in memory(stack).items()),
+                  flush=True)
         if args.cycles:
             if args.wait_purge:
                 print(f"waiting {args.wait_purge:.0f} s for tombstones to expire", flush=True)

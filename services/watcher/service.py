@@ -135,6 +135,8 @@ class ResourceFeed:
         self._sink = sink
         self._cluster = cluster
         self.synced: set[str] = set()
+        # A relist in progress, per resource: the last event id per subject and the names listed.
+        self._relisting: dict[Resource, tuple[dict[str, str], set[tuple[str, str]]]] = {}
 
     def _wanted(self, resource: Resource, obj: dict[str, Any]) -> bool:
         return resource not in OWNED_ONLY or owned_by_trainjob(obj)
@@ -144,16 +146,22 @@ class ResourceFeed:
             await self._sink.put(event_type, obj)  # type: ignore[arg-type]
 
     async def on_relist(self, resource: Resource, items: list[dict[str, Any]], list_rv: str) -> None:
-        """Publishes the listed state, and DELETED for stored objects no longer listed.
+        """Publishes the listed state, and DELETED for stored objects no longer listed (the
+        list in one piece; ``list_and_watch`` hands it over page by page)."""
+        await self.on_relist_page(resource, items, True)
+        await self.on_relist_end(resource, list_rv)
 
-        A listed object whose current state is already the last event on its subject (its
-        snapshot was recorded before that event was published) is not published again: a
-        restarted watcher then costs the consumers nothing for the thousands of objects that
-        did not change while it was away, and an event that was lost (recorded, never
-        published) is still published."""
-        kind = bus_kind(resource.api_version, resource.kind)
-        published = await last_published_ids(self._bus.js, EVENTS_STREAM, event_filter(self._cluster, kind))
-        listed: set[tuple[str, str]] = set()
+    async def on_relist_page(self, resource: Resource, items: list[dict[str, Any]], first: bool = False) -> None:
+        """One page of a list. A listed object whose current state is already the last event
+        on its subject (its snapshot was recorded before that event was published) is not
+        published again: a restarted watcher then costs the consumers nothing for the thousands
+        of objects that did not change while it was away, and an event that was lost (recorded,
+        never published) is still published."""
+        if first or resource not in self._relisting:
+            kind = bus_kind(resource.api_version, resource.kind)
+            self._relisting[resource] = (
+                await last_published_ids(self._bus.js, EVENTS_STREAM, event_filter(self._cluster, kind)), set())
+        published, listed = self._relisting[resource]
         for obj in items:
             if not self._wanted(resource, obj):
                 continue
@@ -163,7 +171,13 @@ class ResourceFeed:
             if published.get(event_subject(event.key)) == event.msg_id():
                 continue
             await self._sink.put_event(event)
-        del published
+
+    async def on_relist_end(self, resource: Resource, list_rv: str) -> None:
+        """The list is complete: DELETED for every stored live object it did not name."""
+        if resource not in self._relisting:
+            await self.on_relist_page(resource, [], True)
+        _, listed = self._relisting.pop(resource)
+        kind = bus_kind(resource.api_version, resource.kind)
 
         def unlisted(snapshot: Any) -> Any:
             """Only the live snapshots the list no longer has (whole objects of all of them

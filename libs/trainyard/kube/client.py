@@ -150,19 +150,31 @@ class KubeClient:
     ) -> tuple[list[dict], str]:
         """All items (following ``continue`` pages) and the list's resourceVersion."""
         items: list[dict] = []
+        resource_version = ""
+        async for page, resource_version in self.list_pages(resource, namespace, label_selector=label_selector):
+            items.extend(page)
+        return items, resource_version
+
+    async def list_pages(
+        self, resource: Resource, namespace: str | None = None, *, label_selector: str | None = None,
+        limit: int = 500,
+    ) -> AsyncIterator[tuple[list[dict], str]]:
+        """The list page by page (``limit`` items each, following ``continue``), each with the
+        list's resourceVersion: a caller that handles a page at a time never holds them all."""
         token: str | None = None
         while True:
             body = await self.request(
                 "GET", resource.path(namespace),
-                query={"labelSelector": label_selector, "limit": 500, "continue": token},
+                query={"labelSelector": label_selector, "limit": limit, "continue": token},
             )
-            for item in body.get("items") or []:
+            items = body.get("items") or []
+            for item in items:
                 item.setdefault("apiVersion", resource.api_version)
                 item.setdefault("kind", resource.kind)
-                items.append(item)
             token = (body.get("metadata") or {}).get("continue")
+            yield items, str((body.get("metadata") or {}).get("resourceVersion", ""))
             if not token:
-                return items, str((body.get("metadata") or {}).get("resourceVersion", ""))
+                return
 
     async def watch(
         self, resource: Resource, resource_version: str, *, timeout_s: int = 300,

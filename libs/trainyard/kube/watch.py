@@ -19,6 +19,18 @@ class WatchHandler(Protocol):
         """One ADDED / MODIFIED / DELETED watch event."""
 
 
+class PagedWatchHandler(WatchHandler, Protocol):
+    """A handler that takes a list page by page (``on_relist_page`` for each page, then
+    ``on_relist_end``) instead of ``on_relist`` with every item: thousands of objects are then
+    never all in memory at once."""
+
+    async def on_relist_page(self, resource: Resource, items: list[dict], first: bool) -> None:
+        """One page; ``first``: a new list starts (forget any earlier, unfinished one)."""
+
+    async def on_relist_end(self, resource: Resource, resource_version: str) -> None:
+        ...
+
+
 async def list_and_watch(
     client: KubeClient,
     resource: Resource,
@@ -42,7 +54,16 @@ async def list_and_watch(
     failures = 0
     while not stop.is_set():
         try:
-            if resource_version is None:
+            if resource_version is None and hasattr(handler, "on_relist_page"):
+                listed_rv, first = "", True
+                async for items, listed_rv in client.list_pages(resource, label_selector=label_selector):
+                    await handler.on_relist_page(resource, items, first)
+                    first = False
+                await handler.on_relist_end(resource, listed_rv)
+                resource_version = listed_rv
+                if on_synced:
+                    on_synced(True)
+            elif resource_version is None:
                 items, resource_version = await client.list(resource, label_selector=label_selector)
                 await handler.on_relist(resource, items, resource_version)
                 if on_synced:

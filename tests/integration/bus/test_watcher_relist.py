@@ -46,3 +46,21 @@ async def test_relist_publishes_only_what_the_stream_does_not_already_say(bus):
     await feed.on_relist(r.TRAINJOB, [trainjob("same", "6")], list_rv="11")
     event, _ = sink._queue.get_nowait()
     assert (event.type, event.name, event.resource_version) == ("ADDED", "same", "6")
+
+
+async def test_a_list_handed_over_page_by_page_names_what_it_listed_across_pages(bus):
+    """list_and_watch hands a list over in pages: an object on any page counts as listed, and a
+    new list (``first``) forgets an earlier one that broke off midway."""
+    sink = EventSink(bus, "c1")
+    feed = ResourceFeed(bus, sink, "c1")
+    await sink._flush([(ObjectEvent.from_object("c1", "ADDED", trainjob(name, "2")), None)
+                       for name in ("a", "b", "c")])
+    await feed.on_relist_page(r.TRAINJOB, [trainjob("a", "2")], True)
+    await feed.on_relist_page(r.TRAINJOB, [trainjob("c", "2")], True)  # the first list broke off
+    await feed.on_relist_page(r.TRAINJOB, [trainjob("b", "2")], False)
+    await feed.on_relist_end(r.TRAINJOB, "10")
+    queued = []
+    while not sink._queue.empty():
+        event, _ = sink._queue.get_nowait()
+        queued.append((event.type, event.name))
+    assert queued == [("DELETED", "a")]
