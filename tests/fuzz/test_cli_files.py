@@ -191,6 +191,14 @@ def test_the_real_process_prints_no_traceback(tmp_path, body):
     assert str(path) in result.stderr
 
 
+def test_an_integer_too_long_for_python_is_an_error_naming_the_file(tmp_path):
+    path = tmp_path / "long.yaml"
+    path.write_text("apiVersion: trainer.kubeflow.org/v1alpha1\nkind: TrainJob\nmetadata: {name: j}\n"
+                    "spec: {trainer: {numNodes: " + "1" * 5000 + "}}\n")
+    code, _, stderr = run_cli(["validate", "-f", str(path)])
+    assert code == 2 and stderr.startswith(f"error: {path}: invalid YAML: Exceeds the limit"), stderr
+
+
 def test_crds_check_names_a_file_that_is_not_text(tmp_path):
     # a CRD file that is not UTF-8 raised UnicodeDecodeError out of `trainyard crds --check`
     (tmp_path / "trainer.kubeflow.org_trainjobs.yaml").write_bytes(b"\x81\x82")

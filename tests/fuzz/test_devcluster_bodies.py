@@ -504,6 +504,9 @@ BOMB = YamlBomb.text(9, 10)  # 10**8 values once expanded, from under 1 KiB
      "DeleteOptions.preconditions: must be an object"),
     ("DELETE", CM + "/seed?dryRun=All", "application/json", b'{"preconditions": {"uid": 1e400}}', 400,
      "out of range"),
+    # an apply body of 5000 digits: not JSON (Python's int limit), then a ValueError out of YAML
+    ("PATCH", CM + "/seed?fieldManager=fuzz", "application/apply-patch+yaml",
+     b'{"apiVersion": ' + b"1" * 5000 + b"}", 400, "Exceeds the limit"),
     # a Secret whose data (a map) arrives as a number: TypeError in the decoder
     ("POST", "/api/v1/namespaces/default/secrets", "application/vnd.kubernetes.protobuf",
      b"k8s\x00\n\x0c\n\x02v1\x12\x06Secret\x12\x02\x10\x08", 400, "expected a map entry"),
@@ -615,3 +618,49 @@ def test_the_protobuf_decoder_only_ever_refuses_with_its_own_error(fuzz_count, b
     except ProtobufDecodeError:
         return
     json.dumps(decoded, allow_nan=False).encode("utf-8")  # and what it decodes is JSON
+
+
+# ---------------------------------------------------------------------------- patch machinery in-process
+
+POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "seed", "namespace": "default",
+                                                       "labels": {"a": "b"}, "finalizers": ["x", "y"]},
+       "spec": {"containers": [{"name": "c", "image": "busybox", "env": [{"name": "A", "value": "1"}],
+                                "ports": [{"containerPort": 80, "protocol": "TCP"}]},
+                               {"name": "d", "image": "busybox"}],
+                "volumes": [{"name": "v", "emptyDir": {}}], "tolerations": [{"key": "k", "operator": "Exists"}]}}
+
+
+@fuzz_settings(300)
+@given(data=st.data())
+def test_the_patch_machinery_only_ever_refuses_with_a_status(fuzz_count, data):
+    """What devcluster runs for every PATCH (json, merge, strategic) and apply, called directly
+    with many more patches than go over HTTP: a result or a 4xx ApiError, never another error."""
+    from trainyard_services.devcluster import machinery
+    from trainyard_services.devcluster.errors import ApiError
+    from trainyard_services.devcluster.registry import Registry
+    from trainyard_services.devcluster.resources import Api, WriteOptions
+
+    registry = Registry()
+    kind = data.draw(st.sampled_from(["Pod", "ConfigMap", "Deployment"]), label="kind")
+    rt = {"Pod": registry.lookup("", "v1", "pods"), "ConfigMap": registry.lookup("", "v1", "configmaps"),
+          "Deployment": registry.lookup("apps", "v1", "deployments")}[kind]
+    live = {"Pod": POD, "ConfigMap": CONFIGMAP, "Deployment": DEPLOYMENT}[kind]
+    patch_type = data.draw(st.sampled_from(["json", "merge", "strategic", "apply"]), label="patch type")
+    fuzz_count(f"patch machinery (in-process) {patch_type}")
+    try:
+        if patch_type == "apply":
+            body, _, query = data.draw(apply_requests(live), label="apply")
+            opts = WriteOptions(manager=clean_text(query.get("fieldManager") or "fuzz"), force=query.get("force") == "true")
+            api = Api(None, registry)  # the checks Api._apply makes before applying (no store needed)
+            config = api._prune_config(rt, api._check_body(rt, machinery.parse_apply_body(body)), opts)
+            result = machinery.server_side_apply(rt, json.loads(json.dumps(live)), config, opts)
+            json.dumps(result.object, allow_nan=False)
+            return
+        body = data.draw({"json": json_patches, "merge": merge_patches, "strategic": strategic_patches}[patch_type](live),
+                         label="patch")
+        patched = machinery.apply_patch(rt, patch_type, json.loads(json.dumps(live)), body)
+        json.dumps(patched, allow_nan=False)
+    except ApiError as err:
+        assert 400 <= err.code < 500 and err.message, (err.code, err.message)
+    except RecursionError:  # the server answers 400 "the request body is nested too deeply"
+        pass

@@ -83,13 +83,27 @@ def check_aliases(value: Any, text: str) -> None:
 def load_all(text: str) -> Iterator[Any]:
     """The documents of a YAML stream; :class:`YamlJsonError` (or ``yaml.YAMLError``) for one
     that JSON cannot hold."""
-    for document in yaml.load_all(text, Loader=JsonYamlLoader):  # noqa: S506 - a SafeLoader subclass
+    documents = yaml.load_all(text, Loader=JsonYamlLoader)  # noqa: S506 - a SafeLoader subclass
+    while True:
+        try:
+            document = next(documents)
+        except StopIteration:
+            return
+        except (YamlJsonError, yaml.YAMLError):
+            raise
+        except ValueError as err:  # a constructor's own refusal, e.g. an integer of 5000 digits
+            raise YamlJsonError(str(err).split(";")[0]) from None
         check_aliases(document, text)
         yield document
 
 
 def load(text: str) -> Any:
     """One YAML document (a stream of several is a ``yaml.YAMLError``)."""
-    value = yaml.load(text, Loader=JsonYamlLoader)  # noqa: S506 - a SafeLoader subclass
+    try:
+        value = yaml.load(text, Loader=JsonYamlLoader)  # noqa: S506 - a SafeLoader subclass
+    except (YamlJsonError, yaml.YAMLError):
+        raise
+    except ValueError as err:  # a constructor's own refusal, e.g. an integer of 5000 digits
+        raise YamlJsonError(str(err).split(";")[0]) from None
     check_aliases(value, text)
     return value
