@@ -331,7 +331,7 @@ class Counters:
         self._monitor = monitor_port
 
     async def snapshot(self) -> dict:
-        snap: dict = {"nats": {}, "kv": {}, "api": {}, "published": {}}
+        snap: dict = {"nats": {}, "kv": {}, "api": {}, "published": {}, "timing": {}}
         async with httpx.AsyncClient(timeout=10) as plain:
             if self._monitor:
                 conns = (await plain.get(f"http://127.0.0.1:{self._monitor}/connz", params={"limit": 4096})).json()
@@ -349,7 +349,18 @@ class Counters:
                     for labels, value in prometheus_samples(text, "trainyard_published_messages_total").items():
                         key = (service, dict(labels)["stream"])
                         snap["published"][key] = snap["published"].get(key, 0) + value
+                    for part in ("sum", "count"):  # the TrainJob admission webhook, all replicas
+                        for labels, value in prometheus_samples(
+                                text, f"controller_runtime_webhook_latency_seconds_{part}").items():
+                            if dict(labels).get("webhook", "").endswith("-trainjob"):
+                                key = ("webhook", part)
+                                snap["timing"][key] = snap["timing"].get(key, 0) + value
         text = (await self._client.get("/metrics")).text
+        for part in ("sum", "count"):
+            for labels, value in prometheus_samples(text, f"apiserver_request_duration_seconds_{part}").items():
+                d = dict(labels)
+                if d.get("verb") == "POST" and d.get("resource") == "trainjobs" and not d.get("subresource"):
+                    snap["timing"][("create", part)] = snap["timing"].get(("create", part), 0) + value
         for labels, value in prometheus_samples(text, "apiserver_request_total").items():
             d = dict(labels)
             resource = d["resource"] + (f"/{d['subresource']}" if d.get("subresource") else "")
@@ -374,6 +385,13 @@ class Counters:
             return out
 
         lines = []
+        timing = {key: after["timing"].get(key, 0) - before["timing"].get(key, 0) for key in after["timing"]}
+        means = {what: 1000 * timing.get((what, "sum"), 0) / timing[(what, "count")]
+                 for what in ("create", "webhook") if timing.get((what, "count"))}
+        if means:
+            lines.append("  mean time of a TrainJob create in the API server: " + (
+                f"{means['create']:.1f} ms" if "create" in means else "?") + ", of which the planner's webhook "
+                "handler: " + (f"{means['webhook']:.1f} ms" if "webhook" in means else "?"))
         nats = per("nats")
         if nats:
             lines.append("  NATS messages client->server / server->client: " + ", ".join(

@@ -1,6 +1,7 @@
 """planner: TrainJob/runtime/child events -> one plan per TrainJob on JetStream; webhooks."""
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from dataclasses import dataclass
@@ -116,9 +117,14 @@ def webhook_observed(bus: BusSession, kube: KubeClient, cluster: str):
         ref = _mapping(_mapping(trainjob.get("spec")).get("runtimeRef"))
         kind = ref.get("kind", "ClusterTrainingRuntime")
         found: list[dict[str, Any]] = []
-        if kind in ("TrainingRuntime", "ClusterTrainingRuntime") and _text(ref.get("name")):
-            runtime_ns = namespace if kind == "TrainingRuntime" else ""
-            runtime, _ = await cached(ObjectKey(cluster, kind, runtime_ns, ref["name"]))
+        wants_runtime = kind in ("TrainingRuntime", "ClusterTrainingRuntime") and bool(_text(ref.get("name")))
+        runtime_ns = namespace if kind == "TrainingRuntime" else ""
+        # Both snapshots in one round of concurrent reads (an admission request waits on them).
+        runtime_read, jobset_read = await asyncio.gather(
+            cached(ObjectKey(cluster, kind, runtime_ns, ref["name"])) if wants_runtime else _nothing(),
+            cached(ObjectKey(cluster, "JobSet", namespace, name)) if name else _nothing())
+        if wants_runtime:
+            runtime, _ = runtime_read
             if runtime is None:  # just created, not yet seen by a watcher (or no bus): ask the API server
                 resource = r.TRAINING_RUNTIME if kind == "TrainingRuntime" else r.CLUSTER_TRAINING_RUNTIME
                 try:
@@ -130,7 +136,7 @@ def webhook_observed(bus: BusSession, kube: KubeClient, cluster: str):
                 runtime.setdefault("kind", kind)
                 found.append(runtime)
         if name:
-            jobset, answered = await cached(ObjectKey(cluster, "JobSet", namespace, name))
+            jobset, answered = jobset_read
             if not answered:
                 try:
                     jobset = await kube.get(r.JOBSET, namespace, name)
@@ -148,6 +154,9 @@ def webhook_observed(bus: BusSession, kube: KubeClient, cluster: str):
                 log.warning("bus unavailable for PriorityClasses (%s); asking the API server", err)
                 found.extend((await kube.list(r.PRIORITY_CLASS))[0])
         return found
+
+    async def _nothing() -> tuple[None, bool]:
+        return None, True
 
     async def cached(key: ObjectKey) -> tuple[dict[str, Any] | None, bool]:
         """The bus's snapshot and whether the bus answered: admission must not fail while a NATS
