@@ -2,7 +2,8 @@
 is scaled to 3 and then to 1 with `kubectl scale` while it trains, loses one trainer pod to a
 SIGKILL, and completes; the global step never goes back to 0 and the loss falls. Scaling outside
 the runtime's bounds is refused. A second TrainJob whose workers keep failing spends torchrun's
-restart budget and ends Failed with a reason that says so.
+restart budget and ends Failed with a reason that says so. A third, suspended, has metrics: its
+HorizontalPodAutoscaler is applied, owned by it, and goes with it.
 
 One stack, one test: the two TrainJobs train side by side (each stack start and torch process
 start costs seconds on a small machine)."""
@@ -50,6 +51,42 @@ spec:
                     - name: node
                       image: pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime
                       env: [{name: OMP_NUM_THREADS, value: "1"}]
+"""
+
+
+HPA_JOB = "elastic-hpa"
+HPA_RUNTIME_AND_JOB = """
+apiVersion: trainer.kubeflow.org/v1alpha1
+kind: TrainingRuntime
+metadata: {name: torch-elastic-hpa, namespace: default}
+spec:
+  mlPolicy:
+    torch:
+      elasticPolicy:
+        minNodes: 1
+        maxNodes: 4
+        metrics:
+          - type: Resource
+            resource: {name: cpu, target: {type: Utilization, averageUtilization: 80}}
+  template:
+    spec:
+      replicatedJobs:
+        - name: node
+          template:
+            metadata:
+              labels: {trainer.kubeflow.org/trainjob-ancestor-step: trainer}
+            spec:
+              template:
+                spec:
+                  containers: [{name: node, image: pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime}]
+---
+apiVersion: trainer.kubeflow.org/v1alpha1
+kind: TrainJob
+metadata: {name: elastic-hpa, namespace: default}
+spec:
+  runtimeRef: {name: torch-elastic-hpa, kind: TrainingRuntime}
+  suspend: true
+  trainer: {numNodes: 2, command: [torchrun, /opt/elastic/train.py]}
 """
 
 
@@ -167,6 +204,7 @@ def test_elastic_resize_kill_resume_and_restart_budget(tmp_path: Path) -> None:
         stack.kubectl("apply", "-k", str(EXAMPLE))
         stack.kubectl("apply", "-f", "-", stdin=FAILING_RUNTIME)
         stack.kubectl("apply", "-f", "-", stdin=failing_trainjob())
+        stack.kubectl("apply", "-f", "-", stdin=HPA_RUNTIME_AND_JOB)  # suspended: no pods
         note("applied: elastic at 2 nodes; elastic-fails at 1 node, maxRestarts 1")
 
         wait_for("2 nodes training", lambda: any(int(e["world"]) == 2 and int(e["step"]) >= 2
@@ -238,6 +276,20 @@ def test_elastic_resize_kill_resume_and_restart_budget(tmp_path: Path) -> None:
         restarts = {int(e["restart"]) for e in progress(stack, FAILING)}
         assert restarts == {0, 1}  # one restart in place of the failed workers, then final
         note("elastic-fails: Failed/ElasticRestartsExhausted")
+
+        hpa = json.loads(stack.kubectl("get", "horizontalpodautoscalers.autoscaling", HPA_JOB, "-n", NAMESPACE,
+                                       "-o", "json").stdout)
+        assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+                                                 "name": HPA_JOB}
+        assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (1, 4)
+        assert hpa["spec"]["metrics"][0]["resource"]["target"]["averageUtilization"] == 80
+        owner = hpa["metadata"]["ownerReferences"][0]
+        assert (owner["kind"], owner["name"], owner["controller"]) == ("TrainJob", HPA_JOB, True)
+        stack.kubectl("delete", "trainjob", HPA_JOB, "-n", NAMESPACE, "--wait=true", timeout=60)
+        wait_for("the HPA deleted with its TrainJob", lambda: stack.kubectl(
+            "get", "horizontalpodautoscalers.autoscaling", HPA_JOB, "-n", NAMESPACE, check=False).returncode != 0,
+            timeout=30)
+        note("HPA planned, applied, owned; deleted with its TrainJob")
         sizes = [(round(float(e["time"]) - float(lines[0]["time"]), 1), int(e["world"]), int(e["step"]))
                  for e in lines if e["start"]]
         print("\n".join(timeline))
