@@ -165,3 +165,29 @@ def test_applied_hashes_are_remembered_per_generation():
 def test_error_text_is_cut_like_upstreams_event():
     assert _truncate("x" * 950) == "x" * 950
     assert _truncate("x" * 951) == "x" * 950 + " ..."
+
+
+def test_elastic_resize_refused_is_no_failure_and_a_resize_is_named():
+    from trainyard_services.status.service import resized
+
+    jobset = running_jobset()
+    jobset["metadata"]["annotations"] = {"trainyard.kubeflow.org/elastic-policy": '{"maxNodes":3,"minNodes":1}'}
+    jobset["spec"] = {"replicatedJobs": [{"name": "node", "template": {
+        "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
+        "spec": {"parallelism": 2, "completions": 2}}}]}
+    job = trainjob()
+    job["spec"]["trainer"] = {"numNodes": 3}
+    outcome = Outcome(uid="u1", generation=3, stage="apply", reason="TrainJobResourcesCreationFailed",
+                      message="TrainJob resources reconciliation failed: ElasticJobSet feature gate is off")
+    status = desired_status(job, jobset, outcome, "2026-02-02T00:00:00Z")
+    assert status["elastic"]["currentNodes"] == 2 and status["elastic"]["desiredNodes"] == 3
+    assert [(c["type"], c["status"], c["reason"]) for c in status["conditions"]] == \
+        [("Resizing", "False", "ResizeRefused")]
+    assert status["state"] == "Running"
+    assert transitions({}, status) == []  # its Warning event is recorded with the apply result
+    # The refusal clears with the outcome; the JobSet's new size is a resize from 2 to 3.
+    jobset["spec"]["replicatedJobs"][0]["template"]["spec"].update(parallelism=3, completions=3)
+    after = desired_status(job | {"status": status}, jobset, None, "t")
+    assert "conditions" not in after
+    assert resized(status, after) == (2, 3)
+    assert resized(after, after) is None
