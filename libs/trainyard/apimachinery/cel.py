@@ -61,9 +61,12 @@ class CompiledRule:
             raise CelError(self.compile_error or "CEL is not available")
         from celpy import json_to_cel  # the program exists, so celpy is importable
 
-        activation = {"self": json_to_cel(value)}
-        if self.transition:
-            activation["oldSelf"] = json_to_cel(old)
+        try:
+            activation = {"self": json_to_cel(value)}
+            if self.transition:
+                activation["oldSelf"] = json_to_cel(old)
+        except (ValueError, OverflowError) as err:  # e.g. an integer beyond CEL's int64: "overflow"
+            raise CelError(f"the value cannot be a CEL value: {err}") from err
         try:
             return bool(self.program(activation))
         except Exception as err:  # noqa: BLE001 - cel-python raises several types for one meaning
