@@ -26,6 +26,8 @@ SERVICE_ACCOUNTS = {
     "applier": "trainyard-applier",
     "status": "trainyard-status",
     "dispatcher": "trainyard-dispatcher",
+    # on a worker: the manager's dispatcher (deploy/multicluster/worker-rbac.yaml)
+    "dispatcher-remote": "trainyard-dispatcher-remote",
 }
 RBAC_KINDS = {"ServiceAccount": ("", "serviceaccounts", True), "Role": ("rbac", "roles", True),
               "RoleBinding": ("rbac", "rolebindings", True), "ClusterRole": ("rbac", "clusterroles", False),
@@ -34,11 +36,14 @@ RBAC_KINDS = {"ServiceAccount": ("", "serviceaccounts", True), "Role": ("rbac", 
 TOKEN_SECONDS = 365 * 24 * 3600
 
 
-def rbac_manifests(deploy_dir: Path, dispatcher: bool) -> list[Manifest]:
-    """The ServiceAccounts and RBAC objects deploy/ ships for the services (and the dispatcher)."""
+def rbac_manifests(deploy_dir: Path, dispatcher: bool, worker: bool = False) -> list[Manifest]:
+    """The ServiceAccounts and RBAC objects deploy/ ships for the services (and the dispatcher
+    on a manager, or the dispatcher's identity on a worker)."""
     files = [deploy_dir / "services" / "rbac.yaml"]
     if dispatcher:
         files.append(deploy_dir / "multicluster" / "dispatcher.yaml")
+    if worker:
+        files.append(deploy_dir / "multicluster" / "worker-rbac.yaml")
     found: list[Manifest] = []
     for path in files:
         found += [m for m in manifests.load_yaml_file(path) if m.get("kind") in RBAC_KINDS]
@@ -107,15 +112,16 @@ def _write_private(path: Path, text: str) -> None:
 
 
 async def prepare(admin_kubeconfig: Path, deploy_dir: Path, out_dir: Path, services: list[str],
-                  dispatcher: bool = False) -> dict[str, Path]:
-    """Apply deploy/'s RBAC to the cluster, then a kubeconfig per service: ``{service: path}``."""
-    objects = rbac_manifests(deploy_dir, dispatcher)
+                  dispatcher: bool = False, worker: bool = False) -> dict[str, Path]:
+    """Apply deploy/'s RBAC to the cluster, then a kubeconfig per service: ``{service: path}``
+    (on a worker also ``dispatcher-remote``: what the manager's dispatcher reaches it with)."""
+    objects = rbac_manifests(deploy_dir, dispatcher, worker)
     client = await kubeapi.open_client(admin_kubeconfig)
     written: dict[str, Path] = {}
     try:
         for manifest in objects:
             await apply(client, manifest)
-        for service in [*services, *(["dispatcher"] if dispatcher else [])]:
+        for service in [*services, *(["dispatcher"] if dispatcher else []), *(["dispatcher-remote"] if worker else [])]:
             account = SERVICE_ACCOUNTS[service]
             token = await request_token(client, account)
             path = out_dir / f"{service}.kubeconfig"

@@ -499,7 +499,8 @@ class Stack:
         services = [name for name in SERVICES if name not in self.config.skip]
         dispatcher = bool(self.config.workers) and cluster is self.manager
         written = await identities.prepare(cluster.kubeconfig, self.config.deploy_dir,
-                                           self.layout.root / "identities" / cluster.name, services, dispatcher)
+                                           self.layout.root / "identities" / cluster.name, services, dispatcher,
+                                           worker=cluster is not self.manager)
         self.identities.update({(cluster.name, service): path for service, path in written.items()})
         self.say(f"  identities  {len(written)} ServiceAccounts bound by deploy/ RBAC"
                  f"{' on ' + cluster.name if self.config.workers else ''}  ({_since(began)})")
@@ -617,7 +618,9 @@ class Stack:
                 await kubeapi.wait_until_served(client, "/apis/kueue.x-k8s.io/v1beta1/multikueueclusters",
                                                 timeout_s=30)
             for worker in self.workers:
-                for manifest in manifests.worker_registration(worker.name, worker.kubeconfig.read_text(),
+                # the dispatcher reaches the worker as trainyard-dispatcher-remote (worker-rbac.yaml)
+                access = self.service_kubeconfig(worker, "dispatcher-remote")
+                for manifest in manifests.worker_registration(worker.name, access.read_text(),
                                                               SECRETS_NAMESPACE):
                     await kubeapi.create_or_update(client, manifest)
         finally:

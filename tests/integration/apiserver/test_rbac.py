@@ -50,7 +50,7 @@ def cluster(devcluster_module, tmp_path_factory):
     devcluster_module.kubectl("apply", "-f", "-", input="\n---\n".join(json.dumps(crd(*kind)) for kind in KINDS))
     out = tmp_path_factory.mktemp("identities")
     devcluster_module.identities = asyncio.run(identities.prepare(
-        devcluster_module.kubeconfig, REPO / "deploy", out, SERVICES, dispatcher=True))
+        devcluster_module.kubeconfig, REPO / "deploy", out, SERVICES, dispatcher=True, worker=True))
     devcluster_module.kubectl("create", "namespace", "team")
     return devcluster_module
 
@@ -115,6 +115,13 @@ CAN_I = [
     ("dispatcher", ("update", "multikueueclusters.kueue.x-k8s.io", "--subresource=status"), True),
     ("dispatcher", ("get", "/apis/kueue.x-k8s.io/v1beta1"), True),
     ("dispatcher", ("get", "/metrics"), False),
+    # the manager's dispatcher on a worker (deploy/multicluster/worker-rbac.yaml)
+    ("dispatcher-remote", ("create", TJ, "-n", "team"), True),
+    ("dispatcher-remote", ("update", TJ, "--subresource=status", "-n", "team"), False),
+    ("dispatcher-remote", ("list", "pods", "-A"), True),
+    ("dispatcher-remote", ("watch", "pods", "-A"), False),
+    ("dispatcher-remote", ("patch", "secrets", "-n", "team"), True),
+    ("dispatcher-remote", ("delete", "secrets", "-n", "team"), False),
 ]
 
 
@@ -126,7 +133,7 @@ def test_can_i_per_service_identity(cluster, identity, args, allowed) -> None:
 def test_every_rule_shipped_in_deploy_is_granted(cluster) -> None:
     """Each verb x group x resource x name of each shipped role, asked as its ServiceAccount
     through SubjectAccessReview: all allowed (the roles are bound as deploy/ binds them)."""
-    docs = identities.rbac_manifests(REPO / "deploy", dispatcher=True)
+    docs = identities.rbac_manifests(REPO / "deploy", dispatcher=True, worker=True)
     roles = {(d["kind"], d["metadata"]["name"]): d for d in docs if d["kind"] in ("Role", "ClusterRole")}
     asked = 0
     with http(cluster, cluster.token) as client:
