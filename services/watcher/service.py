@@ -15,6 +15,7 @@ from typing import Any
 from opentelemetry import context as otel_context, trace
 
 from trainyard.bus.envelopes import EventType, ObjectEvent
+from trainyard.bus.auth import from_environment as credentials_from_environment
 from trainyard.bus.kv import SKIP, resource_version_newer
 from trainyard.bus.publisher import Outgoing, last_published_ids
 from trainyard.bus.redact import redact
@@ -38,6 +39,7 @@ WATCHED: tuple[Resource, ...] = (
 # Secrets and ConfigMaps matter only when a TrainJob owns them (the MPI ones).
 OWNED_ONLY = (r.SECRET, r.CONFIGMAP)
 BATCH_MAX = 512
+SCAN_TIMEOUT_S = 5.0  # reading the last event ids of one kind at a relist
 
 
 def owned_by_trainjob(obj: dict[str, Any]) -> bool:
@@ -137,6 +139,23 @@ class ResourceFeed:
         self.synced: set[str] = set()
         # A relist in progress, per resource: the last event id per subject and the names listed.
         self._relisting: dict[Resource, tuple[dict[str, str], set[tuple[str, str]]]] = {}
+        # A secured bus grants the watcher no consumer of the events stream (docs/security.md):
+        # there a relist publishes every object, as before.
+        self._scan_refused = credentials_from_environment() is not None
+
+    async def _published_ids(self, kind: str) -> dict[str, str]:
+        """The last event id per subject of ``kind``; empty (publish everything, as a first
+        start does) when the events stream cannot be read: a secured bus grants the watcher no
+        consumers of it."""
+        if self._scan_refused:
+            return {}
+        try:
+            return await asyncio.wait_for(
+                last_published_ids(self._bus.js, EVENTS_STREAM, event_filter(self._cluster, kind)), SCAN_TIMEOUT_S)
+        except Exception as err:  # noqa: BLE001 - an optimisation only
+            self._scan_refused = True
+            log.info("cannot read the events stream (%r); a relist publishes every object", err)
+            return {}
 
     def _wanted(self, resource: Resource, obj: dict[str, Any]) -> bool:
         return resource not in OWNED_ONLY or owned_by_trainjob(obj)
@@ -158,9 +177,7 @@ class ResourceFeed:
         of objects that did not change while it was away, and an event that was lost (recorded,
         never published) is still published."""
         if first or resource not in self._relisting:
-            kind = bus_kind(resource.api_version, resource.kind)
-            self._relisting[resource] = (
-                await last_published_ids(self._bus.js, EVENTS_STREAM, event_filter(self._cluster, kind)), set())
+            self._relisting[resource] = (await self._published_ids(bus_kind(resource.api_version, resource.kind)), set())
         published, listed = self._relisting[resource]
         for obj in items:
             if not self._wanted(resource, obj):
