@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import datetime
-import os
 import secrets
 from dataclasses import dataclass
 from pathlib import Path

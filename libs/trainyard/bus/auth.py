@@ -21,7 +21,7 @@ from typing import Any
 from trainyard.bus import subjects
 from trainyard.bus.subjects import DEAD_LETTER_PREFIX, EVENTS_PREFIX, PLANS_PREFIX, RESULTS_PREFIX, encode_token
 from trainyard.bus.topology import (
-    APPLIED_BUCKET, DEAD_LETTER_STREAM, EVENTS_STREAM, OUTCOMES_BUCKET, PLANS_STREAM, RESULTS_STREAM,
+    APPLIED_BUCKET, EVENTS_STREAM, OUTCOMES_BUCKET, PLANS_STREAM, RESULTS_STREAM,
     SNAPSHOTS_BUCKET,
 )
 

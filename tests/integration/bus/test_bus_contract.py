@@ -6,7 +6,6 @@ import base64
 import json
 
 import pytest
-from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 
 from trainyard.bus.consumer import Consumer, Delivery, PermanentError

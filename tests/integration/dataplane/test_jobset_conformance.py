@@ -101,7 +101,7 @@ async def test_children_labels_service_dns_status_and_completion(dataplane_clust
         conditions = {c["type"]: c for c in status["conditions"]}
         assert (conditions["Ready"]["status"], conditions["Ready"]["reason"]) == ("False", "PodCompleted")
         assert conditions["Initialized"]["reason"] == "PodCompleted"
-        expected_log = f"0 js $(UNDEFINED) $(R)\n" if job_name == "js-b-0" else f"0 {job_name}-0\n"
+        expected_log = "0 js $(UNDEFINED) $(R)\n" if job_name == "js-b-0" else f"0 {job_name}-0\n"
         assert log_of(dataplane_cluster, pod) == expected_log
     job = await kube.get(JOB, ns, "js-a-0")
     assert job["status"]["succeeded"] == 1 and job["status"]["completedIndexes"] == "0"

@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-import pytest
 
 from fixtures.nats import NatsServer, free_port
 

@@ -9,7 +9,6 @@ what landed is read back and checked against what a production install needs.
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest

@@ -1,9 +1,8 @@
 """Pure decisions inside the services (no bus, no cluster)."""
 from __future__ import annotations
 
-import pytest
 
-from trainyard.bus.envelopes import ObjectRef, PlanMessage
+from trainyard.bus.envelopes import PlanMessage
 from trainyard.bus.kv import AppliedPlan, Outcome
 from trainyard_services.applier.service import _remember, _truncate, with_owner
 from trainyard_services.planner.reconcile import managed_by_us, owned_refs_for, owner_of, references_runtime
