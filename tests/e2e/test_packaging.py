@@ -137,7 +137,10 @@ def test_up_from_installed_wheel_reaches_ready(installed: Path, tmp_path: Path) 
         commands = [Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") for pid in seen]
         services = [argv for argv in commands if b"trainyard.cli.main" in argv and any(
             name in argv for name in (b"watcher", b"planner", b"applier", b"status"))]
-        assert len(services) == 4, commands
+        # watcher, applier, status and the two planner replicas (--planner-replicas default 2)
+        roles = sorted(next(n for n in (b"watcher", b"planner", b"applier", b"status") if n in argv).decode()
+                       for argv in services)
+        assert roles == ["applier", "planner", "planner", "status", "watcher"], commands
         assert all(argv[0].decode().startswith(str(installed)) for argv in services), services
         runtimes = _run(KUBECTL, "--kubeconfig", cwd / "tmp" / "kubeconfig", "get", "clustertrainingruntimes",
                         "-o", "name", cwd=cwd, env=env)
