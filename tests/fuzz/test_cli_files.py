@@ -22,6 +22,8 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from fixtures.fuzz_strategies import json_values, paths_of, replaced
+
 from trainyard.cli.main import main
 
 REPO = Path(__file__).resolve().parents[2]
@@ -47,35 +49,6 @@ TRAINJOB = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
                      "trainer": {"numNodes": 2, "image": "busybox", "command": ["true"],
                                  "env": [{"name": "A", "value": "1"}],
                                  "resourcesPerNode": {"limits": {"cpu": "1"}}}}}
-
-scalars = st.one_of(st.none(), st.booleans(), st.integers(min_value=-2**70, max_value=2**70),
-                    st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=12))
-json_values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=3),
-                                                            st.dictionaries(st.text(max_size=6), inner, max_size=3)),
-                           max_leaves=6)
-
-
-def paths_of(value, prefix=()):
-    out = [prefix]
-    if isinstance(value, dict):
-        for key, item in value.items():
-            out += paths_of(item, prefix + (key,))
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            out += paths_of(item, prefix + (index,))
-    return out
-
-
-def replaced(value, path, new):
-    if not path:
-        return new
-    clone = json.loads(json.dumps(value))
-    node = clone
-    for step in path[:-1]:
-        node = node[step]
-    node[path[-1]] = new
-    return clone
-
 
 @st.composite
 def documents(draw) -> bytes:

@@ -18,6 +18,8 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from fixtures.fuzz_strategies import json_values, paths_of, replaced
+
 from fixtures.devcluster import start_devcluster
 
 REPO = Path(__file__).resolve().parents[2]
@@ -145,36 +147,6 @@ def refuse_constant(name: str):
 
 
 # ---------------------------------------------------------------------------- strategies
-
-scalars = st.one_of(st.none(), st.booleans(), st.integers(min_value=-2**70, max_value=2**70),
-                    st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=12))
-json_values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=3),
-                                                            st.dictionaries(st.text(max_size=6), inner, max_size=3)),
-                           max_leaves=6)
-
-
-def paths_of(value, prefix=()):
-    """Every path (tuple of keys/indexes) inside a JSON value."""
-    out = [prefix]
-    if isinstance(value, dict):
-        for key, item in value.items():
-            out += paths_of(item, prefix + (key,))
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            out += paths_of(item, prefix + (index,))
-    return out
-
-
-def replaced(value, path, new):
-    if not path:
-        return new
-    clone = json.loads(json.dumps(value))
-    node = clone
-    for step in path[:-1]:
-        node = node[step]
-    node[path[-1]] = new
-    return clone
-
 
 @st.composite
 def mutated(draw, seed: dict) -> dict:
