@@ -12,11 +12,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -25,28 +22,9 @@ from pathlib import Path
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+from fixtures.devcluster import start_devcluster  # noqa: E402
 INDEX = "batch.kubernetes.io/job-completion-index"
-
-
-def start_devcluster(data_dir: Path) -> tuple[subprocess.Popen, Path]:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "trainyard.cli.main", "devcluster", "up", "--port", "0",
-         "--data-dir", str(data_dir), "--log-level", "WARNING", "--jobset-feature-gates", "ElasticJobSet=true"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=REPO)
-    assert process.stdout is not None
-    for line in process.stdout:
-        if line.startswith("{") and '"ready"' in line:
-            return process, Path(json.loads(line)["kubeconfig"])
-    raise SystemExit("devcluster did not start")
-
-
-def stop(process: subprocess.Popen) -> None:
-    os.kill(process.pid, signal.SIGTERM)
-    try:
-        process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.kill(process.pid, signal.SIGKILL)
-        process.wait()
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -139,11 +117,12 @@ def main() -> int:
     args = parser.parse_args()
     print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}", flush=True)
     with tempfile.TemporaryDirectory(prefix="trainyard-bench-elastic-") as tmp:
-        process, kubeconfig = start_devcluster(Path(tmp) / "data")
+        cluster = start_devcluster(Path(tmp) / "data", ["--dataplane", "--log-level", "WARNING",
+                                                        "--jobset-feature-gates", "ElasticJobSet=true"])
         try:
-            asyncio.run(bench(kubeconfig, args.runs))
+            asyncio.run(bench(cluster.kubeconfig, args.runs))
         finally:
-            stop(process)
+            cluster.stop()
     return 0
 
 

@@ -42,26 +42,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="seconds between certificate expiry checks (env TRAINYARD_CERT_CHECK_INTERVAL)")
 
 
-def _webhook_port(value: str) -> int | None:
-    from trainyard.cli.main import UserError
-
-    if str(value).lower() == "off":
-        return None
-    try:
-        port = int(value)
-    except ValueError:
-        raise UserError(f"--webhook-port: expected a port number or 'off', got {value!r}") from None
-    if not 0 <= port <= 65535:
-        raise UserError(f"--webhook-port: must be between 0 and 65535, got {port}")
-    return port
-
-
 def run(args: argparse.Namespace) -> int:
     from trainyard.cli.main import UserError
-    from trainyard.telemetry.service import config_from_args, run_service
+    from trainyard.telemetry.service import config_from_args, port_or_off, run_service
 
     config = config_from_args("planner", args)
-    webhook_port = _webhook_port(args.webhook_port)
+    webhook_port = port_or_off(args.webhook_port, "--webhook-port")
     try:
         check_interval = float(args.cert_check_interval)
     except ValueError:

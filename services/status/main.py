@@ -21,24 +21,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="directory with its tls.crt and tls.key (env TRAINYARD_TRAINJOB_STATUS_CERT_DIR)")
 
 
-def _status_port(value: str, user_error: type[Exception]) -> int | None:
-    if str(value).lower() == "off":
-        return None
-    try:
-        port = int(value)
-    except ValueError:
-        raise user_error(f"--trainjob-status-port: expected a port number or 'off', got {value!r}") from None
-    if not 0 <= port <= 65535:
-        raise user_error(f"--trainjob-status-port: must be between 0 and 65535, got {port}")
-    return port
-
-
 def run(args: argparse.Namespace) -> int:
     from trainyard.cli.main import UserError
-    from trainyard.telemetry.service import config_from_args, run_service
+    from trainyard.telemetry.service import config_from_args, port_or_off, run_service
 
     config = config_from_args("status", args)
-    status_port = _status_port(args.trainjob_status_port, UserError)
+    status_port = port_or_off(args.trainjob_status_port, "--trainjob-status-port")
     if status_port is not None and not args.trainjob_status_cert_dir:
         raise UserError("--trainjob-status-port needs --trainjob-status-cert-dir")
 

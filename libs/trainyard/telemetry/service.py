@@ -118,6 +118,21 @@ def _parse_number(value: object, flag: str, kind: type):
         raise UserError(f"{flag}: expected a number, got {value!r}") from None
 
 
+def port_or_off(value: object, flag: str) -> int | None:
+    """A port flag that also takes ``off`` (None): a clear error naming ``flag`` otherwise."""
+    from trainyard.cli.main import UserError
+
+    if str(value).lower() == "off":
+        return None
+    try:
+        port = int(str(value))
+    except ValueError:
+        raise UserError(f"{flag}: expected a port number or 'off', got {value!r}") from None
+    if not 0 <= port <= 65535:
+        raise UserError(f"{flag}: must be between 0 and 65535, got {port}")
+    return port
+
+
 def run_service(config: ServiceConfig, main: Callable[[asyncio.Event], Awaitable[None]]) -> int:
     """Runs ``main(stop)`` with logging and tracing set up; SIGTERM/SIGINT set ``stop``.
 

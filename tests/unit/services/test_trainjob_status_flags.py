@@ -9,7 +9,8 @@ import pytest
 
 from trainyard.pipeline.plugins import REGISTRY
 from trainyard_services.planner.main import _plugins
-from trainyard_services.status.main import _status_port
+from trainyard.cli.main import UserError
+from trainyard.telemetry.service import port_or_off
 
 
 class Refused(Exception):
@@ -41,12 +42,13 @@ def test_incomplete_planner_flags_are_refused(values: dict, message: str) -> Non
         _plugins(args(**values), Refused)
 
 
-def test_status_port_flag() -> None:
-    assert _status_port("off", Refused) is None and _status_port("8443", Refused) == 8443
-    with pytest.raises(Refused, match="expected a port number or 'off'"):
-        _status_port("https", Refused)
-    with pytest.raises(Refused, match="between 0 and 65535"):
-        _status_port("70000", Refused)
+def test_port_flags_that_take_off() -> None:
+    assert port_or_off("off", "--trainjob-status-port") is None
+    assert port_or_off("8443", "--trainjob-status-port") == 8443
+    with pytest.raises(UserError, match="--trainjob-status-port: expected a port number or 'off'"):
+        port_or_off("https", "--trainjob-status-port")
+    with pytest.raises(UserError, match="--webhook-port: must be between 0 and 65535"):
+        port_or_off("70000", "--webhook-port")
 
 
 def test_the_ca_configmap_being_created_does_not_replan_a_plan_still_being_applied() -> None:
