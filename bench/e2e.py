@@ -20,6 +20,8 @@ replicas of those services; ``--table planner,applier`` runs the sustained and r
 
 Usage: .venv/bin/python bench/e2e.py [--duration 3] [--sustained 300] [--concurrency 16]
        [--generators 4] [--replicas planner=2,...] [--profile DIR] [--skip-paced] [--table planner,...]
+       .venv/bin/python bench/e2e.py --raw-only [--sustained 2000] [--rounds 2] [--profile DIR]
+       (the raw devcluster SSA phase alone, on a devcluster without services)
 Prints figures; asserts nothing (targets: p50 < 50 ms, p99 < 250 ms at 100/s; ratio >= 0.8).
 """
 from __future__ import annotations
@@ -223,6 +225,15 @@ def cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process (Linux /proc)."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def thread_cpu_seconds(pid: int, tid: int) -> float:
+    """User + system CPU time of one thread of a process (Linux /proc)."""
+    try:
+        fields = Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -649,6 +660,72 @@ async def bench(stack: Stack, args) -> dict:
     return figures
 
 
+async def raw_only(cluster, args) -> None:
+    """The raw phase alone: a devcluster with the CRDs and no services. The JobSet is the one the
+    planner would apply for the sustained run's TrainJob (``plan()`` in this process), applied
+    once and read back, so the bodies carry the stored spec with its defaults, as in the full
+    run; one watch over all JobSets is open, as the full run's is. Repeated ``--rounds`` times,
+    each round into a fresh namespace (every apply a create, as in the full run)."""
+    from trainyard.pipeline import plan
+
+    context = ssl.create_default_context(cafile=str(cluster.ca_cert))
+    async with httpx.AsyncClient(base_url=cluster.url, verify=context, timeout=60,
+                                 headers={"Authorization": f"Bearer {cluster.token}"}) as client:
+        (await client.post("/apis/trainer.kubeflow.org/v1alpha1/clustertrainingruntimes", json=RUNTIME)
+         ).raise_for_status()
+        runtime = (await client.get("/apis/trainer.kubeflow.org/v1alpha1/clustertrainingruntimes/bench-torch")).json()
+        (await client.post("/api/v1/namespaces", json={"apiVersion": "v1", "kind": "Namespace",
+                                                         "metadata": {"name": "bench-sample"}})).raise_for_status()
+        job = (await client.post(TRAINJOBS.format(ns="bench-sample"), json=trainjob("bench-sample", "s-0"))).json()
+        jobset = next(o for o in plan(job, runtime).objects if o["kind"] == "JobSet")
+        (await client.patch(JOBSETS.format(ns="bench-sample") + "/s-0", params={"fieldManager": "trainer", "force": "true"},
+                            content=json.dumps(jobset), headers={"Content-Type": "application/apply-patch+yaml"})
+         ).raise_for_status()
+        spec = (await client.get(JOBSETS.format(ns="bench-sample") + "/s-0")).json()["spec"]
+        watch = JobSetWatch(client)
+        await watch.start()
+        names = [f"s-{i}" for i in range(args.sustained)]
+        for round_ in range(args.rounds):
+            ns = f"bench-raw-{round_}"
+            (await client.post("/api/v1/namespaces", json={"apiVersion": "v1", "kind": "Namespace",
+                                                             "metadata": {"name": ns}})).raise_for_status()
+            appliers = Generators(cluster, "apply", ns, names, args.generators, args.concurrency, spec=spec)
+            await appliers.start()
+            profile = start_profiles(Path(args.profile), {f"devcluster-raw-ssa-{round_}": cluster.pid}) \
+                if args.profile else []
+            load_before = loadavg()
+            dev_before = cpu_seconds(cluster.pid)
+            loop_before = thread_cpu_seconds(cluster.pid, cluster.pid)  # the event loop's thread
+            start = time.perf_counter()
+            appliers.go()
+            await appliers.finish()
+            elapsed = time.perf_counter() - start
+            dev_cpu = cpu_seconds(cluster.pid) - dev_before
+            loop_cpu = thread_cpu_seconds(cluster.pid, cluster.pid) - loop_before
+            if profile:
+                stop_profiles(profile)
+            print(f"raw devcluster SSA: {args.sustained / elapsed:.1f} JobSets/s (devcluster at "
+                  f"{100 * dev_cpu / elapsed:.0f}% CPU, its event-loop thread {100 * loop_cpu / elapsed:.0f}%; "
+                  f"{1000 * dev_cpu / args.sustained:.2f} ms CPU per apply, {1000 * loop_cpu / args.sustained:.2f} "
+                  f"in the event loop; "
+                  f"{args.sustained} JobSets, {args.generators} generator processes, concurrency {args.concurrency}; "
+                  f"load average before {load_before}, after {loadavg()})", flush=True)
+        await watch.stop()
+
+
+def run_raw_only(args) -> None:
+    workdir = Path(tempfile.mkdtemp(prefix="trainyard-bench-"))
+    cluster = start_devcluster(workdir / "devcluster")
+    try:
+        cluster.kubectl("apply", "--server-side",  # every CRD file (not the kustomization)
+                        *(arg for path in sorted((REPO / "deploy" / "crds").glob("*_*.yaml")) for arg in ("-f", str(path))))
+        print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} "
+              f"(/proc/loadavg {loadavg()}); raw phase only (devcluster, no services); logs in {workdir}", flush=True)
+        asyncio.run(raw_only(cluster, args))
+    finally:
+        cluster.stop()
+
+
 def run_once(args, replicas: dict[str, int]) -> dict:
     workdir = Path(tempfile.mkdtemp(prefix="trainyard-bench-"))
     stack = Stack(replicas, workdir)
@@ -674,11 +751,18 @@ def main() -> int:
     parser.add_argument("--skip-paced", action="store_true", help="only the sustained and raw phases")
     parser.add_argument("--table", default="", metavar="SERVICES",
                         help="sustained and raw phases with 1, 2 and 4 replicas of these services (comma list)")
+    parser.add_argument("--raw-only", action="store_true",
+                        help="only the raw devcluster SSA phase (no nats-server, no services): --sustained JobSets, "
+                             "--rounds times")
+    parser.add_argument("--rounds", type=int, default=1, help="with --raw-only: how many raw phases in a row")
     args = parser.parse_args()
     if args.generators < 1 or args.concurrency < args.generators:
         raise SystemExit("error: --generators: needs 1 <= generators <= concurrency")
     if args.sustained < 1:
         raise SystemExit("error: --sustained: needs at least 1")
+    if args.raw_only:
+        run_raw_only(args)
+        return 0
     if not args.table:
         run_once(args, parse_replicas(args.replicas))
         return 0

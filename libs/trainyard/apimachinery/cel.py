@@ -8,6 +8,13 @@ check only ever answers *holds*: when it says no (or has nothing to say) the CEL
 so a rejection and its wording always come from CEL itself. tests/unit/apiserver checks the
 native checks against CEL value by value.
 
+The program runs first as closures (``cel_closures.compile_tree`` with cel-python's eager
+``&&``/``||``), a tenth of the interpreter's cost; only a bool from them is taken as the
+verdict. Anything else (an error value, an exception, a non-bool) runs cel-python's
+interpreter, so every error, overload and message is the interpreter's own.
+tests/unit/apimachinery/test_crd_rules_closures.py checks both give the same verdicts and texts
+on every rule of the shipped CRDs.
+
 The devcluster API server and ``trainyard validate`` both evaluate rules here (through
 ``trainyard.apimachinery.structural``); nothing else evaluates CEL.
 """
@@ -46,6 +53,9 @@ class CompiledRule:
     # ``self == oldSelf``: JSON equality is CEL's equality on JSON values, so the native
     # answer is the answer both ways (no CEL run, no type-mismatch evaluation errors).
     exact: bool = False
+    # The same program as closures (None where a node is left to the interpreter): a bool from
+    # them is the verdict; anything else is answered by ``program``.
+    closures: Callable[[dict[str, Any]], Any] | None = None
 
     def holds(self, value: Any, old: Any = None) -> bool:
         """Whether the rule holds for ``self``=value (and ``oldSelf``=old for transition rules).
@@ -67,6 +77,13 @@ class CompiledRule:
                 activation["oldSelf"] = json_to_cel(old)
         except (ValueError, OverflowError) as err:  # e.g. an integer beyond CEL's int64: "overflow"
             raise CelError(f"the value cannot be a CEL value: {err}") from err
+        if self.closures is not None:
+            try:
+                result = self.closures(activation)
+            except Exception:  # noqa: BLE001 - the interpreter below gives the error its text
+                result = None
+            if type(result) is _bool_type():
+                return bool(result)
         try:
             return bool(self.program(activation))
         except Exception as err:  # noqa: BLE001 - cel-python raises several types for one meaning
@@ -91,12 +108,21 @@ def compile_rule(rule: str) -> CompiledRule:
     except ImportError:  # pragma: no cover - cel-python is a declared dependency
         return CompiledRule(rule, transition, native, None, "cel-python is not installed")
     from trainyard.apimachinery.cel_library import FUNCTIONS  # CRD rules get Kubernetes' libraries too
+    from trainyard.apimachinery.cel_closures import compile_tree
     env = celpy.Environment()
     try:
-        program = env.program(env.compile(rule), functions=FUNCTIONS).evaluate
+        tree = env.compile(rule)
+        program = env.program(tree, functions=FUNCTIONS).evaluate
     except Exception as err:  # noqa: BLE001 - a bad rule is reported where it is evaluated
         return CompiledRule(rule, transition, native, None, str(err))
-    return CompiledRule(rule, transition, native, program)
+    return CompiledRule(rule, transition, native, program,
+                        closures=compile_tree(tree, FUNCTIONS, eager_logic=True))
+
+
+@lru_cache(maxsize=1)
+def _bool_type() -> type:
+    from celpy import celtypes
+    return celtypes.BoolType
 
 
 # --- native checks ------------------------------------------------------------------------

@@ -15,6 +15,9 @@ value and error by error, on every expression of deploy/policy and a table of CE
 One deliberate difference: once the left side of ``&&`` (``||``) is false (true), the right
 side is not evaluated. cel-python evaluates it, and a ``map``/``filter`` failing there ends its
 whole evaluation with an error; cel-go, like these closures, answers false (true).
+``compile_tree(..., eager_logic=True)`` evaluates that right side anyway and lets what it
+raises end the evaluation, as cel-python does: CRD rules (``cel.compile_rule``) use it to keep
+the interpreter's verdicts exactly.
 """
 from __future__ import annotations
 
@@ -50,9 +53,10 @@ def _error(message: str, cause: BaseException | None = None) -> CELEvalError:
 
 
 class _Compiler:
-    def __init__(self, functions: dict[str, Callable[..., Any]]) -> None:
+    def __init__(self, functions: dict[str, Callable[..., Any]], eager_logic: bool = False) -> None:
         self.functions = dict(base_functions)
         self.functions.update(functions)
+        self.eager_logic = eager_logic
 
     def function(self, name: str) -> Callable[..., Any]:
         if name not in self.functions:
@@ -97,13 +101,16 @@ class _Compiler:
     def _logical(self, tree: Any, name: str, decided: bool) -> Closure:
         """``&&`` / ``||``: cel-python's ``logical_and``/``logical_or`` answer ``decided`` as soon
         as the left side is that bool, whatever the right side is (an error included), so the
-        right side is not evaluated then."""
+        right side is not evaluated then (with ``eager_logic`` it is, for what it may raise)."""
         left, right = (self.compile(c) for c in tree.children)
         func = self.function(name)
+        eager = self.eager_logic
 
         def logical(env: dict[str, Any]) -> Any:
             a = left(env)
             if isinstance(a, celtypes.BoolType) and bool(a) is decided:
+                if eager:
+                    right(env)  # an error value is absorbed; a raised one ends the evaluation
                 return celtypes.BoolType(decided)
             b = right(env)
             try:
@@ -408,10 +415,11 @@ def _overload_guard(func: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any
     return guarded
 
 
-def compile_tree(tree: Any, functions: dict[str, Callable[..., Any]]) -> Closure | None:
+def compile_tree(tree: Any, functions: dict[str, Callable[..., Any]], eager_logic: bool = False) -> Closure | None:
     """Closures for cel-python's parse ``tree`` (the ``expr`` root), or None when a node is
-    left to cel-python's interpreter."""
+    left to cel-python's interpreter. ``eager_logic``: evaluate the right side of a decided
+    ``&&``/``||`` too, as cel-python does (see the module's text)."""
     try:
-        return _Compiler(functions).compile(tree)
+        return _Compiler(functions, eager_logic).compile(tree)
     except Unsupported:
         return None
