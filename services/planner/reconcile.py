@@ -1,7 +1,6 @@
 """Planning one TrainJob from the KV snapshots (level-triggered: the event is only a hint)."""
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import logging
@@ -117,8 +116,8 @@ async def observed_objects(bus: BusSession, cluster: str, trainjob: dict[str, An
         keys.append(ObjectKey(cluster, runtime_kind, runtime_ns, ref["name"]))
     keys.extend(ObjectKey(cluster, bus_kind(api_version, kind), namespace, name + suffix)
                 for api_version, kind, suffix in CHILD_KINDS)
-    # One round of concurrent reads instead of one round trip per object.
-    objects = await asyncio.gather(*(bus.snapshots.get(key) for key in keys))
+    # One batched read (most of these do not exist) instead of one round trip per object.
+    objects = await bus.snapshots.get_many(keys)
     found: list[dict[str, Any]] = []
     for key, obj in zip(keys, objects):
         if obj is None:

@@ -103,13 +103,15 @@ class Grants:
 def _kv_read(grants: Grants, bucket: str, prefix: str) -> None:
     """Get keys under ``prefix`` and list them (a short-lived named consumer, filter bound).
 
-    A get is ``STREAM.MSG.GET`` with the key in the request body (the buckets are not
-    ``allow_direct``: a direct get may be answered by a lagging replica), so NATS cannot bound
-    gets by key: reads are granted per bucket, listings and writes per key prefix."""
+    A get of a replicated bucket is ``STREAM.MSG.GET`` with the key in the request body, and a
+    batched direct get of a single-copy bucket (``topology.bucket_configs``) names its keys in
+    the body too, so NATS cannot bound gets by key: reads are granted per bucket, listings and
+    writes per key prefix."""
     stream = f"KV_{bucket}"
     grants.publish += [
         f"{API}.STREAM.MSG.GET.{stream}",
-        f"{API}.DIRECT.GET.{stream}.$KV.{bucket}.{prefix}",
+        f"{API}.DIRECT.GET.{stream}",
+        f"{API}.DIRECT.GET.{stream}.>",
         f"{API}.CONSUMER.CREATE.{stream}.*.$KV.{bucket}.{prefix}",
         f"{API}.CONSUMER.MSG.NEXT.{stream}.*",
         f"{API}.CONSUMER.DELETE.{stream}.*",

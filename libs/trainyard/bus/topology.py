@@ -100,13 +100,19 @@ def stream_configs(storage: StorageType = StorageType.FILE, replicas: int | None
 
 
 def bucket_configs(storage: StorageType = StorageType.FILE, replicas: int | None = None) -> list[KeyValueConfig]:
+    """The three buckets. With one copy they allow direct gets: a read is then answered from the
+    stream's store without the JSON API (cheaper for both ends) and several keys can be read
+    with one request (``SnapshotStore.get_many``). With several copies any replica may answer a
+    direct get, possibly one that lags behind a write just acknowledged, so replicated buckets
+    keep reads on the stream leader (``STREAM.MSG.GET``)."""
     replicas = replicas or replicas_setting()
+    direct = replicas == 1
     return [
-        KeyValueConfig(bucket=SNAPSHOTS_BUCKET, history=1, storage=storage, replicas=replicas,
+        KeyValueConfig(bucket=SNAPSHOTS_BUCKET, history=1, storage=storage, replicas=replicas, direct=direct,
                        description="latest snapshot of every watched object"),
-        KeyValueConfig(bucket=APPLIED_BUCKET, history=1, storage=storage, replicas=replicas,
+        KeyValueConfig(bucket=APPLIED_BUCKET, history=1, storage=storage, replicas=replicas, direct=direct,
                        description="last applied plan per TrainJob (compare-and-set)"),
-        KeyValueConfig(bucket=OUTCOMES_BUCKET, history=1, storage=storage, replicas=replicas,
+        KeyValueConfig(bucket=OUTCOMES_BUCKET, history=1, storage=storage, replicas=replicas, direct=direct,
                        description="last planning/apply error per TrainJob"),
     ]
 
@@ -166,9 +172,15 @@ async def ensure_streams(js: JetStreamContext, storage: StorageType = StorageTyp
 async def ensure_buckets(js: JetStreamContext, storage: StorageType = StorageType.FILE) -> None:
     for config in bucket_configs(storage):
         try:
-            await js.key_value(config.bucket)
+            kv = await js.key_value(config.bucket)
         except Exception:  # BucketNotFoundError (and a half-created bucket) -> create
             await js.create_key_value(config)
+            continue
+        if bool(kv._direct) != bool(config.direct):
+            # A bucket of an earlier release (or replicated since): direct gets on or off.
+            stream = (await js.stream_info(f"KV_{config.bucket}")).config
+            stream.allow_direct = config.direct
+            await js.update_stream(stream)
 
 
 async def ensure_topology(js: JetStreamContext, storage: StorageType = StorageType.FILE) -> None:

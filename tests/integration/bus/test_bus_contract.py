@@ -13,7 +13,7 @@ from trainyard.bus.envelopes import DeadLetter, ObjectEvent, decode
 from trainyard.bus.kv import AppliedPlan, CasConflict
 from trainyard.bus.publisher import Outgoing
 from trainyard.bus.session import BusSession
-from trainyard.bus.subjects import ObjectKey, event_subject
+from trainyard.bus.subjects import ObjectKey, event_subject, kv_key
 from trainyard.bus.topology import DEAD_LETTER_STREAM, EVENTS_STREAM, ConsumerSpec
 
 pytestmark = pytest.mark.timeout(60)
@@ -229,6 +229,59 @@ async def test_a_lagging_replica_with_a_remembered_revision_does_not_roll_back(n
         assert (await other.snapshots.get(key))["metadata"]["resourceVersion"] == "8"
     finally:
         await other.close()
+
+
+async def test_batched_snapshot_read_matches_key_by_key_reads(nats_server, bus):
+    """The planner reads a runtime and nine possible children at once: the batched direct get
+    must answer exactly what single gets answer — live objects, None for absent keys, for
+    tombstones and for purged entries — in the order asked, with no reply mixed into another
+    read running at the same time."""
+    live = [ObjectKey("c1", "TrainJob", "team.a", f"live-{i}") for i in range(3)]
+    for i, key in enumerate(live):
+        assert await bus.snapshots.record(key, trainjob(key.name, str(i + 1)))
+    tomb = ObjectKey("c1", "TrainJob", "team.a", "tomb")
+    assert await bus.snapshots.record(tomb, trainjob("tomb", "1"))
+    assert await bus.snapshots.record(tomb, trainjob("tomb", "2"), deleted=True)
+    purged = ObjectKey("c1", "TrainJob", "team.a", "purged")
+    assert await bus.snapshots.record(purged, trainjob("purged", "1"))
+    await bus.snapshots._kv.purge(kv_key(purged))
+    absent = ObjectKey("c1", "JobSet", "team.a", "never")
+    keys = [live[2], absent, tomb, live[0], purged, live[1]]
+
+    assert bus.snapshots._kv._direct, "a single-copy bucket allows direct gets"
+    batched = await bus.snapshots.get_many(keys)
+    one_by_one = [await bus.snapshots.get(key) for key in keys]
+    assert batched == one_by_one
+    assert [o and o["metadata"]["name"] for o in batched] == ["live-2", None, None, "live-0", None, "live-1"]
+    assert await bus.snapshots.get_many([absent, tomb]) == [None, None]  # nothing found: 404 ends it
+
+    # Many reads at once share one reply subscription; each gets its own answers.
+    answers = await asyncio.gather(*(bus.snapshots.get_many([live[i % 3], absent]) for i in range(30)))
+    assert [a[0]["metadata"]["name"] for a in answers] == [f"live-{i % 3}" for i in range(30)]
+
+    # A replicated bucket (no direct gets) answers the same, key by key.
+    bus.snapshots._kv._direct = False
+    try:
+        assert await bus.snapshots.get_many(keys) == one_by_one
+    finally:
+        bus.snapshots._kv._direct = True
+
+
+async def test_an_existing_bucket_is_switched_to_direct_gets(nats_server, bus):
+    """A bucket made by an earlier release (no direct gets) is switched when the topology is
+    ensured again, and keeps its entries."""
+    key = ObjectKey("c1", "TrainJob", "team.a", "kept")
+    assert await bus.snapshots.record(key, trainjob("kept", "3"))
+    stream = (await bus.js.stream_info("KV_ty_objects")).config
+    stream.allow_direct = False
+    await bus.js.update_stream(stream)
+    again = await BusSession.open(nats_server.url, "test-2")
+    try:
+        assert (await again.js.stream_info("KV_ty_objects")).config.allow_direct is True
+        assert again.snapshots._kv._direct
+        assert (await again.snapshots.get_many([key, key]))[0]["metadata"]["resourceVersion"] == "3"
+    finally:
+        await again.close()
 
 
 async def test_tombstones_and_removed_entries_expire(bus):
