@@ -31,7 +31,7 @@ from trainyard.api.constants import (ANNOTATION_TTL_SECONDS_AFTER_FINISHED, COND
 from trainyard.pipeline.elastic import CONDITION_RESIZING, REASON_RESIZE_REFUSED, REASON_RESIZED
 from trainyard.pipeline.lifecycle import finished_condition, trainjob_state
 from trainyard.pipeline.status import compute_trainjob_status, set_condition
-from trainyard.telemetry import metrics, trainjobs as trainjob_metrics
+from trainyard.telemetry import detail, metrics, trainjobs as trainjob_metrics
 from trainyard.telemetry.tracing import link_to, trainjob_span
 from trainyard_services.status.lifecycle import Lifecycle
 
@@ -212,15 +212,21 @@ class StatusService:
                 await self.reconcile_runtime(*runtime, referenced=not deleted, live=deleted)
             managed_here = ((event.object.get("spec") or {}).get("managedBy") or MANAGED_BY_TRAINER) == MANAGED_BY_TRAINER
             if event.type != "DELETED" and managed_here:  # managedBy is immutable: the event's copy tells
-                await self.reconcile_trainjob(event.namespace, event.name)
+                # Folded from the event's copy, not a read of the snapshot: a copy that is no
+                # longer current cannot be written back (the status write names its
+                # resourceVersion, a conflict reads the live object), and the newer version
+                # has an event of its own, handled after this one.
+                await self.reconcile_trainjob(event.namespace, event.name, known=event.object)
             return
         owner = next((ref for ref in (event.object.get("metadata") or {}).get("ownerReferences") or []
                       if ref.get("kind") == "TrainJob"), None)
         if owner and owner.get("name"):
             # A trace of its own (started by the watcher's observation of the child), linked
             # to the TrainJob change that applied it.
-            applied = (await self.bus.applied.read(applied_key(self.cluster, event.namespace, owner["name"]))).value
-            links = link_to(applied.traceparent, owner.get("uid")) if applied is not None else []
+            links = []
+            if detail.enabled():  # the link is only worth a read when spans leave the process
+                applied = (await self.bus.applied.read(applied_key(self.cluster, event.namespace, owner["name"]))).value
+                links = link_to(applied.traceparent, owner.get("uid")) if applied is not None else []
             with trainjob_span(_tracer, f"fold {event.kind} status", owner.get("uid"), links=links):
                 await self.reconcile_trainjob(event.namespace, owner["name"])
 
@@ -239,8 +245,11 @@ class StatusService:
             if any(c.get("reason") in (REASON_CREATION_FAILED, REASON_RESIZE_REFUSED) for c in conditions):
                 await self.reconcile_trainjob(result.namespace, result.name)
 
-    async def reconcile_trainjob(self, namespace: str, name: str, result: ApplyResult | None = None) -> None:
-        trainjob = await self.bus.snapshots.get(ObjectKey(self.cluster, "TrainJob", namespace, name))
+    async def reconcile_trainjob(self, namespace: str, name: str, result: ApplyResult | None = None,
+                                 known: dict[str, Any] | None = None) -> None:
+        """``known``: the TrainJob as an event carried it (else the snapshot is read)."""
+        trainjob = known if known is not None else \
+            await self.bus.snapshots.get(ObjectKey(self.cluster, "TrainJob", namespace, name))
         for attempt in range(4):
             if trainjob is None:
                 return

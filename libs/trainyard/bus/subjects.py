@@ -21,10 +21,15 @@ _PLAIN = re.compile(r"[A-Za-z0-9-]")
 _ESCAPE = re.compile(r"_([0-9A-F]{2})")
 
 
+_PLAIN_TOKEN = re.compile(r"[A-Za-z0-9-]+")
+
+
 def encode_token(value: str) -> str:
     """Encodes one value as a subject token / KV key segment (never empty, never dotted)."""
     if value == "":
         return EMPTY_TOKEN
+    if _PLAIN_TOKEN.fullmatch(value):
+        return value  # most names: nothing to escape (one match instead of one per character)
     parts: list[str] = []
     for char in value:
         if _PLAIN.fullmatch(char):
