@@ -289,7 +289,12 @@ def apply(
         everyone = set(applied).union(*(entry.fields for entry in entries))
         merged = _prune(merged, schema, last_applied, everyone)
 
-    added, removed, modified = _compare(live_object, merged, schema)
+    if created:
+        # Nothing is live: no other manager owns a field (no conflicts), and the object is new
+        # whatever a comparison would find, so there is nothing to compare.
+        added, removed, modified = set(), set(), set()
+    else:
+        added, removed, modified = _compare(live_object, merged, schema)
     changed_fields = added | modified
     conflicts = [
         Conflict(entry.printed(), path)

@@ -2,7 +2,8 @@
 give the verdicts and the error texts cel-python's interpreter gives: every rule of the shipped
 CRDs, on the values the shipped runtimes, examples and planned JobSets hold at the rule's field,
 on a pool of valid, invalid and wrongly-typed values, and on rule shapes whose right side of a
-decided ``&&``/``||`` fails (cel-python evaluates it and fails the whole rule)."""
+decided ``&&``/``||`` fails (cel-python evaluates it and fails the whole rule). The JSON-to-CEL
+conversion they run on (``cel_value``) gives what cel-python's ``json_to_cel`` gives."""
 from __future__ import annotations
 
 import dataclasses
@@ -10,10 +11,11 @@ import functools
 from pathlib import Path
 from typing import Any, Iterator
 
+import celpy
 import pytest
 import yaml
 
-from trainyard.apimachinery.cel import CelError, compile_rule
+from trainyard.apimachinery.cel import CelError, cel_value, compile_rule
 from trainyard.pipeline import plan
 
 REPO = Path(__file__).resolve().parents[3]
@@ -175,3 +177,18 @@ def test_rule_shapes_answer_as_the_interpreter(rule: str) -> None:
     assert fast.closures is not None
     for value in SHAPE_VALUES:
         assert outcome(fast, value, None) == outcome(slow, value, None), value
+
+
+def _converted(convert: Any, value: Any) -> tuple:
+    try:
+        return ("value", repr(convert(value)))  # celpy's reprs name every nested type
+    except Exception as err:  # noqa: BLE001 - compared by type and text
+        return ("error", type(err).__name__, str(err))
+
+
+def test_json_values_convert_as_cel_python_converts_them() -> None:
+    values = POOL + SHAPE_VALUES + [v for found in document_values().values() for v in found] + [
+        2 ** 63, -(2 ** 63) - 1, 2 ** 63 - 1, {"a": [1, {"b": 2 ** 64}]}, -0.0, 1e300, {"k": None}, [[[]]], (1, "a"),
+        {1: "a"}, {"t": True, "f": False}, "ü"]
+    for value in values:
+        assert _converted(cel_value, value) == _converted(celpy.json_to_cel, value), value
