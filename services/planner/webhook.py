@@ -124,7 +124,13 @@ class WebhookMetrics:
 
 
 def build_app(observed_for: ObservedLookup, trainjob_for: TrainJobLookup | None = None) -> FastAPI:
-    app = FastAPI(title="trainyard planner webhooks", docs_url=None, redoc_url=None, openapi_url=None)
+    # FastAPI's own OpenTelemetry (a server span, metrics and logs per request) turns itself on
+    # whenever a tracer provider is set, which every service does: it is kept only when spans
+    # leave the process (the admission request's span then joins the API server's trace).
+    from trainyard.telemetry import detail
+
+    app = FastAPI(title="trainyard planner webhooks", docs_url=None, redoc_url=None, openapi_url=None,
+                  telemetry={"tracing": detail.enabled(), "metrics": False, "logs": False})
     for _, path, resource in WEBHOOKS:
         metrics.WEBHOOK_LATENCY.labels(path)
         metrics.WEBHOOK_IN_FLIGHT.labels(path)
