@@ -302,6 +302,7 @@ def _json_to_cel() -> Callable[[Any], Any]:
 
     string, integer, double, boolean = celtypes.StringType, celtypes.IntType, celtypes.DoubleType, celtypes.BoolType
     map_type, list_type = celtypes.MapType, celtypes.ListType
+    new_int = int.__new__
 
     def convert(value: Any) -> Any:
         kind = type(value)
@@ -315,7 +316,8 @@ def _json_to_cel() -> Callable[[Any], Any]:
         if kind is list:
             return list_type([convert(item) for item in value])
         if kind is int:
-            return integer(value)
+            # IntType(value) for an int64: the same object without its per-call range wrapper
+            return new_int(integer, value) if -(2 ** 63) <= value < 2 ** 63 else integer(value)
         if kind is bool:
             return boolean(value)
         if kind is float:

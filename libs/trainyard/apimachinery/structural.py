@@ -94,21 +94,38 @@ def _prune(value: Any, schema: dict[str, Any], path: str, walk: _Walk, root: boo
     return value
 
 
+_DEFAULTING: dict[int, tuple[dict[str, Any], dict[str, Any], list[tuple[str, Any]], Any]] = {}
+
+
+def _defaulting(schema: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, Any]], Any]:
+    """A map schema's properties, its properties with a default (in schema order) and its
+    additionalProperties schema (None unless a map): computed once per schema node, not per
+    object (PodSpec-sized schemas have dozens of properties, few of them defaulted)."""
+    cached = _DEFAULTING.get(id(schema))
+    if cached is None or cached[0] is not schema:
+        if len(_DEFAULTING) > 100_000:
+            _DEFAULTING.clear()
+        props = schema.get("properties") or {}
+        defaulted = [(key, child) for key, child in props.items() if isinstance(child, dict) and "default" in child]
+        additional = schema.get("additionalProperties")
+        cached = (schema, props, defaulted, additional if isinstance(additional, dict) else None)
+        _DEFAULTING[id(schema)] = cached
+    return cached[1], cached[2], cached[3]
+
+
 def _default(value: Any, schema: dict[str, Any]) -> Any:
     if not isinstance(schema, dict):
         return value
     if isinstance(value, dict):
-        props = schema.get("properties") or {}
-        for key, child_schema in props.items():
-            if key not in value and isinstance(child_schema, dict) and "default" in child_schema:
+        props, defaulted, additional = _defaulting(schema)
+        for key, child_schema in defaulted:  # absent fields get their defaults, in schema order
+            if key not in value:
                 value[key] = copy.deepcopy(child_schema["default"])
-            if key in value:
-                value[key] = _default(value[key], child_schema)
-        additional = schema.get("additionalProperties")
-        if isinstance(additional, dict):
-            for key in list(value):
-                if key not in props:
-                    value[key] = _default(value[key], additional)
+        for key, child in value.items():  # then every field is defaulted inside (scalars have nothing)
+            if isinstance(child, (dict, list)):
+                child_schema = props[key] if key in props else additional
+                if child_schema is not None:
+                    value[key] = _default(child, child_schema)
     elif isinstance(value, list) and isinstance(schema.get("items"), dict):
         return [_default(item, schema["items"]) for item in value]
     return value
