@@ -196,6 +196,28 @@ def _correlated(schema: dict[str, Any], old_items: list[Any]) -> Callable[[int, 
     return lambda _i, item: by_key.get(key_of(item), _MISSING)
 
 
+_SCALAR_CHECKS = ("enum", "minimum", "maximum", "maxLength", "minLength", "pattern", "allOf", "x-kubernetes-validations",
+                  "x-kubernetes-int-or-string", "nullable")
+_PLAIN_TYPES = {"string": (str,), "integer": (int,), "boolean": (bool,), "number": (int, float)}
+_PLAIN: dict[int, tuple[Any, tuple[type, ...]]] = {}
+
+
+def _plain(schema: Any) -> tuple[type, ...]:
+    """The Python types of the scalars ``schema`` accepts with nothing else to check (a typed
+    scalar without enum, bounds, lengths, pattern, rules): such a value is valid as it is, and
+    ``_validate`` is not called for it. Empty for any other schema; computed once per node."""
+    cached = _PLAIN.get(id(schema))
+    if cached is None or cached[0] is not schema:
+        if len(_PLAIN) > 100_000:
+            _PLAIN.clear()
+        plain: tuple[type, ...] = ()
+        if isinstance(schema, dict) and not any(check in schema for check in _SCALAR_CHECKS):
+            plain = _PLAIN_TYPES.get(schema.get("type"), ())  # type: ignore[arg-type]
+        cached = (schema, plain)
+        _PLAIN[id(schema)] = cached
+    return cached[1]
+
+
 def _validate(value: Any, old: Any, schema: dict[str, Any], path: str, walk: _Walk) -> None:
     """Validate ``value`` at ``path``; values equal to the old value are skipped (ratcheting)."""
     if not isinstance(schema, dict):
@@ -243,7 +265,8 @@ def _validate(value: Any, old: Any, schema: dict[str, Any], path: str, walk: _Wa
         old_map = old if isinstance(old, dict) else {}
         for key, child in value.items():
             child_schema = props.get(key) if key in props else (additional if isinstance(additional, dict) else None)
-            if child_schema is not None and not (path == "" and key in _ROOT_FIELDS):
+            if child_schema is not None and not (path == "" and key in _ROOT_FIELDS) \
+                    and type(child) not in _plain(child_schema):
                 _validate(child, old_map.get(key, _MISSING), child_schema, _path(path, key), walk)
         if "maxProperties" in schema and len(value) > schema["maxProperties"]:
             walk.causes.append(field_cause(path, "FieldValueTooMany", f"Too many: {len(value)}: must have at most {schema['maxProperties']} items"))
@@ -262,8 +285,10 @@ def _validate(value: Any, old: Any, schema: dict[str, Any], path: str, walk: _Wa
         if isinstance(items, dict):
             old_items = old if isinstance(old, list) else []
             old_item = _correlated(schema, old_items)
+            plain = _plain(items)
             for i, item in enumerate(value):
-                _validate(item, old_item(i, item), items, f"{path}[{i}]", walk)
+                if type(item) not in plain:
+                    _validate(item, old_item(i, item), items, f"{path}[{i}]", walk)
         if schema.get("x-kubernetes-list-type") == "map":
             keys = schema.get("x-kubernetes-list-map-keys") or []
             seen = set()
