@@ -99,6 +99,8 @@ class EventSink:
             while len(batch) < BATCH_MAX and not self._queue.empty():
                 batch.append(self._queue.get_nowait())
             await self._flush_until_done(batch, stop)
+            # Not kept while waiting for the next event: up to BATCH_MAX whole objects.
+            del batch, first
 
     async def _flush_until_done(self, batch: list[tuple[ObjectEvent, Any]], stop: asyncio.Event) -> None:
         attempt = 0

@@ -54,18 +54,8 @@ async def list_and_watch(
     failures = 0
     while not stop.is_set():
         try:
-            if resource_version is None and hasattr(handler, "on_relist_page"):
-                listed_rv, first = "", True
-                async for items, listed_rv in client.list_pages(resource, label_selector=label_selector):
-                    await handler.on_relist_page(resource, items, first)
-                    first = False
-                await handler.on_relist_end(resource, listed_rv)
-                resource_version = listed_rv
-                if on_synced:
-                    on_synced(True)
-            elif resource_version is None:
-                items, resource_version = await client.list(resource, label_selector=label_selector)
-                await handler.on_relist(resource, items, resource_version)
+            if resource_version is None:
+                resource_version = await _relist(client, resource, handler, label_selector)
                 if on_synced:
                     on_synced(True)
             resource_version = await _follow(client, resource, handler, resource_version, stop,
@@ -94,6 +84,24 @@ async def list_and_watch(
 
 class _Gone(Exception):
     pass
+
+
+async def _relist(client: KubeClient, resource: Resource, handler: WatchHandler,
+                  label_selector: str | None) -> str:
+    """Lists ``resource`` into ``handler``; returns the list's resourceVersion. A function of
+    its own so that no page outlives it: a list left bound in the caller's frame would stay
+    alive for as long as the watch that follows it (with thousands of objects, most of a
+    restarted watcher's memory)."""
+    if not hasattr(handler, "on_relist_page"):
+        items, resource_version = await client.list(resource, label_selector=label_selector)
+        await handler.on_relist(resource, items, resource_version)
+        return resource_version
+    listed_rv, first = "", True
+    async for items, listed_rv in client.list_pages(resource, label_selector=label_selector):
+        await handler.on_relist_page(resource, items, first)  # type: ignore[attr-defined]
+        first = False
+    await handler.on_relist_end(resource, listed_rv)  # type: ignore[attr-defined]
+    return listed_rv
 
 
 async def _follow(client: KubeClient, resource: Resource, handler: WatchHandler, rv: str,
