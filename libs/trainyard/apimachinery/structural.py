@@ -61,6 +61,9 @@ class _Walk:
         self.check = check
 
 
+_NESTED = (dict, list)  # the values pruning descends into
+
+
 def _prune(value: Any, schema: dict[str, Any], path: str, walk: _Walk, root: bool = False) -> Any:
     if not isinstance(schema, dict):
         return value
@@ -81,9 +84,10 @@ def _prune(value: Any, schema: dict[str, Any], path: str, walk: _Walk, root: boo
                     out[key] = child
                 continue
             if props is not None and key in props:
-                out[key] = _prune(child, props[key], _path(path, key), walk)
+                # a scalar is kept as it is, whatever its schema (no call, no path for it)
+                out[key] = _prune(child, props[key], _path(path, key), walk) if isinstance(child, _NESTED) else child
             elif isinstance(additional, dict):
-                out[key] = _prune(child, additional, _path(path, key), walk)
+                out[key] = _prune(child, additional, _path(path, key), walk) if isinstance(child, _NESTED) else child
             elif additional is True or preserve:
                 out[key] = child
             else:
