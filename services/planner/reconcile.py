@@ -104,10 +104,10 @@ def _uses_volcano(runtime: dict[str, Any] | None) -> bool:
     return bool(((runtime or {}).get("spec") or {}).get("podGroupPolicy", {}).get("volcano") is not None)
 
 
-async def observed_objects(bus: BusSession, cluster: str, trainjob: dict[str, Any]) -> list[dict[str, Any]]:
-    """Everything planning may read: the runtime, the owned children, PriorityClasses."""
-    meta = trainjob["metadata"]
-    namespace, name = meta.get("namespace") or "", meta["name"]
+def observed_keys(cluster: str, trainjob: dict[str, Any]) -> list[ObjectKey]:
+    """The snapshots planning reads for ``trainjob``: its runtime, then its possible children."""
+    meta = trainjob.get("metadata") or {}
+    namespace, name = meta.get("namespace") or "", meta.get("name") or ""
     ref = (trainjob.get("spec") or {}).get("runtimeRef") or {}
     runtime_kind = ref.get("kind", "ClusterTrainingRuntime")
     keys: list[ObjectKey] = []
@@ -116,8 +116,28 @@ async def observed_objects(bus: BusSession, cluster: str, trainjob: dict[str, An
         keys.append(ObjectKey(cluster, runtime_kind, runtime_ns, ref["name"]))
     keys.extend(ObjectKey(cluster, bus_kind(api_version, kind), namespace, name + suffix)
                 for api_version, kind, suffix in CHILD_KINDS)
-    # One batched read (most of these do not exist) instead of one round trip per object.
-    objects = await bus.snapshots.get_many(keys)
+    return keys
+
+
+@dataclass(frozen=True)
+class Prefetched:
+    """Snapshots read together with the TrainJob's own, in the same batched read."""
+
+    keys: list[ObjectKey]
+    objects: list[dict[str, Any] | None]
+
+
+async def observed_objects(bus: BusSession, cluster: str, trainjob: dict[str, Any],
+                           prefetched: Prefetched | None = None) -> list[dict[str, Any]]:
+    """Everything planning may read: the runtime, the owned children, PriorityClasses.
+    ``prefetched``: the same keys, read with the TrainJob (then they are not read again)."""
+    meta = trainjob["metadata"]
+    keys = observed_keys(cluster, trainjob)
+    if prefetched is not None and prefetched.keys == keys:
+        objects = prefetched.objects
+    else:
+        # One batched read (most of these do not exist) instead of one round trip per object.
+        objects = await bus.snapshots.get_many(keys)
     found: list[dict[str, Any]] = []
     for key, obj in zip(keys, objects):
         if obj is None:
@@ -231,9 +251,16 @@ class PlanDecision:
     skipped: str = ""
 
 
+_UNREAD = object()
+
+
 async def decide(bus: BusSession, cluster: str, trainjob: dict[str, Any],
-                 plugins: tuple[Plugin, ...] = REGISTRY) -> PlanDecision:
-    """``plugins``: REGISTRY, plus TrainJobStatus when that feature gate is on."""
+                 plugins: tuple[Plugin, ...] = REGISTRY, *, prefetched: Prefetched | None = None,
+                 applied: Any = _UNREAD) -> PlanDecision:
+    """``plugins``: REGISTRY, plus TrainJobStatus when that feature gate is on. ``prefetched``
+    and ``applied``: what the caller read already (the applied plan only serves to skip
+    publishing a plan that changes nothing; a plan published anyway is deduplicated by the
+    applier, so a read a few milliseconds old is as good as a new one)."""
     meta = trainjob["metadata"]
     namespace, name, uid = meta.get("namespace") or "", meta["name"], meta.get("uid", "")
     generation = int(meta.get("generation") or 0)
@@ -245,7 +272,7 @@ async def decide(bus: BusSession, cluster: str, trainjob: dict[str, Any],
         # Never planned again: a deleted JobSet must not come back and re-run the training
         # (kubeflow/trainer#3779), whatever changes on the TrainJob afterwards.
         return PlanDecision(skipped="finished")
-    observed = await observed_objects(bus, cluster, trainjob)
+    observed = await observed_objects(bus, cluster, trainjob, prefetched)
     jobset = next((o for o in observed if o.get("kind") == "JobSet"), None)
     if deadline_exceeded(trainjob, jobset, datetime.now(timezone.utc)):
         # The status service fails it and deletes the JobSet; the snapshot may not show it yet.
@@ -263,7 +290,8 @@ async def decide(bus: BusSession, cluster: str, trainjob: dict[str, Any],
             outcome="plan-failed", reason=err.reason or REASON_CREATION_FAILED, message=err.message,
         ))
     digest = plan_hash(objects)
-    applied = (await bus.applied.read(applied_store_key(cluster, namespace, name))).value
+    if applied is _UNREAD:
+        applied = (await bus.applied.read(applied_store_key(cluster, namespace, name))).value
     if applied is not None and applied.uid == uid and applied.state == "applied" \
             and applied.generation >= generation:
         if applied.plan_hash == digest or digest in applied.hashes:
@@ -320,6 +348,9 @@ def child_event_changes_nothing(event: ObjectEvent, trainjob: dict[str, Any], ap
 async def reconcile_trainjob(bus: BusSession, cluster: str, namespace: str, name: str,
                              trigger: ObjectEvent | None = None, plugins: tuple[Plugin, ...] = REGISTRY) -> str:
     """One planning pass; returns what happened (for logs and metrics)."""
+    applied: Any = _UNREAD
+    prefetched: Prefetched | None = None
+    key = ObjectKey(cluster, "TrainJob", namespace, name)
     if trigger is not None and trigger.kind == "TrainJob" and trigger.type != "DELETED":
         # The event carries the TrainJob: a status-only change (the status service's own
         # writes, mostly) is recognised with one read instead of a whole planning pass, or
@@ -332,7 +363,14 @@ async def reconcile_trainjob(bus: BusSession, cluster: str, namespace: str, name
         if inputs_already_applied(trigger.object, applied):
             metrics.PLANS.labels("inputs_unchanged").inc()
             return "inputs unchanged"
-    trainjob = await bus.snapshots.get(ObjectKey(cluster, "TrainJob", namespace, name))
+        # The snapshots planning reads, named by the event's copy (the runtime reference is
+        # immutable), come in the same batched read as the TrainJob's own; ``observed_objects``
+        # uses them only if the snapshot names the very same keys.
+        keys = observed_keys(cluster, trigger.object)
+        read = await bus.snapshots.get_many([key, *keys])
+        trainjob, prefetched = read[0], Prefetched(keys, read[1:])
+    else:
+        trainjob = await bus.snapshots.get(key)
     if trainjob is None:
         return "gone"
     if trigger is not None and trigger.kind != "TrainJob":
@@ -340,7 +378,7 @@ async def reconcile_trainjob(bus: BusSession, cluster: str, namespace: str, name
         if child_event_changes_nothing(trigger, trainjob, applied):
             metrics.PLANS.labels("child_unchanged").inc()
             return "child unchanged"
-    decision = await decide(bus, cluster, trainjob, plugins)
+    decision = await decide(bus, cluster, trainjob, plugins, prefetched=prefetched, applied=applied)
     outcome_key = applied_store_key(cluster, namespace, name)
     if decision.failure is not None:
         failure = decision.failure
