@@ -174,6 +174,8 @@ def build_app(observed_for: ObservedLookup, trainjob_for: TrainJobLookup | None 
                               f"{str(body.get('apiVersion'))[:60]!r} {str(body.get('kind'))[:60]!r}")
         return review, uid
 
+    # The handlers answer with a ready JSONResponse: a returned dict would go through
+    # FastAPI's jsonable_encoder first, a walk of the whole answer for nothing.
     @app.post(WEBHOOKS[2][1])
     async def trainjob(request: Request):
         parsed = await read_review(request, "TrainJob")
@@ -186,9 +188,9 @@ def build_app(observed_for: ObservedLookup, trainjob_for: TrainJobLookup | None 
         observed = await observed_for(new)
         result = validate_trainjob(new, old if review.get("operation") == "UPDATE" else None, None, observed)
         metrics.WEBHOOK_REQUESTS.labels("trainjobs", str(result.allowed).lower()).inc()
-        return review_response(uid, result)
+        return JSONResponse(review_response(uid, result))
 
-    async def scale(review: dict[str, Any], uid: str) -> dict[str, Any]:
+    async def scale(review: dict[str, Any], uid: str) -> JSONResponse:
         """kubectl scale / an HPA: the TrainJob's numNodes set to the Scale's replicas (#17)."""
         meta = review["object"].get("metadata")
         meta = meta if isinstance(meta, dict) else {}
@@ -202,7 +204,7 @@ def build_app(observed_for: ObservedLookup, trainjob_for: TrainJobLookup | None 
             result = validate_trainjob_scale(review["object"], review.get("oldObject") or None, trainjob,
                                              None, observed)
         metrics.WEBHOOK_REQUESTS.labels("trainjobs", str(result.allowed).lower()).inc()
-        return review_response(uid, result)
+        return JSONResponse(review_response(uid, result))
 
     async def runtime(request: Request, resource: str):
         kind = "ClusterTrainingRuntime" if resource == "clustertrainingruntimes" else "TrainingRuntime"
@@ -213,7 +215,7 @@ def build_app(observed_for: ObservedLookup, trainjob_for: TrainJobLookup | None 
         old = review.get("oldObject") if review.get("operation") == "UPDATE" else None
         result = validate_runtime(review["object"], old or None)
         metrics.WEBHOOK_REQUESTS.labels(resource, str(result.allowed).lower()).inc()
-        return review_response(uid, result)
+        return JSONResponse(review_response(uid, result))
 
     @app.post(WEBHOOKS[0][1])
     async def cluster_training_runtime(request: Request):
