@@ -193,7 +193,8 @@ class Api:
             ns_obj = self.namespace_exists(meta["namespace"])
             if ns_obj is None:
                 raise errors.not_found("namespaces", meta["namespace"], "", "namespaces")
-            if json.loads(ns_obj.raw)["metadata"].get("deletionTimestamp"):
+            # (a namespace whose stored JSON has no such key is not being deleted: no decoding per create)
+            if b'"deletionTimestamp"' in ns_obj.raw and json.loads(ns_obj.raw)["metadata"].get("deletionTimestamp"):
                 raise errors.ApiError(403, "Forbidden",
                                       f'{rt.qualified_resource} "{name}" is forbidden: unable to create new content in '
                                       f'namespace {meta["namespace"]} because it is being terminated',

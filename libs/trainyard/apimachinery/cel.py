@@ -56,6 +56,9 @@ class CompiledRule:
     # The same program as closures (None where a node is left to the interpreter): a bool from
     # them is the verdict; anything else is answered by ``program``.
     closures: Callable[[dict[str, Any]], Any] | None = None
+    # What the rule reads of ``self`` (``cel_closures.self_need``; None: all of it): the closures
+    # get ``self`` converted that far only.
+    need: Any = None
 
     def holds(self, value: Any, old: Any = None) -> bool:
         """Whether the rule holds for ``self``=value (and ``oldSelf``=old for transition rules).
@@ -70,19 +73,22 @@ class CompiledRule:
         if self.program is None:
             raise CelError(self.compile_error or "CEL is not available")
         to_cel = _json_to_cel()  # the program exists, so celpy is importable
+        if self.closures is not None:
+            try:
+                fast = {"self": to_cel(value) if self.need is None else _projected(value, self.need, to_cel)}
+                if self.transition:
+                    fast["oldSelf"] = to_cel(old)
+                result = self.closures(fast)
+            except Exception:  # noqa: BLE001 - the full conversion and the interpreter below give the error
+                result = None
+            if type(result) is _bool_type():
+                return bool(result)
         try:
             activation = {"self": to_cel(value)}
             if self.transition:
                 activation["oldSelf"] = to_cel(old)
         except (ValueError, OverflowError) as err:  # e.g. an integer beyond CEL's int64: "overflow"
             raise CelError(f"the value cannot be a CEL value: {err}") from err
-        if self.closures is not None:
-            try:
-                result = self.closures(activation)
-            except Exception:  # noqa: BLE001 - the interpreter below gives the error its text
-                result = None
-            if type(result) is _bool_type():
-                return bool(result)
         try:
             return bool(self.program(activation))
         except Exception as err:  # noqa: BLE001 - cel-python raises several types for one meaning
@@ -107,15 +113,65 @@ def compile_rule(rule: str) -> CompiledRule:
     except ImportError:  # pragma: no cover - cel-python is a declared dependency
         return CompiledRule(rule, transition, native, None, "cel-python is not installed")
     from trainyard.apimachinery.cel_library import FUNCTIONS  # CRD rules get Kubernetes' libraries too
-    from trainyard.apimachinery.cel_closures import compile_tree
+    from trainyard.apimachinery.cel_closures import compile_tree, self_need
     env = celpy.Environment()
     try:
         tree = env.compile(rule)
         program = env.program(tree, functions=FUNCTIONS).evaluate
     except Exception as err:  # noqa: BLE001 - a bad rule is reported where it is evaluated
         return CompiledRule(rule, transition, native, None, str(err))
-    return CompiledRule(rule, transition, native, program,
-                        closures=compile_tree(tree, FUNCTIONS, eager_logic=True))
+    closures = compile_tree(tree, FUNCTIONS, eager_logic=True)
+    return CompiledRule(rule, transition, native, program, closures=closures,
+                        need=self_need(tree) if closures is not None else None)
+
+
+def _projected(value: Any, need: Any, to_cel: Callable[[Any], Any]) -> Any:
+    """``value`` as a CEL value as far as ``need`` (a ``cel_closures.Need``) reads it: a map
+    holds only the fields read (a field only tested by ``has()`` holds an empty map), a list
+    iterated by a macro holds its items so narrowed; anything else is converted whole. A field
+    left out must still be a CEL value (an integer beyond int64 is not): when one is not, the
+    whole value is converted, so the conversion fails as it always did."""
+    if need.full:
+        return to_cel(value)
+    kind = type(value)
+    if kind is dict and need.items is None:
+        from celpy import celtypes
+        out = celtypes.MapType()
+        fields = need.fields
+        for key, item in value.items():
+            if type(key) is not str:
+                return to_cel(value)
+            sub = fields.get(key)
+            if sub is not None:
+                out[celtypes.StringType(key)] = _projected(item, sub, to_cel)
+            elif not _convertible(item):
+                return to_cel(value)
+        return out
+    if kind is list and need.items is not None and not need.fields:
+        from celpy import celtypes
+        return celtypes.ListType([_projected(item, need.items, to_cel) for item in value])
+    return to_cel(value)
+
+
+def _convertible(value: Any) -> bool:
+    """Whether ``value`` is plain JSON that ``json_to_cel`` converts without an error (string
+    keys, integers within int64); False only means "not known to be"."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        kind = type(item)
+        if kind is str or kind is bool or kind is float or item is None:
+            continue
+        if kind is dict:
+            for key in item:
+                if type(key) is not str:
+                    return False
+            pending.extend(item.values())
+        elif kind is list:
+            pending.extend(item)
+        elif kind is not int or not -(2 ** 63) <= item < 2 ** 63:
+            return False
+    return True
 
 
 @lru_cache(maxsize=1)

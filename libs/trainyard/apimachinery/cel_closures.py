@@ -423,3 +423,100 @@ def compile_tree(tree: Any, functions: dict[str, Callable[..., Any]], eager_logi
         return _Compiler(functions, eager_logic).compile(tree)
     except Unsupported:
         return None
+
+
+# -- what a rule reads of ``self`` ------------------------------------------------------------
+
+# Nodes that only pass their one child's value on.
+_WRAPPERS = {"expr", "conditionalor", "conditionaland", "relation", "addition", "multiplication", "unary", "member",
+             "primary", "paren_expr"}
+ITEMS = None  # a path step: every item of a list
+FULL, PRESENT, ITERATED = "full", "present", "iterated"
+
+
+class Need:
+    """What an expression reads of one value: all of it (``full``), some of its fields (a map),
+    or its items (a list iterated by a macro); a value only tested by ``has()`` needs nothing."""
+
+    __slots__ = ("full", "fields", "items")
+
+    def __init__(self) -> None:
+        self.full = False
+        self.fields: dict[str, Need] = {}
+        self.items: Need | None = None
+
+
+def _unwrap(tree: Any) -> Any:
+    while _is_tree(tree) and tree.data in _WRAPPERS and len(tree.children) == 1 and _is_tree(tree.children[0]):
+        tree = tree.children[0]
+    return tree
+
+
+def _path_of(tree: Any, scope: dict[str, tuple | None]) -> tuple | None:
+    """The path from ``self`` of a value written ``self.a.b`` (or ``x.b`` for a macro variable
+    ``x`` that iterates such a value); None for any other expression."""
+    node = _unwrap(tree)
+    if not _is_tree(node):
+        return None
+    if node.data == "ident":
+        return scope.get(node.children[0].value)
+    if node.data == "member_dot":
+        base = _path_of(node.children[0], scope)
+        return None if base is None else base + (node.children[1].value,)
+    return None
+
+
+def _demands(tree: Any, scope: dict[str, tuple | None], demand: str, out: list[tuple[tuple, str]]) -> None:
+    path = _path_of(tree, scope)
+    if path is not None:
+        out.append((path, demand))
+        return
+    node = _unwrap(tree)
+    if not _is_tree(node):
+        return
+    if node.data == "ident_arg" and node.children[0].value == "has" and len(node.children) > 1 \
+            and _is_tree(node.children[1]):
+        for child in node.children[1].children:  # has(e.f) reads whether e.f exists, not its value
+            _demands(child, scope, PRESENT, out)
+        return
+    if node.data == "member_dot_arg" and node.children[1].value in _MACROS and len(node.children) > 2 \
+            and _is_tree(node.children[2]) and len(node.children[2].children) == 2:
+        var_tree, body = node.children[2].children
+        idents = list(var_tree.find_data("ident"))
+        if len(idents) == 1:
+            target = _path_of(node.children[0], scope)
+            if target is not None:
+                out.append((target, ITERATED))
+            else:
+                _demands(node.children[0], scope, FULL, out)
+            inner = {**scope, idents[0].children[0].value: None if target is None else target + (ITEMS,)}
+            _demands(body, inner, FULL, out)
+            return
+    for child in node.children:
+        if _is_tree(child):
+            _demands(child, scope, FULL, out)
+
+
+def self_need(tree: Any) -> Need | None:
+    """What the expression ``tree`` reads of ``self``; None when it reads all of it. Only
+    ``self.a.b`` chains, ``has()`` and macro iteration narrow it: a value used in any other way
+    (compared, passed to a function, indexed, a method's target) is read in full."""
+    out: list[tuple[tuple, str]] = []
+    _demands(tree, {"self": ()}, FULL, out)
+    root = Need()
+    for path, demand in out:
+        node = root
+        for step in path:
+            if node.full:
+                break
+            if step is ITEMS:
+                node.items = node.items or Need()
+                node = node.items
+            else:
+                node = node.fields.setdefault(step, Need())
+        else:
+            if demand == FULL:
+                node.full = True
+            elif demand == ITERATED:
+                node.items = node.items or Need()
+    return None if root.full else root
