@@ -172,7 +172,9 @@ class Api:
         return core
 
     async def create(self, rt: ResourceType, namespace: str | None, body: Any, opts: WriteOptions,
-                     managed_fields: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+                     managed_fields: list[dict[str, Any]] | None = None, pruned: bool = False) -> dict[str, Any]:
+        """``pruned``: a custom resource's body holds no field its schema does not know (an apply
+        configuration pruned by ``_prune_config``), so schema processing does not prune it again."""
         if is_events_v1(rt):
             self._check_body(rt, body)
             created = await self.create(self._core_events(), namespace, events_v1_to_core(body), opts, managed_fields)
@@ -210,7 +212,8 @@ class Api:
         self._kind_defaults_on_create(rt, obj)
         if managed_fields is not None:
             meta["managedFields"] = managed_fields
-        obj = await self._finish_write(rt, "CREATE", obj, None, opts, managed_fields_done=managed_fields is not None)
+        obj = await self._finish_write(rt, "CREATE", obj, None, opts, managed_fields_done=managed_fields is not None,
+                                       pruned=pruned)
         if rt.group == "" and rt.kind == "Namespace" and not opts.dry_run:
             await self.ensure_default_service_account(name)
         return obj
@@ -395,7 +398,8 @@ class Api:
             result = machinery.server_side_apply(rt, None, config, opts)
             obj = result.object
             managed = obj["metadata"].pop("managedFields", [])
-            created = await self.create(rt, namespace, obj, opts, managed_fields=managed)
+            # the configuration was pruned above, and applying it to nothing adds no field
+            created = await self.create(rt, namespace, obj, opts, managed_fields=managed, pruned=True)
             return 201, created
         old = stored.load()
         rv = meta.get("resourceVersion")
@@ -495,7 +499,8 @@ class Api:
     # ------------------------------------------------------------------ common write path
 
     async def _finish_write(self, rt: ResourceType, operation: str, obj: dict[str, Any], old: dict[str, Any] | None,
-                            opts: WriteOptions, managed_fields_done: bool = False) -> dict[str, Any]:
+                            opts: WriteOptions, managed_fields_done: bool = False, pruned: bool = False
+                            ) -> dict[str, Any]:
         meta = obj["metadata"]
         name = meta["name"]
         cause_list = naming.name_errors(rt.group, rt.resource, name) if operation == "CREATE" else []
@@ -504,7 +509,7 @@ class Api:
         if cause_list:
             raise self._invalid(rt, name, cause_list)
         if not rt.builtin:
-            obj = self.schemas.process(rt, obj, old, opts)
+            obj = self.schemas.process(rt, obj, old, opts, pruned=pruned)
         else:
             obj = self._builtin_checks(rt, obj, opts)
             if old is not None and opts.subresource != "status":

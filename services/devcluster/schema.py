@@ -18,19 +18,26 @@ __all__ = ["SchemaProcessor", "normalise_numbers"]
 class SchemaProcessor:
     """Prune, default and validate custom resources; messages and fields as the real server."""
 
-    def process(self, rt: Any, obj: dict[str, Any], old: dict[str, Any] | None, opts: Any) -> dict[str, Any]:
+    def process(self, rt: Any, obj: dict[str, Any], old: dict[str, Any] | None, opts: Any,
+                pruned: bool = False) -> dict[str, Any]:
+        """``pruned``: ``obj`` is known to hold only fields the schema knows (pruning would keep
+        it as it is); it is defaulted in place."""
         schema = rt.schema or {}
-        pruned, unknown = prune(obj, schema)
+        if pruned:
+            unknown: list[str] = []
+        else:
+            obj, unknown = prune(obj, schema)
         self._report_unknown(unknown, opts)
-        pruned = apply_defaults(pruned, schema)
-        causes = validate(pruned, old, schema)
+        processed = apply_defaults(obj, schema)
+        causes = validate(processed, old, schema)
         if getattr(rt, "scale", None):
             from .scale import replicas_causes
-            causes = list(causes) + replicas_causes(pruned, rt.scale, status=getattr(opts, "subresource", None) == "status")
+            causes = list(causes) + replicas_causes(processed, rt.scale,
+                                                    status=getattr(opts, "subresource", None) == "status")
         if causes:
             raise errors.invalid(rt.qualified_kind, (obj.get("metadata") or {}).get("name", ""), rt.group, rt.kind,
                                  list(causes))
-        return pruned
+        return processed
 
     def process_config(self, rt: Any, config: dict[str, Any], opts: Any) -> dict[str, Any]:
         """An apply configuration: pruned and checked for unknown fields, but not defaulted."""
