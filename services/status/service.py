@@ -227,8 +227,10 @@ class StatusService:
             if detail.enabled():  # the link is only worth a read when spans leave the process
                 applied = (await self.bus.applied.read(applied_key(self.cluster, event.namespace, owner["name"]))).value
                 links = link_to(applied.traceparent, owner.get("uid")) if applied is not None else []
+            # The event's JobSet is the snapshot's most of the time: then it is not parsed again.
+            jobset = event.object if event.kind == "JobSet" and event.name == owner["name"] else None
             with trainjob_span(_tracer, f"fold {event.kind} status", owner.get("uid"), links=links):
-                await self.reconcile_trainjob(event.namespace, owner["name"])
+                await self.reconcile_trainjob(event.namespace, owner["name"], jobset_copy=jobset)
 
     async def handle_result(self, delivery: Delivery) -> None:
         try:
@@ -246,8 +248,11 @@ class StatusService:
                 await self.reconcile_trainjob(result.namespace, result.name)
 
     async def reconcile_trainjob(self, namespace: str, name: str, result: ApplyResult | None = None,
-                                 known: dict[str, Any] | None = None) -> None:
-        """``known``: the TrainJob as an event carried it (else the snapshot is read)."""
+                                 known: dict[str, Any] | None = None,
+                                 jobset_copy: dict[str, Any] | None = None) -> None:
+        """``known``: the TrainJob as an event carried it (else the snapshot is read);
+        ``jobset_copy``: the JobSet as an event carried it (used when the snapshot is that
+        very version)."""
         trainjob = known if known is not None else \
             await self.bus.snapshots.get(ObjectKey(self.cluster, "TrainJob", namespace, name))
         for attempt in range(4):
@@ -256,7 +261,8 @@ class StatusService:
             if ((trainjob.get("spec") or {}).get("managedBy") or MANAGED_BY_TRAINER) != MANAGED_BY_TRAINER:
                 return
             uid = trainjob["metadata"].get("uid")
-            jobset = await self.bus.snapshots.get(ObjectKey(self.cluster, "JobSet", namespace, name))
+            jobset = await self.bus.snapshots.get(ObjectKey(self.cluster, "JobSet", namespace, name),
+                                                  known=jobset_copy)
             if jobset is not None and not any(ref.get("uid") == uid for ref in
                                                (jobset.get("metadata") or {}).get("ownerReferences") or []):
                 jobset = None  # left over from an earlier TrainJob of the same name

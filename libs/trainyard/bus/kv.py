@@ -17,6 +17,7 @@ import itertools
 import json
 import logging
 import os
+import re
 import time
 import uuid
 import weakref
@@ -196,9 +197,17 @@ class SnapshotStore:
             return True
         return False
 
-    async def get(self, key: ObjectKey) -> dict[str, Any] | None:
-        """The latest live object, or None (absent or deleted)."""
+    async def get(self, key: ObjectKey, known: dict[str, Any] | None = None) -> dict[str, Any] | None:
+        """The latest live object, or None (absent or deleted). ``known``: a copy of the object
+        the caller already holds (an event's); when the snapshot is that very version (same
+        resourceVersion, read from the entry's head) it is returned instead of parsing the
+        entry again — a JobSet is kilobytes of JSON."""
         raw, _ = await _get(self._kv, kv_key(key))
+        if raw is not None and known is not None:
+            rv = str((known.get("metadata") or {}).get("resourceVersion") or "")
+            head = _SNAPSHOT_HEAD.match(raw)
+            if rv and head is not None and head.group(2) == b"false" and head.group(1) == rv.encode():
+                return known
         return _live_object(raw)
 
     async def get_many(self, keys: list[ObjectKey]) -> list[dict[str, Any] | None]:
@@ -246,6 +255,11 @@ class SnapshotStore:
         await scan_last_per_subject(self._kv._js, f"KV_{self._kv._name}",
                                     f"$KV.{self._kv._name}.{kv_prefix(cluster, kind, namespace)}", visit)
         return out
+
+
+# How ``Snapshot.model_dump_json`` begins (fields in declaration order); anything else (an
+# escaped resourceVersion, another writer's layout) is simply parsed.
+_SNAPSHOT_HEAD = re.compile(rb'\{"resourceVersion":"([^"\\]*)","deleted":(true|false),')
 
 
 def _live_object(raw: bytes | None) -> dict[str, Any] | None:

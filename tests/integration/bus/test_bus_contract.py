@@ -267,6 +267,20 @@ async def test_batched_snapshot_read_matches_key_by_key_reads(nats_server, bus):
         bus.snapshots._kv._direct = True
 
 
+async def test_a_known_copy_stands_for_the_snapshot_only_when_it_is_that_version(bus):
+    """Status hands the JobSet its event carried: returned as is when the snapshot is that
+    resourceVersion, else the snapshot answers (newer, older or deleted)."""
+    key = ObjectKey("c1", "JobSet", "team.a", "js")
+    assert await bus.snapshots.record(key, trainjob("js", "5"))
+    copy = trainjob("js", "5")
+    assert await bus.snapshots.get(key, known=copy) is copy
+    older = trainjob("js", "4")
+    got = await bus.snapshots.get(key, known=older)
+    assert got is not older and got["metadata"]["resourceVersion"] == "5"
+    assert await bus.snapshots.record(key, trainjob("js", "6"), deleted=True)
+    assert await bus.snapshots.get(key, known=trainjob("js", "6")) is None
+
+
 async def test_an_existing_bucket_is_switched_to_direct_gets(nats_server, bus):
     """A bucket made by an earlier release (no direct gets) is switched when the topology is
     ensured again, and keeps its entries."""
