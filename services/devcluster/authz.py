@@ -50,10 +50,12 @@ class Authorization:
         store = self.api.store
         if self._policy is not None and store.rv == self._policy_rv:
             return self._policy
-        listed = [store.list(t.storage_key) for t in self._types()]
-        fingerprint = tuple((len(items), max((s.rv for _, s in items), default=0)) for items in listed)
+        # Every write moves store.rv; the RBAC objects are read again only when one of them was
+        # written or deleted since (not listed and compared on every request after any write).
+        types = self._types()
+        fingerprint = tuple(store.changed_at(t.storage_key) for t in types)
         if self._policy is None or fingerprint != self._fingerprint:
-            loaded = [[s.load() for _, s in items] for items in listed]
+            loaded = [[s.load() for _, s in store.list(t.storage_key)] for t in types]
             self._policy = rbac.Policy(*loaded)
             self._fingerprint = fingerprint
         self._policy_rv = store.rv

@@ -83,6 +83,7 @@ class Store:
         self._objects: dict[Key, dict[tuple[str, str], StoredObject]] = {}
         self._dependents: dict[str, set[tuple[Key, str, str]]] = {}  # owner uid -> dependents
         self._history: list[Change] = []
+        self._changed: dict[Key, int] = {}  # kind -> resourceVersion of its last write or delete
         self.rv = 0
         self._oldest_kept = 0  # the watch horizon: changes with rv > this are kept
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -207,6 +208,11 @@ class Store:
     def keys(self) -> list[Key]:
         return [k for k, v in self._objects.items() if v]
 
+    def changed_at(self, key: Key) -> int:
+        """The resourceVersion of the last write or delete of an object of kind ``key`` by this
+        process (0: none yet): it changes exactly when the kind's objects change."""
+        return self._changed.get(key, 0)
+
     # ---- writes (called on the event loop; never block)
 
     def put(self, key: Key, namespace: str, name: str, obj: dict[str, Any]) -> StoredObject:
@@ -214,6 +220,7 @@ class Store:
         bucket = self._objects.setdefault(key, {})
         old = bucket.get((namespace, name))
         self.rv += 1
+        self._changed[key] = self.rv
         obj.setdefault("metadata", {})["resourceVersion"] = str(self.rv)
         raw = dumps(obj)
         stored = StoredObject(self.rv, raw, _labels(obj), _owners(obj))
@@ -230,6 +237,7 @@ class Store:
         old = bucket.pop((namespace, name))
         self._index_owners(key, namespace, name, old.owners, ())
         self.rv += 1
+        self._changed[key] = self.rv
         last_state.setdefault("metadata", {})["resourceVersion"] = str(self.rv)
         raw = dumps(last_state)
         self._record(Change(self.rv, "DELETED", key, namespace, name, raw, old.raw, _labels(last_state), old.labels))
