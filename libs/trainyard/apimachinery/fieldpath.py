@@ -65,28 +65,37 @@ def format_path(path: Path) -> str:
 
 
 def to_fields_v1(fields: Iterable[Path]) -> dict[str, Any]:
-    """Encode a field set as a FieldsV1 tree (`{"f:spec": {"f:replicas": {}}}`)."""
+    """Encode a field set as a FieldsV1 tree (`{"f:spec": {"f:replicas": {}}}`): every level in
+    element order (fields, keys, values, indexes; then by text), a member with owned children
+    marked with `".": {}` first."""
     members = set(fields)
-    tree: dict[str, Any] = {}
-    for path in sorted(members, key=path_sort_key):
+    tree: dict[PathElement, dict] = {}
+    for path in members:
         node = tree
         for element in path:
-            node = node.setdefault(f"{element[0]}:{element[1]}", {})
-    _mark_members(tree, (), members)
-    return tree
+            child = node.get(element)
+            if child is None:
+                child = node[element] = {}
+            node = child
+    return _encoded(tree, (), members, False)
 
 
-def _mark_members(node: dict[str, Any], prefix: Path, members: set[Path]) -> None:
-    for key, child in node.items():
-        if key == ".":
-            continue
-        path = prefix + (_parse_element(key),)
-        if child and path in members:
-            child["."] = {}
-        _mark_members(child, path, members)
-    ordered = sorted(node.items(), key=lambda item: (0, "") if item[0] == "." else element_sort_key(_parse_element(item[0])))
-    node.clear()
-    node.update(ordered)
+def _encoded(node: dict[PathElement, dict], prefix: Path, members: set[Path], marked: bool) -> dict[str, Any]:
+    ordered: list[tuple[tuple[int, str], str, Any, Any]] = [
+        (element_sort_key(element), f"{element[0]}:{element[1]}", element, child) for element, child in node.items()]
+    if marked:
+        ordered.append(((0, ""), ".", None, None))  # after an empty field name (a stable sort), as before
+    ordered.sort(key=lambda item: item[0])
+    out: dict[str, Any] = {}
+    for _, key, element, child in ordered:
+        if element is None:
+            out["."] = {}
+        elif child:
+            path = prefix + (element,)
+            out[key] = _encoded(child, path, members, path in members)
+        else:
+            out[key] = {}
+    return out
 
 
 def from_fields_v1(tree: Mapping[str, Any]) -> FieldSet:
