@@ -215,8 +215,9 @@ def _plain(schema: Any) -> tuple[type, ...]:
         if len(_PLAIN) > 100_000:
             _PLAIN.clear()
         plain: tuple[type, ...] = ()
-        if isinstance(schema, dict) and not any(check in schema for check in _SCALAR_CHECKS):
-            plain = _PLAIN_TYPES.get(schema.get("type"), ())  # type: ignore[arg-type]
+        if isinstance(schema, dict) and isinstance(schema.get("type"), str) \
+                and not any(check in schema for check in _SCALAR_CHECKS):
+            plain = _PLAIN_TYPES.get(schema["type"], ())
         cached = (schema, plain)
         _PLAIN[id(schema)] = cached
     return cached[1]
