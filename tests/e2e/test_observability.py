@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -25,6 +24,7 @@ import pytest
 import yaml
 
 from fixtures.stack import REPO, RunningStack, skip_unless_stack_available, start_stack
+from trainyard.supervisor.ports import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -105,12 +105,6 @@ class OtlpReceiver:
 
 
 # ---------------------------------------------------------------------------------- Prometheus
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def scrape_config(stack: RunningStack, token_file: Path) -> dict[str, Any]:

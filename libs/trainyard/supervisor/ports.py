@@ -25,11 +25,22 @@ class PortInUseError(Exception):
         self.port = port
 
 
+# Every port free_port() answered in this process: the kernel may hand out a port again as
+# soon as the probing socket is closed, and a stack asks for dozens before any is listened on
+# (two children once got the same one: "Address already in use" at start).
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    """A port nothing listens on right now (the kernel's choice for port 0)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOOPBACK, 0))
-        return int(sock.getsockname()[1])
+    """A port nothing listens on right now (the kernel's choice for port 0), never one this
+    process was already given."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind((LOOPBACK, 0))
+            port = int(sock.getsockname()[1])
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 def port_is_free(port: int) -> bool:
