@@ -109,11 +109,14 @@ def _text(value: Any) -> str:
 def webhook_observed(bus: BusSession, kube: KubeClient, cluster: str):
     """What the TrainJob webhook rules read: runtime, existing JobSet, PriorityClasses."""
 
-    async def lookup(trainjob: dict[str, Any]) -> list[dict[str, Any]]:
+    async def lookup(trainjob: dict[str, Any], *, jobset: bool = True) -> list[dict[str, Any]]:
+        """``jobset=False``: the existing JobSet is not read (only the rules of an update read
+        it; a create's admission waits on one read less)."""
         # A forged review may hold any shape here: what is not a dict or a string is not looked
         # up (the validation that follows names the field).
         meta = _mapping(trainjob.get("metadata"))
-        namespace, name = _text(meta.get("namespace")), _text(meta.get("name"))
+        namespace = _text(meta.get("namespace"))
+        name = _text(meta.get("name")) if jobset else ""  # the JobSet is read by this name only
         ref = _mapping(_mapping(trainjob.get("spec")).get("runtimeRef"))
         kind = ref.get("kind", "ClusterTrainingRuntime")
         found: list[dict[str, Any]] = []

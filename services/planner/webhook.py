@@ -38,7 +38,9 @@ WEBHOOKS = (
      "/validate-trainer-kubeflow-org-v1alpha1-trainjob", "trainjobs"),
 )
 
-ObservedLookup = Callable[[dict[str, Any]], Awaitable[list[dict[str, Any]]]]
+# The objects the TrainJob rules read; ``jobset=False``: without the existing JobSet (only the
+# rules of an update read it).
+ObservedLookup = Callable[..., Awaitable[list[dict[str, Any]]]]
 # (namespace, name) -> the TrainJob, for ``trainjobs/scale`` requests (they carry Scale objects).
 TrainJobLookup = Callable[[str, str], Awaitable[dict[str, Any] | None]]
 
@@ -185,8 +187,9 @@ def build_app(observed_for: ObservedLookup, trainjob_for: TrainJobLookup | None 
         new, old = review["object"], review.get("oldObject") or None
         if review.get("subResource") == "scale":
             return await scale(review, uid)
-        observed = await observed_for(new)
-        result = validate_trainjob(new, old if review.get("operation") == "UPDATE" else None, None, observed)
+        update = review.get("operation") == "UPDATE"
+        observed = await observed_for(new, jobset=update)
+        result = validate_trainjob(new, old if update else None, None, observed)
         metrics.WEBHOOK_REQUESTS.labels("trainjobs", str(result.allowed).lower()).inc()
         return JSONResponse(review_response(uid, result))
 

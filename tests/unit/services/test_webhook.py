@@ -29,7 +29,7 @@ def trainjob(**trainer):
 
 @pytest.fixture
 def client():
-    async def observed(_):
+    async def observed(_, **__):
         return [RUNTIME]
 
     return TestClient(build_app(observed))
@@ -100,7 +100,7 @@ def scale_client(runtime):
     job = trainjob(numNodes=2)
     job["spec"]["runtimeRef"]["name"] = runtime["metadata"]["name"]
 
-    async def observed(_):
+    async def observed(_, **__):
         return [runtime]
 
     async def trainjob_for(namespace, name):
@@ -134,3 +134,29 @@ def test_webhook_configuration_matches_trainjob_scale():
              webhook_configuration(b"CA", url_base="https://x", service=None)["webhooks"]}
     assert rules["validator.trainjob.trainer.kubeflow.org"] == ["trainjobs", "trainjobs/scale"]
     assert rules["validator.trainingruntime.trainer.kubeflow.org"] == ["trainingruntimes"]
+
+
+def test_only_an_update_reads_the_existing_jobset_and_its_active_jobs_still_refuse_overrides():
+    """A create's admission skips the JobSet read (no create rule reads it); an update reads it,
+    and a suspended TrainJob whose JobSet still has active Jobs cannot change its overrides."""
+    asked: list[bool] = []
+    running = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+              "metadata": {"name": "job", "namespace": "ns"},
+              "status": {"replicatedJobsStatus": [{"name": "node", "active": 1}]}}
+
+    async def observed(_, *, jobset: bool = True):
+        asked.append(jobset)
+        return [RUNTIME, running] if jobset else [RUNTIME]
+
+    client = TestClient(build_app(observed))
+    assert client.post(WEBHOOKS[2][1], json=review(trainjob(numNodes=2))).json()["response"]["allowed"]
+    old = trainjob(numNodes=2)
+    old["spec"]["suspend"] = True
+    new = trainjob(numNodes=2)
+    new["spec"]["suspend"] = True
+    new["spec"]["podTemplateOverrides"] = [{"targetJobs": [{"name": "node"}], "spec": {"nodeSelector": {"a": "b"}}}]
+    answer = client.post(WEBHOOKS[2][1], json=review(new, "UPDATE", old)).json()["response"]
+    assert asked == [False, True]
+    assert not answer["allowed"]
+    assert "PodTemplateOverrides cannot be modified when the JobSet's ReplicatedJob node is still active" \
+        in answer["status"]["message"]
