@@ -27,7 +27,8 @@ from typing import Any, Callable
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.errors import TimeoutError as NatsTimeoutError
-from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError, NotFoundError
+from nats.js.errors import (APIError, KeyDeletedError, KeyNotFoundError, KeyWrongLastSequenceError,
+                             NoStreamResponseError, NotFoundError)
 from nats.js.kv import KeyValue
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -104,16 +105,29 @@ async def _write(kv: KeyValue, key: str, value: bytes, revision: int | None, ttl
     _count(kv, "create" if revision is None else "update")
     if ttl:
         try:
-            if revision is None:
-                return await kv.create(key, value, msg_ttl=ttl)
-            return await kv._update(key, value, last=revision, msg_ttl=ttl)
+            return await _put(kv, key, value, revision, ttl)
         except Exception as err:
             if not _ttl_refused(err):
                 raise
             log.warning("bucket %s refuses per-message TTL; the tombstone of %s is kept", kv._name, key)
-    if revision is None:
-        return await kv.create(key, value)
-    return await kv.update(key, value, last=revision)
+    return await _put(kv, key, value, revision, None)
+
+
+async def _put(kv: KeyValue, key: str, value: bytes, revision: int | None, ttl: float | None) -> int:
+    """``KeyValue.create`` (revision None) or ``update`` with its semantics, through
+    ``BucketRequests``: a create lands on a key whose last entry is a delete or purge marker
+    (on that marker's revision), and fails with ``KeyWrongLastSequenceError`` on a live one."""
+    requests = BucketRequests.of(kv)
+    if revision is not None:
+        return await requests.put_if(key, value, revision, ttl)
+    try:
+        return await requests.put_if(key, value, 0, ttl)
+    except KeyWrongLastSequenceError:
+        try:
+            await kv._get(key)  # a live entry: the create fails; a marker: raises KeyDeletedError
+        except KeyDeletedError as deleted:
+            return await requests.put_if(key, value, deleted.entry.revision, ttl)
+        raise
 
 
 async def _remove(kv: KeyValue, key: str, ttl: float) -> None:
@@ -137,7 +151,7 @@ async def _get(kv: KeyValue, key: str) -> tuple[bytes | None, int | None]:
     """The entry's value and revision; (None, None) when absent, deleted or purged."""
     _count(kv, "get")
     if kv._direct:
-        return await DirectReader.of(kv).last(key)
+        return await BucketRequests.of(kv).last(key)
     try:
         entry = await kv.get(key)
     except (KeyNotFoundError, NotFoundError):
@@ -216,7 +230,7 @@ class SnapshotStore:
         end-of-batch marker), else as concurrent gets."""
         if self._kv._direct and len(keys) > 1:
             try:
-                found = await DirectReader.of(self._kv).last_values([kv_key(key) for key in keys])
+                found = await BucketRequests.of(self._kv).last_values([kv_key(key) for key in keys])
             except DirectReadError as err:
                 log.warning("batched read of %d snapshots failed (%s); reading them one by one", len(keys), err)
             else:
@@ -273,27 +287,32 @@ class DirectReadError(Exception):
     """A direct get that got no answer or an error status."""
 
 
-class DirectReader:
-    """Direct gets of one bucket (which must allow them), answered on one subscription.
+_READ_ONE, _READ_BATCH, _WRITE = 0, 1, 2
+
+
+class BucketRequests:
+    """Requests to one bucket answered on one subscription: direct gets (the bucket must allow
+    them), batched direct gets and compare-and-set writes.
 
     A single get asks ``DIRECT.GET.<stream>.<key subject>`` (the last entry of that key); a
     batch names several keys in one request (``multi_last``, nats-server 2.11 or later) and
     the server answers with one message per existing entry, then a status (204 end of batch,
-    404 when no key exists). The replies of every request of the process arrive on one
-    wildcard subscription under the connection's inbox prefix, routed by a token; a timer,
-    not ``asyncio.wait_for``, bounds the wait, and no JSON API or timestamp parsing is
-    involved: the hot read path of every service costs a third less than nats-py's
-    ``KeyValue.get``."""
+    404 when no key exists); a write publishes to the key's subject with the expected last
+    revision (and a per-message TTL) and the stream answers with its JSON acknowledgement. The
+    replies of every request of the process arrive on one wildcard subscription under the
+    connection's inbox prefix, routed by a token; a timer, not ``asyncio.wait_for``, bounds the
+    wait, and reads involve no JSON API or timestamp parsing: each round trip costs the client
+    a third to a quarter less CPU than through nats-py's ``KeyValue``."""
 
     TIMEOUT_S = 5.0
-    _readers: "weakref.WeakKeyDictionary[KeyValue, DirectReader]" = weakref.WeakKeyDictionary()
+    _instances: "weakref.WeakKeyDictionary[KeyValue, BucketRequests]" = weakref.WeakKeyDictionary()
 
     @classmethod
-    def of(cls, kv: KeyValue) -> "DirectReader":
-        reader = cls._readers.get(kv)
-        if reader is None:
-            reader = cls._readers[kv] = cls(kv)
-        return reader
+    def of(cls, kv: KeyValue) -> "BucketRequests":
+        requests = cls._instances.get(kv)
+        if requests is None:
+            requests = cls._instances[kv] = cls(kv)
+        return requests
 
     def __init__(self, kv: KeyValue) -> None:
         self._kv = kv
@@ -302,8 +321,8 @@ class DirectReader:
         self._key_prefix = f"$KV.{kv._name}."
         self._inbox = ""
         self._tokens = itertools.count(1)
-        # token -> (entries found: key -> (value, revision), done, single get)
-        self._pending: dict[str, tuple[dict[str, tuple[bytes, int]], asyncio.Future[None], bool]] = {}
+        # token -> (entries found: key -> (value, revision), done, kind of request)
+        self._pending: dict[str, tuple[dict[str, tuple[bytes, int]], asyncio.Future[Any], int]] = {}
         self._subscribing = asyncio.Lock()
 
     async def _ensure_subscribed(self) -> None:
@@ -319,44 +338,46 @@ class DirectReader:
         token = msg.subject.rpartition(".")[2]
         pending = self._pending.get(token)
         if pending is None or pending[1].done():
-            return  # a late reply of a read that timed out
-        found, done, single = pending
+            return  # a late reply of a request that timed out
+        found, done, kind = pending
         headers = msg.headers or {}
         status = headers.get("Status")
         if status:
-            if status in ("204", "404"):
+            if status in ("204", "404") and kind != _WRITE:
                 done.set_result(None)
             else:
                 done.set_exception(DirectReadError(f"status {status} {headers.get('Description', '')}".strip()))
             return
+        if kind == _WRITE:
+            done.set_result(msg.data)
+            return
         subject = headers.get("Nats-Subject", "")
         if subject.startswith(self._key_prefix) and headers.get("KV-Operation") not in ("DEL", "PURGE"):
             found[subject[len(self._key_prefix):]] = (msg.data, int(headers.get("Nats-Sequence") or 0))
-        if single:
+        if kind == _READ_ONE:
             done.set_result(None)
 
-    async def _ask(self, subject: str, payload: bytes, single: bool) -> dict[str, tuple[bytes, int]]:
+    async def _ask(self, subject: str, payload: bytes, kind: int,
+                   headers: dict[str, str] | None = None) -> tuple[dict[str, tuple[bytes, int]], Any]:
         await self._ensure_subscribed()
         token = str(next(self._tokens))
         found: dict[str, tuple[bytes, int]] = {}
         loop = asyncio.get_running_loop()
-        done: asyncio.Future[None] = loop.create_future()
-        self._pending[token] = (found, done, single)
+        done: asyncio.Future[Any] = loop.create_future()
+        self._pending[token] = (found, done, kind)
         timer = loop.call_later(self.TIMEOUT_S, _expire, done)
         try:
-            await self._nc.publish(subject, payload, reply=f"{self._inbox}.{token}")
-            await done
+            await self._nc.publish(subject, payload, reply=f"{self._inbox}.{token}", headers=headers)
+            answer = await done
         finally:
             timer.cancel()
             del self._pending[token]
-        return found
+        return found, answer
 
     async def last(self, key: str) -> tuple[bytes | None, int | None]:
         """The key's value and revision, or (None, None) when absent, deleted or purged."""
         try:
-            found = await self._ask(f"{self._api}.{self._key_prefix}{key}", b"", single=True)
-        except DirectReadError:
-            raise
+            found, _ = await self._ask(f"{self._api}.{self._key_prefix}{key}", b"", _READ_ONE)
         except asyncio.TimeoutError:
             raise NatsTimeoutError from None
         entry = found.get(key)
@@ -367,7 +388,7 @@ class DirectReader:
         _count(self._kv, "get_many")
         request = json.dumps({"multi_last": [self._key_prefix + key for key in keys], "batch": len(keys)})
         try:
-            found = await self._ask(self._api, request.encode(), single=False)
+            found, _ = await self._ask(self._api, request.encode(), _READ_BATCH)
         except asyncio.TimeoutError:
             raise DirectReadError(f"no end of batch within {self.TIMEOUT_S:.0f} s") from None
         except DirectReadError:
@@ -375,6 +396,30 @@ class DirectReader:
         except Exception as err:  # not connected, subscription refused
             raise DirectReadError(str(err) or type(err).__name__) from err
         return {key: value for key, (value, _) in found.items()}
+
+    async def put_if(self, key: str, value: bytes, last: int, ttl: float | None) -> int:
+        """Writes ``value`` if the key's last revision is ``last`` (0: the key has none);
+        returns the new revision. Raises nats-py's own errors, as ``KeyValue`` does: a
+        revision mismatch is ``KeyWrongLastSequenceError``, anything else the stream's
+        ``APIError``."""
+        headers = {"Nats-Expected-Last-Subject-Sequence": str(last)}
+        if ttl:
+            headers["Nats-TTL"] = str(int(ttl))
+        try:
+            _, answer = await self._ask(f"{self._key_prefix}{key}", value, _WRITE, headers)
+        except asyncio.TimeoutError:
+            raise NatsTimeoutError from None
+        except DirectReadError as err:  # e.g. no responders: no stream takes the subject
+            raise NoStreamResponseError(description=str(err)) from None
+        ack = json.loads(answer)
+        if "error" in ack:
+            try:
+                APIError.from_error(ack["error"])  # raises the error's own class
+            except APIError as err:
+                if err.err_code in (10071, 10164):  # wrong last sequence (nats-py maps the same codes)
+                    raise KeyWrongLastSequenceError(description=err.description) from None
+                raise
+        return int(ack["seq"])
 
 
 def _expire(done: asyncio.Future[None]) -> None:
@@ -492,9 +537,7 @@ class AppliedPlanStore:
         data = value.model_dump_json(by_alias=True).encode()
         _count(self._kv, "create" if revision is None else "update")
         try:
-            if revision is None:
-                return await self._kv.create(key, data)
-            return await self._kv.update(key, data, last=revision)
+            return await _put(self._kv, key, data, revision, None)
         except Exception as err:
             if _is_cas_conflict(err):
                 raise CasConflict(key) from err

@@ -281,6 +281,30 @@ async def test_a_known_copy_stands_for_the_snapshot_only_when_it_is_that_version
     assert await bus.snapshots.get(key, known=trainjob("js", "6")) is None
 
 
+async def test_writes_keep_keyvalue_create_and_update_semantics(bus):
+    """Writes go through one reply subscription, with nats-py's meanings: a create fails on a
+    live key and lands on a deleted or purged one; an update needs the current revision."""
+    from nats.js.errors import KeyWrongLastSequenceError
+
+    from trainyard.bus.kv import _put
+
+    kv = bus.applied._kv
+    first = await _put(kv, "c1.ns.w", b"one", None, None)
+    with pytest.raises(KeyWrongLastSequenceError):
+        await _put(kv, "c1.ns.w", b"again", None, None)
+    second = await _put(kv, "c1.ns.w", b"two", first, None)
+    with pytest.raises(KeyWrongLastSequenceError):
+        await _put(kv, "c1.ns.w", b"stale", first, None)
+    assert (await kv.get("c1.ns.w")).value == b"two" and second > first
+    await kv.delete("c1.ns.w")
+    assert await _put(kv, "c1.ns.w", b"after delete", None, None) > second
+    await kv.purge("c1.ns.w")
+    await _put(kv, "c1.ns.w", b"after purge", None, None)
+    assert (await kv.get("c1.ns.w")).value == b"after purge"
+    with pytest.raises(CasConflict):
+        await bus.applied.compare_and_set("c1.ns.w", AppliedPlan(uid="u", generation=1, planHash="h"), None)
+
+
 async def test_an_existing_bucket_is_switched_to_direct_gets(nats_server, bus):
     """A bucket made by an earlier release (no direct gets) is switched when the topology is
     ensured again, and keeps its entries."""
