@@ -8,6 +8,8 @@ from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 from opentelemetry.trace import SpanKind
 
+from trainyard.telemetry.tracing import context_span
+
 _tracer = trace.get_tracer("trainyard.bus")
 
 
@@ -20,8 +22,8 @@ def inject_headers(headers: dict[str, str] | None = None) -> dict[str, str]:
 
 @contextmanager
 def publish_span(subject: str, msg_id: str | None = None) -> Iterator[trace.Span]:
-    with _tracer.start_as_current_span(
-        f"publish {subject.split('.')[1] if '.' in subject else subject}",
+    with context_span(
+        _tracer, f"publish {subject.split('.')[1] if '.' in subject else subject}",
         kind=SpanKind.PRODUCER,
         attributes={
             "messaging.system": "nats",
@@ -38,8 +40,8 @@ def consume_span(subject: str, headers: Mapping[str, str] | None, consumer: str)
     parent = propagate.extract(dict(headers or {}))
     token = otel_context.attach(parent)
     try:
-        with _tracer.start_as_current_span(
-            f"process {consumer}",
+        with context_span(
+            _tracer, f"process {consumer}",
             kind=SpanKind.CONSUMER,
             attributes={
                 "messaging.system": "nats",
