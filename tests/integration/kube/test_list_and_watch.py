@@ -51,21 +51,14 @@ async def test_watch_follows_changes_and_stops_while_waiting_for_an_event(devclu
         await client.close()
 
 
-class PagedNames:
-    """A paged handler that keeps only names."""
-
-    def __init__(self) -> None:
-        self.names: list[tuple[str, str]] = []
-        self.changed = asyncio.Event()
+class PagedNames(Recorder):
+    """A paged handler that keeps only names (list_and_watch prefers the pages when a handler
+    takes them)."""
 
     async def on_relist_page(self, resource, items, first) -> None:
         self.names += [("LIST", item["metadata"]["name"]) for item in items]
 
     async def on_relist_end(self, resource, resource_version) -> None:
-        self.changed.set()
-
-    async def on_event(self, resource, event_type, obj) -> None:
-        self.names.append((event_type, obj["metadata"]["name"]))
         self.changed.set()
 
 
