@@ -406,7 +406,7 @@ class BucketRequests:
         if ttl:
             headers["Nats-TTL"] = str(int(ttl))
         try:
-            _, answer = await self._ask(f"{self._key_prefix}{key}", value, _WRITE, headers)
+            _, answer = await self._ask(f"{self._kv._pre}{key}", value, _WRITE, headers)
         except asyncio.TimeoutError:
             raise NatsTimeoutError from None
         except DirectReadError as err:  # e.g. no responders: no stream takes the subject
