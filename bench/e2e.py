@@ -206,8 +206,8 @@ async def one(client: httpx.AsyncClient, watch: JobSetWatch, ns: str, name: str)
     return [(watch.seen[f"{ns}/{name}"] - sent) * 1000]
 
 
-async def as_fast_as_possible(client: httpx.AsyncClient | None, ns: str, docs: list, concurrency: int,
-                              send) -> float:
+async def as_fast_as_possible(docs: list, concurrency: int, send) -> float:
+    """Sends every item of ``docs`` with ``concurrency`` workers; returns the seconds it took."""
     queue: asyncio.Queue = asyncio.Queue()
     for doc in docs:
         queue.put_nowait(doc)
@@ -292,7 +292,7 @@ async def _generate(kind, url, token, ca, ns, items, spec, concurrency, ready, g
         ready.put(os.getpid())
         await asyncio.get_running_loop().run_in_executor(None, go.wait)
         cpu_before = time.process_time()
-        elapsed = await as_fast_as_possible(None, ns, work, concurrency, lambda item: send(*item))
+        elapsed = await as_fast_as_possible(work, concurrency, lambda item: send(*item))
         results.put((elapsed, time.process_time() - cpu_before))
 
 

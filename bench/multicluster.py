@@ -111,7 +111,7 @@ async def single_cluster(args) -> float:
             (await endpoint.client.post(TRAINJOBS.format(ns=NAMESPACE), json=doc)).raise_for_status()
 
         start = time.perf_counter()
-        await as_fast_as_possible(endpoint.client, NAMESPACE, [trainjob(n, False) for n in names],
+        await as_fast_as_possible([trainjob(n, False) for n in names],
                                   args.concurrency, create)
         await watch.wait_all([f"{NAMESPACE}/{n}" for n in names], timeout=300)
         rate = args.sustained / (time.perf_counter() - start)
@@ -143,7 +143,7 @@ async def single_cluster_up(args, stack) -> float:
     await wait_all([watch], [f"{NAMESPACE}/warm-0", f"{NAMESPACE}/warm-1"], timeout=60)
     names = [f"up-{i}" for i in range(args.sustained)]
     start = time.perf_counter()
-    await as_fast_as_possible(endpoint.client, NAMESPACE, [trainjob(n, False) for n in names], args.concurrency, create)
+    await as_fast_as_possible([trainjob(n, False) for n in names], args.concurrency, create)
     done = await wait_all([watch], [f"{NAMESPACE}/{n}" for n in names], timeout=300)
     rate = len(done) / (time.perf_counter() - start)
     await watch.stop()
@@ -189,7 +189,7 @@ async def delegated(args, stack) -> tuple[list[float], float, dict[str, float]]:
     cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
     names = [f"sustained-{i}" for i in range(args.sustained)]
     start = time.perf_counter()
-    await as_fast_as_possible(manager, NAMESPACE, [trainjob(n, True) for n in names], args.concurrency, create)
+    await as_fast_as_possible([trainjob(n, True) for n in names], args.concurrency, create)
     done = await wait_all(watches, [f"{NAMESPACE}/{n}" for n in names], timeout=600)
     rate = len(done) / (time.perf_counter() - start)
     cpu = {name: (cpu_seconds(pid) - cpu_before[name]) * 1000 / args.sustained for name, pid in pids.items()}

@@ -231,7 +231,7 @@ class SnapshotStore:
         if self._kv._direct and len(keys) > 1:
             try:
                 found = await BucketRequests.of(self._kv).last_values([kv_key(key) for key in keys])
-            except DirectReadError as err:
+            except BucketRequestError as err:
                 log.warning("batched read of %d snapshots failed (%s); reading them one by one", len(keys), err)
             else:
                 return [_live_object(found.get(kv_key(key))) for key in keys]
@@ -283,8 +283,8 @@ def _live_object(raw: bytes | None) -> dict[str, Any] | None:
     return None if snapshot.deleted else snapshot.object
 
 
-class DirectReadError(Exception):
-    """A direct get that got no answer or an error status."""
+class BucketRequestError(Exception):
+    """A request that got no answer or an error status."""
 
 
 _READ_ONE, _READ_BATCH, _WRITE = 0, 1, 2
@@ -301,8 +301,9 @@ class BucketRequests:
     revision (and a per-message TTL) and the stream answers with its JSON acknowledgement. The
     replies of every request of the process arrive on one wildcard subscription under the
     connection's inbox prefix, routed by a token; a timer, not ``asyncio.wait_for``, bounds the
-    wait, and reads involve no JSON API or timestamp parsing: each round trip costs the client
-    a third to a quarter less CPU than through nats-py's ``KeyValue``."""
+    wait, and reads involve no JSON API or timestamp parsing (measured: a 2-KiB update 128 ->
+    96 us of client CPU; KV reads 11.6-11.8 % -> 2.3-3.4 % of the planner's and the status
+    service's samples, docs/performance.md)."""
 
     TIMEOUT_S = 5.0
     _instances: "weakref.WeakKeyDictionary[KeyValue, BucketRequests]" = weakref.WeakKeyDictionary()
@@ -346,7 +347,7 @@ class BucketRequests:
             if status in ("204", "404") and kind != _WRITE:
                 done.set_result(None)
             else:
-                done.set_exception(DirectReadError(f"status {status} {headers.get('Description', '')}".strip()))
+                done.set_exception(BucketRequestError(f"status {status} {headers.get('Description', '')}".strip()))
             return
         if kind == _WRITE:
             done.set_result(msg.data)
@@ -390,11 +391,11 @@ class BucketRequests:
         try:
             found, _ = await self._ask(self._api, request.encode(), _READ_BATCH)
         except asyncio.TimeoutError:
-            raise DirectReadError(f"no end of batch within {self.TIMEOUT_S:.0f} s") from None
-        except DirectReadError:
+            raise BucketRequestError(f"no end of batch within {self.TIMEOUT_S:.0f} s") from None
+        except BucketRequestError:
             raise
         except Exception as err:  # not connected, subscription refused
-            raise DirectReadError(str(err) or type(err).__name__) from err
+            raise BucketRequestError(str(err) or type(err).__name__) from err
         return {key: value for key, (value, _) in found.items()}
 
     async def put_if(self, key: str, value: bytes, last: int, ttl: float | None) -> int:
@@ -409,7 +410,7 @@ class BucketRequests:
             _, answer = await self._ask(f"{self._kv._pre}{key}", value, _WRITE, headers)
         except asyncio.TimeoutError:
             raise NatsTimeoutError from None
-        except DirectReadError as err:  # e.g. no responders: no stream takes the subject
+        except BucketRequestError as err:  # e.g. no responders: no stream takes the subject
             raise NoStreamResponseError(description=str(err)) from None
         ack = json.loads(answer)
         if "error" in ack:

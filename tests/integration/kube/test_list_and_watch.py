@@ -24,6 +24,15 @@ class Recorder:
         self.changed.set()
 
 
+async def seen(recorder: Recorder, entry: tuple[str, str], timeout_s: float = 30.0) -> bool:
+    """Whether ``entry`` reaches the recorder within ``timeout_s``."""
+    for _ in range(int(timeout_s * 10)):
+        if entry in recorder.names:
+            return True
+        await asyncio.sleep(0.1)
+    return entry in recorder.names
+
+
 async def test_watch_follows_changes_and_stops_while_waiting_for_an_event(devcluster, caplog) -> None:
     caplog.set_level(logging.WARNING, logger="trainyard")
     client = await KubeClient.from_kubeconfig(str(devcluster.kubeconfig))
@@ -33,11 +42,7 @@ async def test_watch_follows_changes_and_stops_while_waiting_for_an_event(devclu
     try:
         await asyncio.wait_for(recorder.changed.wait(), 30)
         devcluster.kubectl("create", "configmap", "watched", "--from-literal=a=b")
-        for _ in range(300):
-            if ("ADDED", "watched") in recorder.names:
-                break
-            await asyncio.sleep(0.1)
-        assert ("ADDED", "watched") in recorder.names
+        assert await seen(recorder, ("ADDED", "watched"))
         # Stop while the stream is idle, blocked on the next event: it must end cleanly
         # (no "asynchronous generator is already running"), and promptly.
         await asyncio.sleep(0.3)
@@ -83,11 +88,7 @@ async def test_listed_objects_are_not_kept_while_the_watch_follows(devcluster) -
         await asyncio.wait_for(handler.changed.wait(), 30)
         assert {("LIST", f"kept-{i}") for i in range(3)} <= set(handler.names)
         devcluster.kubectl("create", "configmap", "later", "--from-literal=a=b")
-        for _ in range(300):
-            if ("ADDED", "later") in handler.names:
-                break
-            await asyncio.sleep(0.1)
-        assert ("ADDED", "later") in handler.names
+        assert await seen(handler, ("ADDED", "later"))
         assert live_objects_named("kept-") == []
     finally:
         stop.set()
