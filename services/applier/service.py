@@ -26,14 +26,14 @@ from trainyard.kube import resources as r
 from trainyard.kube.client import FIELD_MANAGER, KubeClient, KubeError
 from trainyard.kube.resources import resource_for
 from trainyard.pipeline.ssh_keys import materialize, needs_generation
+from trainyard.pipeline.trainjobs import (REASON_CREATION_FAILED, creation_failed_message, managed_by_trainer,
+                                          owned_by_uid)
 from trainyard.telemetry import metrics
 from trainyard.telemetry.tracing import current_traceparent
 
 log = logging.getLogger(__name__)
 
 ROLE = "applier"
-MANAGED_BY_TRAINER = "trainer.kubeflow.org/trainjob-controller"
-REASON_CREATION_FAILED = "TrainJobResourcesCreationFailed"
 MAX_HASHES = 8
 
 
@@ -91,7 +91,7 @@ class Applier:
         trainjob = await self.bus.snapshots.get(ObjectKey(self.cluster, "TrainJob", plan.namespace, plan.name))
         if trainjob is None or trainjob["metadata"].get("uid") != plan.uid:
             return await self._report(plan, "skipped-stale", message="TrainJob is gone")
-        if ((trainjob.get("spec") or {}).get("managedBy") or MANAGED_BY_TRAINER) != MANAGED_BY_TRAINER:
+        if not managed_by_trainer(trainjob):
             return await self._report(plan, "skipped-stale", message="managed by another controller")
         key = applied_key(self.cluster, plan.namespace, plan.name)
         claim = await self._claim(key, plan)
@@ -106,7 +106,7 @@ class Applier:
             await self._release(key, claim)
             if err.transient:
                 raise
-            message = f"TrainJob resources reconciliation failed: {_truncate(str(err.message or err))}"
+            message = creation_failed_message(str(err.message or err))
             await self.bus.outcomes.set(key, Outcome(uid=plan.uid, generation=plan.generation, stage="apply",
                                                      reason=REASON_CREATION_FAILED, message=message))
             await self._report(plan, "failed", reason=REASON_CREATION_FAILED, message=message)
@@ -269,8 +269,7 @@ class Applier:
                                       timeout_s=self.request_timeout_s)
         if current is None:
             return False
-        owners = (current.get("metadata") or {}).get("ownerReferences") or []
-        if not any(o.get("uid") == uid for o in owners):
+        if not owned_by_uid(current, uid):
             return False
         return await self.kube.delete(resource, ref.namespace or None, ref.name,
                                       timeout_s=self.request_timeout_s)
@@ -315,7 +314,3 @@ def _remember(previous: AppliedPlan | None, plan: PlanMessage) -> list[str]:
         hashes.append(plan.plan_hash)
     return hashes[-MAX_HASHES:]
 
-
-def _truncate(text: str, limit: int = 950) -> str:
-    """Upstream's event message rule: first 950 characters, then " ..." when longer."""
-    return text if len(text) <= limit else text[:limit] + " ..."

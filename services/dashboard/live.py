@@ -9,7 +9,6 @@ running → finished. Every change is pushed to the connected browsers (server-s
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import json
 import logging
 import time
@@ -23,7 +22,8 @@ from trainyard.bus.envelopes import ApplyResult, EnvelopeError, ObjectEvent, dec
 from trainyard.bus.session import BusSession
 from trainyard.bus.subjects import EVENTS_PREFIX, PLANS_PREFIX, RESULTS_PREFIX, ObjectKey, decode_token, encode_token
 from trainyard.bus.topology import EVENTS_STREAM, PLANS_STREAM, RESULTS_STREAM, durable_name
-from trainyard.telemetry.trainjobs import state_of
+from trainyard.clock import parse_epoch
+from trainyard.pipeline.trainjobs import finished_condition, owner_reference, state_of
 
 log = logging.getLogger(__name__)
 
@@ -32,20 +32,6 @@ STAGES = ("created", "observed", "planned", "applied", "running", "finished")
 CONSUMERS = (("planner", EVENTS_STREAM), ("applier", PLANS_STREAM), ("status", EVENTS_STREAM),
              ("status-results", RESULTS_STREAM), ("dispatcher", EVENTS_STREAM))
 SERVICE_NAMES = ("watcher", "planner", "applier", "status", "dispatcher")
-
-
-def parse_time(text: str | None) -> float | None:
-    if not text:
-        return None
-    try:
-        return dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc).timestamp()
-    except ValueError:
-        return None
-
-
-def finished_condition(status: dict[str, Any]) -> dict[str, Any] | None:
-    return next((c for c in status.get("conditions") or []
-                 if c.get("type") in ("Complete", "Failed") and c.get("status") == "True"), None)
 
 
 @dataclass
@@ -162,7 +148,7 @@ class Live:
     def _update(self, cluster: str, trainjob: dict[str, Any], observed_at: float | None) -> None:
         row = row_of(cluster, trainjob, self._runtime_for(cluster, trainjob))
         timeline = self.timelines.setdefault(row["uid"], Timeline())
-        created = parse_time(row["created"])
+        created = parse_epoch(row["created"])
         if created is not None:
             timeline.mark("created", created)
         if observed_at is not None:
@@ -171,7 +157,7 @@ class Live:
             timeline.mark("running", observed_at if observed_at is not None else None)
         finished = finished_condition(trainjob.get("status") or {})
         if finished is not None:
-            timeline.mark("finished", parse_time(finished.get("lastTransitionTime")) or observed_at)
+            timeline.mark("finished", parse_epoch(finished.get("lastTransitionTime")) or observed_at)
         row["timeline"] = timeline.to_json()
         if self.rows.get(row["key"]) != row:
             self.rows[row["key"]] = row
@@ -196,8 +182,7 @@ class Live:
             self._update(event.cluster, event.object, observed_at=received)
             return
         # A JobSet change: re-read its TrainJob (its status follows) to refresh counts.
-        owner = next((ref for ref in (event.object.get("metadata") or {}).get("ownerReferences") or []
-                      if ref.get("kind") == "TrainJob"), None)
+        owner = owner_reference(event.object)
         if owner is not None:
             trainjob = await self.bus.snapshots.get(ObjectKey(event.cluster, "TrainJob", event.namespace,
                                                               owner.get("name", "")))

@@ -13,13 +13,13 @@ TrainJob is gone) are deleted by the sweep whenever that worker is reachable.
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import logging
 import time
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
+from trainyard.clock import now_rfc3339
 from trainyard.bus.consumer import Consumer, Delivery, PermanentError
 from trainyard.bus.envelopes import EnvelopeError, ObjectEvent, decode
 from trainyard.bus.session import BusSession
@@ -53,10 +53,6 @@ RUNTIME_CACHE_S = 2.0
 FULL_RESYNC_EVERY = 15
 # How long the mirror of a worker copy's status waits for the copy's next change.
 MIRROR_DELAY_S = 0.2
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _lane(subject: str) -> str:
@@ -355,7 +351,7 @@ class Dispatcher:
         await record_event(self.manager, trainjob, "Warning", REASON_WORKER_LOST, message, COMPONENT)
         # Nothing of the lost copy stays: the status starts over from the next copy.
         return await self._write_status(trainjob, d.mirrored_status(
-            trainjob, None, d.dispatched_condition("False", REASON_WORKER_LOST, message, _now(), None)))
+            trainjob, None, d.dispatched_condition("False", REASON_WORKER_LOST, message, now_rfc3339(), None)))
 
     async def _set_dispatched(self, trainjob: dict[str, Any], status: str, reason: str,
                               message: str) -> dict[str, Any]:
@@ -365,7 +361,7 @@ class Dispatcher:
             return trainjob
         if status == "False" and (previous is None or previous.get("reason") != reason):
             await record_event(self.manager, trainjob, "Warning", reason, message, COMPONENT)
-        condition = d.dispatched_condition(status, reason, message, _now(), previous)
+        condition = d.dispatched_condition(status, reason, message, now_rfc3339(), previous)
         current = dict(trainjob.get("status") or {})
         conditions = [c for c in current.get("conditions") or [] if c.get("type") != d.CONDITION_DISPATCHED]
         current["conditions"] = [condition, *conditions]
@@ -449,7 +445,7 @@ class Dispatcher:
         self.assignments[key] = (worker, need, not d.finished(copy_obj))
         message = f"dispatched to worker cluster {worker}"
         previous = d.condition(trainjob, d.CONDITION_DISPATCHED)
-        dispatched = d.dispatched_condition("True", "Dispatched", message, _now(), previous)
+        dispatched = d.dispatched_condition("True", "Dispatched", message, now_rfc3339(), previous)
         await self._write_status(trainjob, d.mirrored_status(trainjob, copy_obj, dispatched))
 
     # -- deletion and stale copies -------------------------------------------------------------

@@ -21,14 +21,13 @@ from trainyard.pipeline.planning import plan, plan_hash
 from trainyard.pipeline.plugins import REGISTRY
 from trainyard.pipeline.curve_keys import deferred_curve_key
 from trainyard.pipeline.ssh_keys import defer_generated_secrets, deferred_ssh_key
+from trainyard.pipeline.trainjobs import REASON_CREATION_FAILED, managed_by_trainer, owner_reference
 from trainyard.telemetry import metrics
 
 log = logging.getLogger(__name__)
 
 GROUP = "trainer.kubeflow.org"
 TRAINJOB_API_VERSION = f"{GROUP}/v1alpha1"
-MANAGED_BY_TRAINER = "trainer.kubeflow.org/trainjob-controller"
-REASON_CREATION_FAILED = "TrainJobResourcesCreationFailed"
 
 # The objects a TrainJob may own, named after it (spec §7.2).
 CHILD_KINDS: tuple[tuple[str, str, str], ...] = (
@@ -50,18 +49,10 @@ def applied_store_key(cluster: str, namespace: str, name: str) -> str:
     return applied_key(cluster, namespace, name)
 
 
-def managed_by_us(trainjob: dict[str, Any]) -> bool:
-    """TrainJobs managed by another controller (e.g. MultiKueue) are left alone."""
-    managed_by = (trainjob.get("spec") or {}).get("managedBy")
-    return managed_by in (None, "", MANAGED_BY_TRAINER)
-
-
 def owner_of(obj: dict[str, Any]) -> str | None:
     """The name of the TrainJob that controls ``obj``, if any."""
-    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
-        if ref.get("kind") == "TrainJob" and str(ref.get("apiVersion", "")).startswith(GROUP):
-            return ref.get("name")
-    return None
+    ref = owner_reference(obj)
+    return ref.get("name") if ref is not None else None
 
 
 def references_runtime(trainjob: dict[str, Any], kind: str, name: str) -> bool:
@@ -266,7 +257,7 @@ async def decide(bus: BusSession, cluster: str, trainjob: dict[str, Any],
     generation = int(meta.get("generation") or 0)
     if meta.get("deletionTimestamp"):
         return PlanDecision(skipped="being deleted")
-    if not managed_by_us(trainjob):
+    if not managed_by_trainer(trainjob):
         return PlanDecision(skipped="managed by another controller")
     if is_finished(trainjob):
         # Never planned again: a deleted JobSet must not come back and re-run the training

@@ -16,6 +16,7 @@ from trainyard.kube import resources as r
 from trainyard.kube.client import KubeClient, KubeError
 from trainyard.pipeline.framework import Plugin
 from trainyard.pipeline.plugins import REGISTRY
+from trainyard.pipeline.trainjobs import managed_by_trainer
 
 from trainyard_services.planner.reconcile import reconcile_trainjob
 
@@ -48,12 +49,12 @@ class Planner:
             raise PermanentError(str(err)) from None
         if event.cluster != self.cluster:
             return
-        from trainyard_services.planner.reconcile import affected_trainjobs, forget_trainjob, managed_by_us
+        from trainyard_services.planner.reconcile import affected_trainjobs, forget_trainjob
 
         if event.kind == "TrainJob" and event.type == "DELETED":
             await forget_trainjob(self.bus, self.cluster, event)
             return
-        if event.kind == "TrainJob" and not managed_by_us(event.object):
+        if event.kind == "TrainJob" and not managed_by_trainer(event.object):
             return  # e.g. a manager's TrainJob that the dispatcher runs on a worker (managedBy is immutable)
         for namespace, name in await affected_trainjobs(self.bus, event):
             outcome = await reconcile_trainjob(self.bus, self.cluster, namespace, name, event, self.plugins)

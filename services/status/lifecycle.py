@@ -18,16 +18,12 @@ from trainyard.kube import resources as r
 from trainyard.kube.client import KubeClient
 from trainyard.pipeline import names
 from trainyard.pipeline.lifecycle import active_deadline, finished_condition, ttl_expiry
+from trainyard.pipeline.trainjobs import owned_by_uid
 
 log = logging.getLogger(__name__)
 
 # A little late rather than early: a timer that fires before the deadline only re-arms itself.
 _SLACK_S = 0.05
-
-
-def _owned_by(child: dict[str, Any] | None, uid: str | None) -> bool:
-    return child is not None and any(ref.get("uid") == uid for ref in
-                                     (child.get("metadata") or {}).get("ownerReferences") or [])
 
 
 def deadline_failed(status: dict[str, Any]) -> bool:
@@ -54,7 +50,7 @@ class Lifecycle:
         meta = trainjob["metadata"]
         namespace, name, uid = meta.get("namespace") or "", meta["name"], meta.get("uid")
         status = trainjob.get("status") or {}
-        if deadline_failed(status) and _owned_by(jobset, uid):
+        if deadline_failed(status) and owned_by_uid(jobset, uid):
             # As upstream: the JobSet of a TrainJob past its deadline is deleted (its pods stop).
             await self.kube.delete(r.JOBSET, namespace, name)
             log.info("deadline exceeded: JobSet deleted", extra={"trainjob": f"{namespace}/{name}"})

@@ -9,7 +9,6 @@ condition transitions it made. It also keeps the runtimes' ``resource-in-use`` f
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import logging
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -31,6 +30,9 @@ from trainyard.api.constants import (ANNOTATION_TTL_SECONDS_AFTER_FINISHED, COND
 from trainyard.pipeline.elastic import CONDITION_RESIZING, REASON_RESIZE_REFUSED, REASON_RESIZED
 from trainyard.pipeline.lifecycle import finished_condition, trainjob_state
 from trainyard.pipeline.status import compute_trainjob_status, set_condition
+from trainyard.pipeline.trainjobs import (REASON_CREATION_FAILED, creation_failed_message, managed_by_trainer,
+                                          owned_by_uid, owner_reference)
+from trainyard.clock import now_rfc3339
 from trainyard.telemetry import detail, metrics, trainjobs as trainjob_metrics
 from trainyard.telemetry.tracing import link_to, trainjob_span
 from trainyard_services.status.lifecycle import Lifecycle
@@ -41,15 +43,9 @@ _tracer = trace.get_tracer("trainyard.status")
 COMPONENT = "trainer-trainjob-controller"
 RUNTIME_COMPONENTS = {"TrainingRuntime": "trainer-trainingruntime-controller",
                       "ClusterTrainingRuntime": "trainer-clustertrainingruntime-controller"}
-MANAGED_BY_TRAINER = "trainer.kubeflow.org/trainjob-controller"
 FINALIZER = "trainer.kubeflow.org/resource-in-use"
-REASON_CREATION_FAILED = "TrainJobResourcesCreationFailed"
 GROUP = "trainer.kubeflow.org"
 OWN_WRITES_KEPT = 4096  # status writes whose echo event is still expected
-
-
-def now_rfc3339() -> str:
-    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def desired_status(trainjob: dict[str, Any], jobset: dict[str, Any] | None,
@@ -210,16 +206,14 @@ class StatusService:
             if runtime is not None:
                 deleted = event.type == "DELETED"
                 await self.reconcile_runtime(*runtime, referenced=not deleted, live=deleted)
-            managed_here = ((event.object.get("spec") or {}).get("managedBy") or MANAGED_BY_TRAINER) == MANAGED_BY_TRAINER
-            if event.type != "DELETED" and managed_here:  # managedBy is immutable: the event's copy tells
+            if event.type != "DELETED" and managed_by_trainer(event.object):  # managedBy is immutable: the event's copy tells
                 # Folded from the event's copy, not a read of the snapshot: a copy that is no
                 # longer current cannot be written back (the status write names its
                 # resourceVersion, a conflict reads the live object), and the newer version
                 # has an event of its own, handled after this one.
                 await self.reconcile_trainjob(event.namespace, event.name, known=event.object)
             return
-        owner = next((ref for ref in (event.object.get("metadata") or {}).get("ownerReferences") or []
-                      if ref.get("kind") == "TrainJob"), None)
+        owner = owner_reference(event.object)
         if owner and owner.get("name"):
             # A trace of its own (started by the watcher's observation of the child), linked
             # to the TrainJob change that applied it.
@@ -258,13 +252,12 @@ class StatusService:
         for attempt in range(4):
             if trainjob is None:
                 return
-            if ((trainjob.get("spec") or {}).get("managedBy") or MANAGED_BY_TRAINER) != MANAGED_BY_TRAINER:
+            if not managed_by_trainer(trainjob):
                 return
             uid = trainjob["metadata"].get("uid")
             jobset = await self.bus.snapshots.get(ObjectKey(self.cluster, "JobSet", namespace, name),
                                                   known=jobset_copy)
-            if jobset is not None and not any(ref.get("uid") == uid for ref in
-                                               (jobset.get("metadata") or {}).get("ownerReferences") or []):
+            if jobset is not None and not owned_by_uid(jobset, uid):
                 jobset = None  # left over from an earlier TrainJob of the same name
             outcome = await self.bus.outcomes.get(applied_key(self.cluster, namespace, name))
             before = trainjob.get("status") or {}
@@ -274,7 +267,7 @@ class StatusService:
                     await record_event(self.kube, trainjob, "Warning", REASON_RESIZE_REFUSED,
                                        result.message, COMPONENT)
                 else:
-                    await record_event(self.kube, trainjob, "Warning", "TrainJobResourcesCreationFailed",
+                    await record_event(self.kube, trainjob, "Warning", REASON_CREATION_FAILED,
                                        creation_failed_message(result.message), COMPONENT)
                 result = None
             if comparable(after) == comparable(before):
@@ -363,15 +356,6 @@ class StatusService:
 
 def _event_type(condition: dict[str, Any]) -> str:
     return "Warning" if condition.get("type") == "Failed" else "Normal"
-
-
-def creation_failed_message(message: str) -> str:
-    """Upstream's event text: the error cut at 950 characters (then " ...")."""
-    prefix = "TrainJob resources reconciliation failed: "
-    if message.startswith(prefix):
-        return message
-    text = message if len(message) <= 950 else message[:950] + " ..."
-    return prefix + text
 
 
 def _namespace_name_lane(subject: str) -> str:

@@ -26,6 +26,7 @@ from trainyard.kube import resources as r
 from trainyard.kube.client import KubeClient
 from trainyard.kube.resources import Resource
 from trainyard.kube.watch import list_and_watch
+from trainyard.pipeline.trainjobs import owned_by_trainjob, owner_reference
 from trainyard.telemetry import metrics
 from trainyard.telemetry.tracing import trainjob_span
 
@@ -42,21 +43,12 @@ BATCH_MAX = 512
 SCAN_TIMEOUT_S = 5.0  # reading the last event ids of one kind at a relist
 
 
-def owned_by_trainjob(obj: dict[str, Any]) -> bool:
-    return any(
-        ref.get("kind") == r.TRAINJOB.kind and str(ref.get("apiVersion", "")).startswith(r.TRAINJOB.group)
-        for ref in (obj.get("metadata") or {}).get("ownerReferences") or []
-    )
-
-
 def trainjob_uid_of(event: ObjectEvent) -> str | None:
     """The TrainJob an event belongs to: the TrainJob itself, or the owner of a child."""
     if event.kind == r.TRAINJOB.kind:
         return event.uid or None
-    for ref in (event.object.get("metadata") or {}).get("ownerReferences") or []:
-        if ref.get("kind") == r.TRAINJOB.kind and str(ref.get("apiVersion", "")).startswith(r.TRAINJOB.group):
-            return ref.get("uid") or None
-    return None
+    ref = owner_reference(event.object)
+    return (ref.get("uid") or None) if ref is not None else None
 
 
 def observation_context(event: ObjectEvent) -> Any:

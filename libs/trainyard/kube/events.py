@@ -1,24 +1,20 @@
 """Kubernetes Events (core/v1) recorded on an object, like client-go's event recorder."""
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import uuid
 
+from trainyard.clock import now_rfc3339
 from trainyard.kube.client import KubeClient, KubeError
 from trainyard.kube.resources import EVENT
 
 log = logging.getLogger(__name__)
 
 
-def _now() -> str:
-    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def build_event(obj: dict, event_type: str, reason: str, message: str, component: str) -> dict:
     meta = obj.get("metadata") or {}
     namespace = meta.get("namespace") or "default"
-    now = _now()
+    now = now_rfc3339()
     return {
         "apiVersion": "v1",
         "kind": "Event",

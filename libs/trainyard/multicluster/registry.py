@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import datetime as dt
 import hashlib
 import logging
 import time
@@ -22,6 +21,7 @@ from typing import Any, Callable
 
 import yaml
 
+from trainyard.clock import now_rfc3339
 from trainyard.api.multikueue import KUBECONFIG_SECRET_KEY
 from trainyard.kube import resources as r
 from trainyard.kube.client import KubeClient, KubeError
@@ -34,10 +34,6 @@ REASON_ACTIVE = "Active"
 REASON_BAD_CONFIG = "BadConfig"
 REASON_CONNECTION_FAILED = "ClientConnectionFailed"
 PROBE_TIMEOUT_S = 3.0
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass
@@ -200,7 +196,7 @@ class WorkerRegistry:
         changed = current is None or current.get("status") != status
         condition = {"type": CONDITION_ACTIVE, "status": status, "reason": worker.reason,
                      "message": worker.message,
-                     "lastTransitionTime": _now() if changed else current.get("lastTransitionTime", _now()),
+                     "lastTransitionTime": now_rfc3339() if changed else current.get("lastTransitionTime", now_rfc3339()),
                      "observedGeneration": obj["metadata"].get("generation", 1)}
         body = dict(obj)
         body["status"] = {**(obj.get("status") or {}),

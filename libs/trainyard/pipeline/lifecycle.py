@@ -18,23 +18,14 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from trainyard.clock import parse_time
+
 from . import names
 from .documents import as_document, dig, items, mapping
 
 # Failed conditions that do not end a TrainJob: nothing ran yet, and fixing the cause resumes it.
 NOT_FINAL_FAILURE_REASONS = frozenset({names.REASON_RUNTIME_NOT_SUPPORTED,
                                        names.REASON_RESOURCES_CREATION_FAILED})
-
-
-def parse_time(value: Any) -> datetime | None:
-    """An RFC 3339 timestamp as the API server writes it (``Z`` or an offset), else None."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=timezone.utc)
 
 
 def _true_condition(conditions: Any, condition_type: str) -> dict[str, Any] | None:

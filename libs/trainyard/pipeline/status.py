@@ -4,21 +4,15 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
+from trainyard.clock import format_time, parse_time
+
 from . import elastic, names
 from .defaults import trainjob_with_defaults
 from .documents import as_document, clone, dig, items, mapping
-from .lifecycle import deadline_exceeded, finished_condition, parse_time
+from .lifecycle import deadline_exceeded, finished_condition
 from .resolution import unsupported_runtime_message
 
 _JOB_STATUS_FIELDS = ("ready", "succeeded", "failed", "active", "suspended")
-
-
-def format_time(now: datetime | str) -> str:
-    if isinstance(now, str):
-        return now
-    if now.tzinfo is not None:
-        now = now.astimezone(timezone.utc)
-    return now.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def set_condition(conditions: list[dict[str, Any]], new: dict[str, Any], now: str) -> None:

@@ -14,6 +14,8 @@ import logging
 import time
 from typing import Any, Awaitable, Callable
 
+from trainyard.clock import parse_epoch
+from trainyard.pipeline.trainjobs import state_of
 from trainyard.telemetry import metrics
 
 log = logging.getLogger(__name__)
@@ -28,30 +30,12 @@ def runtime_name(trainjob: dict[str, Any]) -> str:
     return str(((trainjob.get("spec") or {}).get("runtimeRef") or {}).get("name") or "")
 
 
-def state_of(status: dict[str, Any] | None) -> str:
-    """Failed, Complete, Suspended, Running (a JobSet job has active or ready pods) or Pending."""
-    status = status or {}
-    for kind in ("Failed", "Complete", "Suspended"):
-        if _true(status, kind):
-            return kind
-    if any((job.get("active") or 0) > 0 or (job.get("ready") or 0) > 0 for job in status.get("jobsStatus") or []):
-        return "Running"
-    return "Pending"
-
-
-def _parse_time(text: str | None) -> float | None:
-    if not text:
-        return None
-    try:
-        return dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc).timestamp()
-    except ValueError:
-        return None
 
 
 def observe_transition(trainjob: dict[str, Any], before: dict[str, Any], after: dict[str, Any],
                        now: float | None = None) -> None:
     """Called after a status write: observes the histograms for the transition it made."""
-    created = _parse_time((trainjob.get("metadata") or {}).get("creationTimestamp"))
+    created = parse_epoch((trainjob.get("metadata") or {}).get("creationTimestamp"))
     if created is None:
         return
     now = now if now is not None else dt.datetime.now(dt.timezone.utc).timestamp()
@@ -64,7 +48,7 @@ def observe_transition(trainjob: dict[str, Any], before: dict[str, Any], after: 
         metrics.TRAINJOB_TIME_TO_RUNNING.labels(runtime).observe(max(now - created, 0.0))
     if new in ("Complete", "Failed"):
         condition = _true(after, new) or {}
-        finished = _parse_time(condition.get("lastTransitionTime")) or now
+        finished = parse_epoch(condition.get("lastTransitionTime")) or now
         metrics.TRAINJOB_TIME_TO_COMPLETE.labels(runtime, new).observe(max(finished - created, 0.0))
 
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from trainyard.bus.envelopes import PlanMessage
 from trainyard.bus.kv import AppliedPlan, Outcome
-from trainyard_services.applier.service import _remember, _truncate, with_owner
-from trainyard_services.planner.reconcile import managed_by_us, owned_refs_for, owner_of, references_runtime
+from trainyard.pipeline.trainjobs import managed_by_trainer, truncate_message
+from trainyard_services.applier.service import _remember, with_owner
+from trainyard_services.planner.reconcile import owned_refs_for, owner_of, references_runtime
 from trainyard_services.planner.service import trainjob_lane
 from trainyard_services.status.service import desired_status, runtime_of, transitions
 
@@ -70,9 +71,9 @@ def test_first_plan_owns_exactly_what_it_applies():
 
 
 def test_managed_by_and_runtime_references():
-    assert managed_by_us(trainjob())
-    assert managed_by_us(trainjob(managedBy="trainer.kubeflow.org/trainjob-controller"))
-    assert not managed_by_us(trainjob(managedBy="kueue.x-k8s.io/multikueue"))
+    assert managed_by_trainer(trainjob())
+    assert managed_by_trainer(trainjob(managedBy="trainer.kubeflow.org/trainjob-controller"))
+    assert not managed_by_trainer(trainjob(managedBy="kueue.x-k8s.io/multikueue"))
     assert references_runtime(trainjob(), "ClusterTrainingRuntime", "torch")
     assert not references_runtime(trainjob(), "TrainingRuntime", "torch")
     assert owner_of(running_jobset()) == "job"
@@ -162,8 +163,8 @@ def test_applied_hashes_are_remembered_per_generation():
 
 
 def test_error_text_is_cut_like_upstreams_event():
-    assert _truncate("x" * 950) == "x" * 950
-    assert _truncate("x" * 951) == "x" * 950 + " ..."
+    assert truncate_message("x" * 950) == "x" * 950
+    assert truncate_message("x" * 951) == "x" * 950 + " ..."
 
 
 def test_elastic_resize_refused_is_no_failure_and_a_resize_is_named():
