@@ -18,18 +18,17 @@ from opentelemetry import trace
 
 from trainyard.bus.consumer import Consumer, Delivery, PermanentError
 from trainyard.bus.envelopes import ApplyResult, EnvelopeError, ObjectEvent, decode
-from trainyard.bus.kv import Outcome, applied_key
+from trainyard.bus.kv import applied_key
 from trainyard.bus.session import BusSession
 from trainyard.bus.subjects import RESULTS_PREFIX, ObjectKey, encode_token, event_filter
 from trainyard.bus.topology import EVENTS_STREAM, RESULTS_STREAM, ConsumerSpec, durable_name
 from trainyard.kube import resources as r
 from trainyard.kube.client import KubeClient, KubeError
 from trainyard.kube.events import record_event
-from trainyard.api.constants import (ANNOTATION_TTL_SECONDS_AFTER_FINISHED, CONDITION_SUSPENDED, MESSAGE_RESUMED,
-                                     REASON_RESUMED)
-from trainyard.pipeline.elastic import CONDITION_RESIZING, REASON_RESIZE_REFUSED, REASON_RESIZED
-from trainyard.pipeline.lifecycle import finished_condition, trainjob_state
-from trainyard.pipeline.status import compute_trainjob_status, set_condition
+from trainyard.api.constants import ANNOTATION_TTL_SECONDS_AFTER_FINISHED
+from trainyard.pipeline.elastic import REASON_RESIZE_REFUSED, REASON_RESIZED
+from trainyard.pipeline.status_fold import (COMPONENT, FINALIZER, RUNTIME_COMPONENTS, comparable, desired_status,
+                                             resize_pending, resized, runtime_of, transitions)
 from trainyard.pipeline.trainjobs import (REASON_CREATION_FAILED, creation_failed_message, managed_by_trainer,
                                           owned_by_uid, owner_reference)
 from trainyard.clock import now_rfc3339
@@ -40,93 +39,7 @@ from trainyard_services.status.lifecycle import Lifecycle
 log = logging.getLogger(__name__)
 _tracer = trace.get_tracer("trainyard.status")
 
-COMPONENT = "trainer-trainjob-controller"
-RUNTIME_COMPONENTS = {"TrainingRuntime": "trainer-trainingruntime-controller",
-                      "ClusterTrainingRuntime": "trainer-clustertrainingruntime-controller"}
-FINALIZER = "trainer.kubeflow.org/resource-in-use"
-GROUP = "trainer.kubeflow.org"
 OWN_WRITES_KEPT = 4096  # status writes whose echo event is still expected
-
-
-def desired_status(trainjob: dict[str, Any], jobset: dict[str, Any] | None,
-                   outcome: Outcome | None, now: str) -> dict[str, Any]:
-    """The pipeline's status fold, plus a ``Failed`` condition while planning or applying
-    fails (removed again by the fold's first step once the failure is gone), and ``state``
-    for the ``Status`` printer column."""
-    status = compute_trainjob_status(trainjob, jobset, now)
-    uid = trainjob["metadata"].get("uid")
-    conditions = [c for c in status.get("conditions") or [] if c.get("type") != CONDITION_RESIZING]
-    if conditions != list(status.get("conditions") or []):
-        if conditions:
-            status["conditions"] = conditions
-        else:
-            status.pop("conditions", None)
-    if outcome is not None and outcome.uid == uid and finished_condition(status) is None \
-            and resize_pending(status):
-        # An elastic resize the API server refused (e.g. JobSet's ElasticJobSet gate off): the
-        # job keeps running at its current size, so this is no Failed condition.
-        set_condition(conditions, {"type": CONDITION_RESIZING, "status": "False", "reason": REASON_RESIZE_REFUSED,
-                                   "message": outcome.message}, now)
-        status["conditions"] = conditions
-    elif outcome is not None and outcome.uid == uid and finished_condition(status) is None:
-        conditions = list(status.get("conditions") or [])
-        failed = next((c for c in conditions if c.get("type") == "Failed"), None)
-        if failed is None or failed.get("reason") == outcome.reason:
-            set_condition(conditions, {"type": "Failed", "status": "True", "reason": outcome.reason,
-                                       "message": creation_failed_message(outcome.message)}, now)
-            status["conditions"] = conditions
-    status["state"] = trainjob_state(trainjob, status)
-    return status
-
-
-def resize_pending(status: dict[str, Any]) -> bool:
-    """An elastic TrainJob whose JobSet does not run at the asked size yet."""
-    found = status.get("elastic") or {}
-    return found.get("currentNodes") is not None and found.get("desiredNodes") is not None \
-        and found["currentNodes"] != found["desiredNodes"]
-
-
-def resized(before: dict[str, Any], after: dict[str, Any]) -> tuple[int, int] | None:
-    """(from, to) when the size an elastic TrainJob runs at changed."""
-    old = (before.get("elastic") or {}).get("currentNodes")
-    new = (after.get("elastic") or {}).get("currentNodes")
-    return (old, new) if old is not None and new is not None and old != new else None
-
-
-def comparable(status: dict[str, Any]) -> dict[str, Any]:
-    return status or {}
-
-
-def transitions(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]]:
-    """Conditions that are new or changed status/reason: one Event each (a creation failure
-    has its own Warning event, recorded when the failure is reported)."""
-    old = {c.get("type"): c for c in (before.get("conditions") or [])}
-    changed = []
-    for condition in after.get("conditions") or []:
-        if condition.get("reason") in (REASON_CREATION_FAILED, REASON_RESIZE_REFUSED):
-            continue
-        previous = old.get(condition.get("type"))
-        if previous is None or previous.get("status") != condition.get("status") \
-                or previous.get("reason") != condition.get("reason"):
-            changed.append(condition)
-    # A resume removes the Suspended condition (see trainyard.pipeline.status); it is
-    # still a transition users expect to see as an Event.
-    suspended = old.get(CONDITION_SUSPENDED)
-    current = {c.get("type") for c in after.get("conditions") or []}
-    if suspended is not None and suspended.get("status") == "True" and CONDITION_SUSPENDED not in current:
-        changed.append({"type": CONDITION_SUSPENDED, "status": "False",
-                        "reason": REASON_RESUMED, "message": MESSAGE_RESUMED})
-    return changed
-
-
-def runtime_of(trainjob: dict[str, Any]) -> tuple[str, str, str] | None:
-    """(kind, namespace, name) of the runtime the TrainJob references with the trainer group."""
-    ref = (trainjob.get("spec") or {}).get("runtimeRef") or {}
-    kind = ref.get("kind")
-    if ref.get("apiGroup") != GROUP or kind not in RUNTIME_COMPONENTS or not ref.get("name"):
-        return None
-    namespace = (trainjob.get("metadata") or {}).get("namespace") or "" if kind == "TrainingRuntime" else ""
-    return kind, namespace, ref["name"]
 
 
 @dataclass

@@ -8,7 +8,7 @@ from trainyard.pipeline.trainjobs import managed_by_trainer, truncate_message
 from trainyard_services.applier.service import _remember, with_owner
 from trainyard_services.planner.reconcile import owned_refs_for, owner_of, references_runtime
 from trainyard_services.planner.service import trainjob_lane
-from trainyard_services.status.service import desired_status, runtime_of, transitions
+from trainyard.pipeline.status_fold import desired_status, runtime_of, transitions
 
 RUNTIME = {
     "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
