@@ -8,7 +8,6 @@ holder died).
 """
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 import uuid
@@ -18,7 +17,8 @@ from typing import Any
 
 from trainyard.bus.consumer import Consumer, Delivery, PermanentError
 from trainyard.bus.envelopes import ApplyResult, EnvelopeError, ObjectRef, PlanMessage, decode
-from trainyard.bus.kv import AppliedPlan, CasConflict, Outcome, Versioned, applied_key
+from trainyard.bus.claims import Claim, ClaimLost, ClaimProtocol, Wanted, remembered_hashes
+from trainyard.bus.kv import AppliedPlan, Outcome, applied_key
 from trainyard.bus.session import BusSession
 from trainyard.bus.subjects import ObjectKey, PLANS_PREFIX, encode_token, result_subject
 from trainyard.bus.topology import PLANS_STREAM, ConsumerSpec, durable_name
@@ -34,23 +34,6 @@ from trainyard.telemetry.tracing import current_traceparent
 log = logging.getLogger(__name__)
 
 ROLE = "applier"
-MAX_HASHES = 8
-
-
-class Busy(Exception):
-    """Another applier holds a live claim on this TrainJob."""
-
-
-class ClaimLost(Exception):
-    """Our claim expired and another applier took the TrainJob over: stop applying."""
-
-
-@dataclass
-class Claim:
-    revision: int
-    previous: AppliedPlan | None
-    entry: AppliedPlan
-    renewed_at: float
 
 
 @dataclass
@@ -61,6 +44,9 @@ class Applier:
     lease_s: float = 30.0
     ack_wait_s: float = 60.0
     holder: str = field(default_factory=lambda: f"applier-{uuid.uuid4().hex[:8]}")
+
+    def __post_init__(self) -> None:
+        self.claims = ClaimProtocol(self.bus.applied, self.holder, self.lease_s)
 
     @property
     def request_timeout_s(self) -> float:
@@ -94,7 +80,7 @@ class Applier:
         if not managed_by_trainer(trainjob):
             return await self._report(plan, "skipped-stale", message="managed by another controller")
         key = applied_key(self.cluster, plan.namespace, plan.name)
-        claim = await self._claim(key, plan)
+        claim = await self.claims.claim(key, _wanted(plan))
         if isinstance(claim, str):
             return await self._report(plan, claim)
         try:
@@ -103,7 +89,7 @@ class Applier:
             log.warning("claim on %s/%s taken over during apply; stopped", plan.namespace, plan.name)
             return await self._report(plan, "skipped-stale", message="claim taken over by another applier")
         except KubeError as err:
-            await self._release(key, claim)
+            await self.claims.release(key, claim)
             if err.transient:
                 raise
             message = creation_failed_message(str(err.message or err))
@@ -112,93 +98,33 @@ class Applier:
             await self._report(plan, "failed", reason=REASON_CREATION_FAILED, message=message)
             raise PermanentError(f"apply of {plan.namespace}/{plan.name} failed: {err}") from None
         except BaseException:
-            await self._release(key, claim)
+            await self.claims.release(key, claim)
             raise
         done = AppliedPlan(
             uid=plan.uid, generation=plan.generation, planHash=plan.plan_hash, state="applied",
-            owned=list(plan.owned), hashes=_remember(claim.previous, plan),
+            owned=list(plan.owned), hashes=remembered_hashes(claim.previous, _wanted(plan)),
             traceparent=current_traceparent(), inputs=plan.inputs,
         )
-        try:
-            await self.bus.applied.compare_and_set(key, done, claim.revision)
-        except CasConflict:
+        if not await self.claims.finish(key, claim, done):
             log.warning("claim on %s/%s expired during apply", plan.namespace, plan.name)
             return await self._report(plan, "skipped-stale", applied=applied, deleted=deleted,
                                       message="claim expired during apply")
         await self.bus.outcomes.clear(key, "apply")
         return await self._report(plan, "applied", applied=applied, deleted=deleted)
 
-    async def _claim(self, key: str, plan: PlanMessage) -> Claim | str:
-        waited = 0.0
-        delay = 0.02
-        while True:
-            current: Versioned = await self.bus.applied.read(key)
-            entry = current.value
-            same = entry is not None and entry.uid == plan.uid
-            if same and entry.generation > plan.generation:
-                return "skipped-stale"
-            if same and entry.generation == plan.generation and entry.state == "applied" \
-                    and plan.plan_hash in (entry.hashes or [entry.plan_hash]):
-                return "skipped-unchanged"
-            if same and entry.claim_live() and entry.holder != self.holder:
-                if waited > self.lease_s:
-                    raise Busy(f"{plan.namespace}/{plan.name} claimed by {entry.holder}")
-                await asyncio.sleep(delay)
-                waited += delay
-                delay = min(delay * 2, 0.5)
-                continue
-            previous = entry if same else None
-            if previous is not None and previous.state == "applying":
-                # A dead holder's claim: what it had applied before is what we know (not
-                # the inputs of the plan it was applying: that one may not have landed).
-                previous = previous.model_copy(update={"state": "applied", "inputs": ""})
-            claim = AppliedPlan(
-                uid=plan.uid, generation=plan.generation, planHash=plan.plan_hash, state="applying",
-                holder=self.holder, claimExpires=time.time() + self.lease_s,
-                owned=list(previous.owned) if previous else [],
-                hashes=list(previous.hashes) if previous else [],
-                inputs=plan.inputs,
-            )
-            try:
-                revision = await self.bus.applied.compare_and_set(key, claim, current.revision)
-            except CasConflict:
-                continue
-            return Claim(revision, previous, claim, time.monotonic())
-
-    async def _renew(self, key: str, claim: Claim) -> None:
-        """Extends the claim's lease (every third of it) so a slow apply keeps it; a claim
-        taken over meanwhile stops this applier before it writes anything more."""
-        if time.monotonic() - claim.renewed_at < self.lease_s / 3:
-            return
-        entry = claim.entry.model_copy(update={"claim_expires": time.time() + self.lease_s})
-        try:
-            claim.revision = await self.bus.applied.compare_and_set(key, entry, claim.revision)
-        except CasConflict:
-            raise ClaimLost(key) from None
-        claim.entry = entry
-        claim.renewed_at = time.monotonic()
-
-    async def _release(self, key: str, claim: Claim) -> None:
-        """Puts the entry back as it was before our claim (best effort; it also expires)."""
-        previous = claim.previous or AppliedPlan(uid="", generation=0, planHash="")
-        try:
-            await self.bus.applied.compare_and_set(key, previous, claim.revision)
-        except Exception as err:
-            log.warning("releasing claim on %s failed: %s", key, err)
-
     async def _apply_objects(self, plan: PlanMessage, claim: Claim, key: str
                              ) -> tuple[list[ObjectRef], list[ObjectRef]]:
         previous = claim.previous
         applied: list[ObjectRef] = []
         for obj in plan.objects:
-            await self._renew(key, claim)
+            await self.claims.renew(key, claim)
             obj = with_owner(obj, plan)
             if await self._apply_one(obj):
                 applied.append(ObjectRef.of(obj))
         wanted = {_ref_key(ref) for ref in plan.owned}
         deleted: list[ObjectRef] = []
         for ref in (previous.owned if previous else []):
-            await self._renew(key, claim)
+            await self.claims.renew(key, claim)
             if _ref_key(ref) not in wanted and await self._delete_owned(ref, plan.uid):
                 deleted.append(ref)
         return applied, deleted
@@ -290,6 +216,10 @@ class Applier:
         return outcome
 
 
+def _wanted(plan: PlanMessage) -> Wanted:
+    return Wanted(plan.uid, plan.generation, plan.plan_hash, plan.inputs)
+
+
 def with_owner(obj: dict[str, Any], plan: PlanMessage) -> dict[str, Any]:
     """Makes sure the object carries the controller reference to its TrainJob."""
     refs = (obj.get("metadata") or {}).get("ownerReferences") or []
@@ -305,12 +235,3 @@ def with_owner(obj: dict[str, Any], plan: PlanMessage) -> dict[str, Any]:
 
 def _ref_key(ref: ObjectRef) -> tuple[str, str, str, str]:
     return ref.api_version, ref.kind, ref.namespace, ref.name
-
-
-def _remember(previous: AppliedPlan | None, plan: PlanMessage) -> list[str]:
-    same_generation = previous is not None and previous.generation == plan.generation
-    hashes = list(previous.hashes) if same_generation and previous else []
-    if plan.plan_hash not in hashes:
-        hashes.append(plan.plan_hash)
-    return hashes[-MAX_HASHES:]
-

@@ -5,7 +5,8 @@ from __future__ import annotations
 from trainyard.bus.envelopes import PlanMessage
 from trainyard.bus.kv import AppliedPlan, Outcome
 from trainyard.pipeline.trainjobs import managed_by_trainer, truncate_message
-from trainyard_services.applier.service import _remember, with_owner
+from trainyard.bus.claims import Wanted, remembered_hashes
+from trainyard_services.applier.service import with_owner
 from trainyard_services.planner.reconcile import owned_refs_for, owner_of, references_runtime
 from trainyard_services.planner.service import trainjob_lane
 from trainyard.pipeline.status_fold import desired_status, runtime_of, transitions
@@ -155,11 +156,15 @@ def test_objects_get_the_controller_reference_once():
     assert "ownerReferences" not in obj["metadata"]
 
 
+def _wanted(plan) -> Wanted:
+    return Wanted(plan.uid, plan.generation, plan.plan_hash, plan.inputs)
+
+
 def test_applied_hashes_are_remembered_per_generation():
     previous = AppliedPlan(uid="u1", generation=3, planHash="h1", hashes=["h1"])
-    assert _remember(previous, plan_message(planHash="h2")) == ["h1", "h2"]
-    assert _remember(previous, plan_message(generation=4, planHash="h4")) == ["h4"]
-    assert _remember(None, plan_message()) == ["h3"]
+    assert remembered_hashes(previous, _wanted(plan_message(planHash="h2"))) == ["h1", "h2"]
+    assert remembered_hashes(previous, _wanted(plan_message(generation=4, planHash="h4"))) == ["h4"]
+    assert remembered_hashes(None, _wanted(plan_message())) == ["h3"]
 
 
 def test_error_text_is_cut_like_upstreams_event():
