@@ -64,6 +64,30 @@ AdmissionHook = Callable[[str, ResourceType, dict[str, Any] | None, dict[str, An
                          Awaitable[dict[str, Any] | None]]
 
 
+def _rfc3339_in(seconds: int) -> str:
+    if not seconds:
+        return now_rfc3339()
+    return datetime.fromtimestamp(int(time.time()) + seconds, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _pod_grace_period(pod: dict[str, Any], options: dict[str, Any]) -> int:
+    """The grace period a pod deletion gets (kube-apiserver's pod ``CheckGracefulDelete``): the
+    request's ``gracePeriodSeconds``, else the pod's ``terminationGracePeriodSeconds``; 0 for a
+    pod no node runs (unbound) or one that has finished, at least 1 when negative."""
+    requested = options.get("gracePeriodSeconds")
+    if requested is None:
+        requested = (pod.get("spec") or {}).get("terminationGracePeriodSeconds") or 0
+    try:
+        period = int(requested)
+    except (TypeError, ValueError):
+        raise errors.bad_request(f"DeleteOptions.gracePeriodSeconds: must be an integer, got {json.dumps(requested)[:100]}")
+    if not (pod.get("spec") or {}).get("nodeName"):
+        return 0
+    if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        return 0
+    return 1 if period < 0 else period
+
+
 def _meta(obj: dict[str, Any]) -> dict[str, Any]:
     meta = obj.get("metadata")
     if meta is None:
@@ -540,7 +564,9 @@ class Api:
             obj = machinery.record_update(rt, old, obj, opts)
         if old is not None and _without_volatile(obj) == _without_volatile(old):
             return old  # no-op: same resourceVersion, no event
-        if old is not None and meta.get("deletionTimestamp") and not meta.get("finalizers"):
+        if old is not None and meta.get("deletionTimestamp") and not meta.get("finalizers") \
+                and not meta.get("deletionGracePeriodSeconds"):
+            # The last finalizer is gone; a pod still in its grace period waits for its kubelet.
             return await self._remove(rt, obj, opts)
         if opts.dry_run:
             return obj
@@ -662,8 +688,9 @@ class Api:
             raise errors.ApiError(422, "Invalid", f'DeleteOptions.meta.k8s.io "" is invalid: propagationPolicy: '
                                   f'Unsupported value: "{policy}": supported values: "Foreground", "Background", "Orphan"',
                                   {"group": "meta.k8s.io", "kind": "DeleteOptions"})
+        grace = _pod_grace_period(obj, options) if rt.storage_key == ("", "pods") else None
         if meta.get("deletionTimestamp"):
-            return obj, True
+            return await self._shorten_grace(rt, obj, grace, options, opts)
         if self.admission is not None and opts.manager not in INTERNAL_MANAGERS:
             await self.admission("DELETE", rt, None, obj, opts)
         if self.policies is not None and rt.group != "admissionregistration.k8s.io" \
@@ -673,11 +700,13 @@ class Api:
         if policy == "Foreground" and FOREGROUND not in finalizers and self.store.dependents(meta["uid"]):
             finalizers.append(FOREGROUND)
         is_namespace = rt.storage_key == ("", "namespaces")
-        if finalizers or is_namespace:
+        if finalizers or is_namespace or grace:
             marked = copy.deepcopy(obj)
             mmeta = marked["metadata"]
-            mmeta["deletionTimestamp"] = now_rfc3339()
-            mmeta["deletionGracePeriodSeconds"] = 0
+            # A running pod is deleted gracefully: it stays, marked, until its kubelet has
+            # stopped the containers and deletes it with a grace period of 0.
+            mmeta["deletionTimestamp"] = _rfc3339_in(grace or 0)
+            mmeta["deletionGracePeriodSeconds"] = grace or 0
             mmeta["generation"] = int(mmeta.get("generation") or 0) + 1
             if finalizers:
                 mmeta["finalizers"] = finalizers
@@ -711,6 +740,29 @@ class Api:
         details["kind"] = rt.resource
         details["uid"] = meta.get("uid")
         return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details}, False
+
+    async def _shorten_grace(self, rt: ResourceType, obj: dict[str, Any], grace: int | None,
+                             options: dict[str, Any], opts: WriteOptions) -> tuple[dict[str, Any], bool]:
+        """A second DELETE of an object already being deleted: only a pod's pending grace period
+        can change, and only to a shorter one (kube-apiserver's ``BeforeDelete``); at 0 and
+        without finalizers the pod goes."""
+        meta = obj["metadata"]
+        current = meta.get("deletionGracePeriodSeconds")
+        if grace is None or not current or options.get("gracePeriodSeconds") is None or grace >= current:
+            return obj, True
+        marked = copy.deepcopy(obj)
+        mmeta = marked["metadata"]
+        mmeta["deletionTimestamp"] = _rfc3339_in(grace)
+        mmeta["deletionGracePeriodSeconds"] = grace
+        if opts.dry_run:
+            return marked, True
+        if grace == 0 and not mmeta.get("finalizers"):
+            removed = await self._remove(rt, marked, opts)
+            await self.store.durable(self.store.rv)
+            return removed, True
+        self.store.put(rt.storage_key, mmeta.get("namespace", ""), mmeta["name"], marked)
+        await self.store.durable(self.store.rv)
+        return marked, True
 
     async def delete_collection(self, rt: ResourceType, namespace: str | None, label_selector: str,
                                 field_selector: str, options: dict[str, Any], opts: WriteOptions) -> None:

@@ -475,6 +475,11 @@ class ApiServer:
             options["propagationPolicy"] = query["propagationPolicy"]
         if "orphanDependents" in query:
             options["orphanDependents"] = parse_bool(query["orphanDependents"], "orphanDependents")
+        if "gracePeriodSeconds" in query:
+            try:
+                options["gracePeriodSeconds"] = int(query["gracePeriodSeconds"])
+            except ValueError:
+                raise errors.bad_request(f"gracePeriodSeconds: invalid integer {query['gracePeriodSeconds']!r}") from None
         if query.get("dryRun") == "All":
             options["dryRun"] = ["All"]
         return options

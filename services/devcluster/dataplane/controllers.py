@@ -12,9 +12,9 @@ from trainyard.kube.client import KubeClient, KubeError
 from trainyard.kube.events import record_event
 from trainyard.kube.resources import JOBSET
 
-from .informers import JOB, POD, SERVICE, Informer, Key, WorkQueue, controller_owner, run_workers
+from .informers import JOB, POD, PVC, SERVICE, Informer, Key, WorkQueue, controller_owner, run_workers
 from .jobs import TRACKING_FINALIZER, plan_job
-from .jobsets import JobSetError, plan_jobset, subdomain
+from .jobsets import JobSetError, plan_jobset, subdomain, volume_claims
 
 log = logging.getLogger(__name__)
 RECENT_S = 30.0
@@ -77,6 +77,8 @@ class JobSetController:
             if fresh is None or fresh["metadata"].get("deletionTimestamp") or \
                     fresh["metadata"].get("uid") != jobset["metadata"].get("uid"):
                 return
+        if plan.create_jobs:
+            errors.extend(await self._ensure_claims(jobset))
         if plan.create_service is not None:
             try:
                 created = await self.client.create(SERVICE, namespace, plan.create_service)
@@ -128,6 +130,18 @@ class JobSetController:
             self.queue.add_after(key, plan.requeue_after)
         if errors:
             raise KubeError(0, "JobCreationFailed", "; ".join(errors))
+
+    async def _ensure_claims(self, jobset: dict[str, Any]) -> list[str]:
+        """Create the PVCs of ``volumeClaimPolicies`` that do not exist yet (before the Jobs
+        whose pods mount them); one that exists already is kept as it is."""
+        errors = []
+        for claim in volume_claims(jobset):
+            try:
+                await self.client.create(PVC, claim["metadata"]["namespace"], claim)
+            except KubeError as err:
+                if err.status != 409:
+                    errors.append(f"failed to create PVC {claim['metadata']['name']}: {err.message}")
+        return errors
 
     async def _create_job(self, jobset: dict[str, Any], job: dict[str, Any]) -> str | None:
         namespace = job["metadata"]["namespace"]

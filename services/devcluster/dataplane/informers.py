@@ -23,6 +23,7 @@ SERVICE = Resource("", "v1", "services", "Service")
 NODE = Resource("", "v1", "nodes", "Node", False)
 JOB = Resource("batch", "v1", "jobs", "Job")
 ENDPOINT_SLICE = Resource("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice")
+PVC = Resource("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim")
 
 
 def key_of(obj: dict[str, Any]) -> Key:

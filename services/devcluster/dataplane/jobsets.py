@@ -138,6 +138,7 @@ def build_job(jobset: dict[str, Any], rjob_position: int, index: int, restarts: 
     pod_spec.setdefault("restartPolicy", "OnFailure")
     if dns_enabled(jobset):
         pod_spec["subdomain"] = subdomain(jobset)
+    add_claim_volumes(jobset, pod_spec)
     job_spec["suspend"] = bool(spec.get("suspend"))
     return {
         "apiVersion": "batch/v1",
@@ -153,6 +154,52 @@ def build_job(jobset: dict[str, Any], rjob_position: int, index: int, restarts: 
         },
         "spec": job_spec,
     }
+
+
+def claim_name(template_name: str, jobset_name: str) -> str:
+    """The PVC a ``volumeClaimPolicies`` template becomes: ``<claim>-<jobset>``, shared by every
+    replicated Job."""
+    return f"{template_name}-{jobset_name}"
+
+
+def volume_claims(jobset: dict[str, Any]) -> list[dict[str, Any]]:
+    """The PVCs of ``spec.volumeClaimPolicies`` (JobSet v0.12): each template's labels (plus
+    the JobSet-name label), annotations and spec; owned by the JobSet (deleted with it) unless
+    ``retentionPolicy.whenDeleted`` is ``Retain``."""
+    meta = jobset["metadata"]
+    claims = []
+    for policy in (jobset.get("spec") or {}).get("volumeClaimPolicies") or []:
+        retain = ((policy.get("retentionPolicy") or {}).get("whenDeleted") or "Delete") == "Retain"
+        for template in policy.get("templates") or []:
+            tmeta = template.get("metadata") or {}
+            claim_meta: dict[str, Any] = {
+                "name": claim_name(tmeta.get("name", ""), meta["name"]),
+                "namespace": meta.get("namespace", "default"),
+                "labels": {**(tmeta.get("labels") or {}), LABEL_JOBSET_NAME: meta["name"]}}
+            if tmeta.get("annotations"):
+                claim_meta["annotations"] = dict(tmeta["annotations"])
+            if not retain:
+                claim_meta["ownerReferences"] = [{
+                    "apiVersion": GROUP_VERSION, "kind": "JobSet", "name": meta["name"],
+                    "uid": meta.get("uid", ""), "controller": True, "blockOwnerDeletion": True}]
+            claims.append({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": claim_meta,
+                           "spec": copy.deepcopy(template.get("spec") or {})})
+    return claims
+
+
+def add_claim_volumes(jobset: dict[str, Any], pod_spec: dict[str, Any]) -> None:
+    """Give the pod a ``persistentVolumeClaim`` volume for each claim template one of its
+    containers (init ones included) mounts by name."""
+    mounted = {mount.get("name") for container in (pod_spec.get("initContainers") or []) +
+               (pod_spec.get("containers") or []) for mount in container.get("volumeMounts") or []}
+    present = {volume.get("name") for volume in pod_spec.get("volumes") or []}
+    for policy in (jobset.get("spec") or {}).get("volumeClaimPolicies") or []:
+        for template in policy.get("templates") or []:
+            name = (template.get("metadata") or {}).get("name", "")
+            if name in mounted and name not in present:
+                pod_spec.setdefault("volumes", []).append({"name": name, "persistentVolumeClaim": {
+                    "claimName": claim_name(name, jobset["metadata"]["name"])}})
+                present.add(name)
 
 
 def build_service(jobset: dict[str, Any]) -> dict[str, Any]:

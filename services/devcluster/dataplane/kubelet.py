@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from trainyard.kube.client import KubeClient, KubeError
+from trainyard.kube.events import build_event
 from trainyard.kube.resources import CONFIGMAP, COSCHEDULING_PODGROUP, SECRET, VOLCANO_PODGROUP
 
 from .hosts import HostsTable, external_addresses
@@ -110,6 +111,11 @@ class Scheduler:
         allocatable = ((node or {}).get("status") or {}).get("allocatable")
         return node_allocatable(allocatable) if allocatable else self.allocatable
 
+    def _node_labels(self) -> dict[str, str] | None:
+        """The Node object's labels (``kubectl label node`` changes them), None before it is seen."""
+        node = self.nodes.get("", self.node_name) if self.nodes is not None else None
+        return dict((node or {}).get("metadata", {}).get("labels") or {}) if node is not None else None
+
     def _gangs(self) -> dict[GangKey, int]:
         gangs: dict[GangKey, int] = {}
         for kind, informer in self.podgroups:
@@ -141,7 +147,7 @@ class Scheduler:
                    and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
         if not pending:
             return
-        decision = schedule(self._node_allocatable(), bound, pending, self._gangs())
+        decision = schedule(self._node_allocatable(), bound, pending, self._gangs(), self._node_labels())
         by_key = {pod_key(p): p for p in pending}
         for key in decision.bind:
             pod = by_key[key]
@@ -198,6 +204,7 @@ class Kubelet:
         if endpoint_slices is not None:
             endpoint_slices.listeners.append(lambda _e, _o: self._refresh_services())
         self._stopping = False
+        self._finishing: set[str] = set()  # uids of deleted pods whose final DELETE is under way
 
     def _refresh_services(self) -> None:
         self.hosts.set_services({key_of(s): bool((s.get("spec") or {}).get("publishNotReadyAddresses"))
@@ -214,10 +221,14 @@ class Kubelet:
         if (pod.get("spec") or {}).get("nodeName") != self.config.node_name:
             return
         runner = self.runners.get(uid)
-        grace = float((pod.get("spec") or {}).get("terminationGracePeriodSeconds", DEFAULT_GRACE_S))
         if event == "DELETED" or meta.get("deletionTimestamp"):
             if runner is not None and not runner.terminating:
-                asyncio.get_running_loop().create_task(runner.terminate(grace))
+                asyncio.get_running_loop().create_task(self._kill(runner, pod))
+            elif runner is None and event != "DELETED" and uid not in self._finishing:
+                # Being deleted with no processes here (they did not survive a data plane
+                # restart): nothing to wait for.
+                self._finishing.add(uid)
+                asyncio.get_running_loop().create_task(self._finish_deletion(pod))
             return
         if runner is not None:
             runner.pod = pod if runner.pod.get("metadata", {}).get("uid") == uid else runner.pod
@@ -225,6 +236,45 @@ class Kubelet:
         if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
             return
         self._start(pod)
+
+    async def _kill(self, runner: PodRunner, pod: dict[str, Any]) -> None:
+        """A deleted pod, as the kubelet stops it: a ``Killing`` event per running container,
+        SIGTERM, SIGKILL after the deletion's grace period (the pod's
+        ``terminationGracePeriodSeconds`` unless the DELETE gave another)."""
+        grace = deletion_grace_seconds(pod)
+        for name in runner.running_containers():
+            await self._record_pod_event(pod, name, "Normal", "Killing", f"Stopping container {name}")
+        await runner.terminate(grace)
+
+    async def _record_pod_event(self, pod: dict[str, Any], container: str, event_type: str,
+                                reason: str, message: str) -> None:
+        """A core/v1 Event on the pod from this node's kubelet (best effort, as the kubelet)."""
+        event = build_event({**pod, "apiVersion": "v1", "kind": "Pod"}, event_type, reason, message, "kubelet")
+        inits = {c.get("name") for c in (pod.get("spec") or {}).get("initContainers") or []}
+        field = "initContainers" if container in inits else "containers"
+        event["involvedObject"]["fieldPath"] = f"spec.{field}{{{container}}}"
+        event["source"]["host"] = self.config.node_name
+        event["reportingInstance"] = self.config.node_name
+        try:
+            await self.client.request("POST", f"/api/v1/namespaces/{event['metadata']['namespace']}/events",
+                                      body=event)
+        except KubeError as err:
+            log.warning("pod %s/%s: event %s not recorded: %s", pod["metadata"].get("namespace"),
+                        pod["metadata"].get("name"), reason, err)
+
+    async def _finish_deletion(self, pod: dict[str, Any]) -> None:
+        """The kubelet's last word on a deleted pod whose containers have stopped: DELETE it with
+        a grace period of 0 (the same pod: uid precondition), ending the graceful deletion."""
+        meta = pod["metadata"]
+        body = {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0,
+                "preconditions": {"uid": meta.get("uid")}}
+        try:
+            await self.client.request("DELETE", POD.path(meta.get("namespace"), meta.get("name")), body=body)
+        except KubeError as err:
+            if not (err.not_found or err.conflict):
+                log.warning("pod %s/%s: final delete failed: %s", meta.get("namespace"), meta.get("name"), err)
+        finally:
+            self._finishing.discard(meta.get("uid", ""))
 
     def _start(self, pod: dict[str, Any]) -> None:
         uid = pod["metadata"]["uid"]
@@ -310,6 +360,11 @@ class Kubelet:
                     gone = True
             if finished:
                 break
+        current = self.pods.get(runner.namespace, runner.name)
+        if current is not None and current["metadata"].get("uid") == uid \
+                and current["metadata"].get("deletionTimestamp") and uid not in self._finishing:
+            self._finishing.add(uid)
+            await self._finish_deletion(current)
         self.free_gpus.extend(self.gpu_of.pop(uid, []))
         self.runners.pop(uid, None)
         self.dirty.pop(uid, None)
@@ -319,9 +374,8 @@ class Kubelet:
         """Stop every pod (SIGTERM, then SIGKILL after a short grace)."""
         self._stopping = True
         runners = list(self.runners.values())
-        await asyncio.gather(*(r.terminate(min(5.0, float((r.pod.get("spec") or {}).get(
-            "terminationGracePeriodSeconds", DEFAULT_GRACE_S)))) for r in runners),
-            return_exceptions=True)
+        await asyncio.gather(*(r.terminate(min(5.0, deletion_grace_seconds(r.pod))) for r in runners),
+                             return_exceptions=True)
         writers = list(self.writers.values())
         if writers:
             await asyncio.wait(writers, timeout=1)
@@ -332,6 +386,16 @@ class Kubelet:
         """Pods bound here before a restart have lost their processes: start them afresh."""
         for pod in self.pods.items():
             self._on_pod("ADDED", pod)
+
+
+def deletion_grace_seconds(pod: dict[str, Any]) -> float:
+    """How long a stopping pod's containers get between SIGTERM and SIGKILL: the deletion's
+    ``deletionGracePeriodSeconds`` when the pod is being deleted, else its
+    ``terminationGracePeriodSeconds`` (default 30 s)."""
+    meta = pod.get("metadata") or {}
+    if meta.get("deletionTimestamp") and meta.get("deletionGracePeriodSeconds") is not None:
+        return float(meta["deletionGracePeriodSeconds"])
+    return float((pod.get("spec") or {}).get("terminationGracePeriodSeconds", DEFAULT_GRACE_S))
 
 
 def podgroup_informers(client: KubeClient) -> list[tuple[str, Informer]]:

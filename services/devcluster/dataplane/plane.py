@@ -11,8 +11,9 @@ from typing import Callable
 from trainyard.kube.client import KubeClient
 from trainyard.kube.resources import JOBSET, Resource
 
+from .claims import ClaimBinder
 from .controllers import JobController, JobSetController
-from .informers import ENDPOINT_SLICE, JOB, NODE, POD, SERVICE, Informer
+from .informers import ENDPOINT_SLICE, JOB, NODE, POD, PVC, SERVICE, Informer
 from .kubelet import (Kubelet, Scheduler, detect_gpus, machine_capacity, node_object,
                       podgroup_informers, register_node, runner_config)
 from .network import open_network
@@ -57,8 +58,11 @@ async def run_dataplane(options: DataPlaneOptions, stop: asyncio.Event) -> None:
         jobsets = Informer(client, JOBSET)
         nodes = Informer(client, NODE)
         endpoint_slices = Informer(client, ENDPOINT_SLICE)
+        claims = Informer(client, PVC)
+        ClaimBinder(client, claims, options.data_dir / "claims")
         groups = podgroup_informers(client)
-        informers = [pods, jobs, services, jobsets, nodes, endpoint_slices] + [informer for _, informer in groups]
+        informers = [pods, jobs, services, jobsets, nodes, endpoint_slices, claims] + \
+            [informer for _, informer in groups]
         for informer in informers:
             running[informer.resource.plural + "." + informer.resource.group] = asyncio.create_task(
                 informer.run(stop), name=f"informer-{informer.resource.plural}")

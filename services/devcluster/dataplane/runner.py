@@ -176,6 +176,10 @@ class PodRunner:
                        qos_class=qos_class(self.pod), reason=self.reason, message=self.message)
         return render_status(view, old_status, now_rfc3339())
 
+    def running_containers(self) -> list[str]:
+        """Names of the containers (init ones included) whose process is running now."""
+        return [record.name for record in self.init + self.regular if record.state == "running"]
+
     @property
     def pids(self) -> list[int]:
         return [proc.pid for proc in self._procs.values() if proc.returncode is None]

@@ -95,13 +95,24 @@ def _insufficient(missing: list[str]) -> str:
     return "0/1 nodes are available: " + ", ".join(f"1 Insufficient {name}" for name in missing) + "."
 
 
+SELECTOR_MISMATCH = "0/1 nodes are available: 1 node(s) didn't match Node's node affinity/selector."
+
+
+def selector_matches(pod: Mapping[str, Any], node_labels: Mapping[str, str]) -> bool:
+    """``spec.nodeSelector``: every key present on the node with the same value."""
+    selector = (pod.get("spec") or {}).get("nodeSelector") or {}
+    return all(node_labels.get(key) == value for key, value in selector.items())
+
+
 def schedule(allocatable: Mapping[str, int], bound: Iterable[Mapping[str, Any]],
              pending: Iterable[Mapping[str, Any]],
-             gang_min_members: Mapping[GangKey, int]) -> Decision:
+             gang_min_members: Mapping[GangKey, int],
+             node_labels: Mapping[str, str] | None = None) -> Decision:
     """Decide bindings for ``pending`` pods (oldest first) given already ``bound`` pods.
 
     ``gang_min_members`` holds each existing PodGroup's ``minMember``; a gang pod whose
-    PodGroup does not exist yet waits.
+    PodGroup does not exist yet waits. With ``node_labels``, a pod whose ``nodeSelector``
+    the node does not satisfy stays pending (a gang member counts as not fitting).
     """
     free = dict(allocatable)
     bound_members: dict[GangKey, int] = {}
@@ -126,6 +137,9 @@ def schedule(allocatable: Mapping[str, int], bound: Iterable[Mapping[str, Any]],
         if (pod.get("spec") or {}).get("schedulingGates"):
             decision.unschedulable[pod_key(pod)] = (
                 "SchedulingGated", "Scheduling is blocked due to non-empty scheduling gates")
+            continue
+        if node_labels is not None and not selector_matches(pod, node_labels):
+            decision.unschedulable[pod_key(pod)] = ("Unschedulable", SELECTOR_MISMATCH)
             continue
         gang = gang_of(pod)
         if gang is None:
