@@ -14,6 +14,7 @@ from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Res
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from trainyard.errortext import describe
 from trainyard.kube.client import KubeClient, KubeError
 from trainyard_services.dashboard.live import Live
 
@@ -94,7 +95,7 @@ async def pods_of(kube: KubeClient, namespace: str, name: str) -> list[dict[str,
                                     query={"labelSelector": f"jobset.sigs.k8s.io/jobset-name={name}"},
                                     timeout_s=5.0)
     except KubeError as err:
-        log.debug("listing pods of %s/%s failed: %s", namespace, name, err)
+        log.debug("listing pods of %s/%s failed: %s", namespace, name, describe(err))
         return []
     items = sorted(listed.get("items") or [], key=lambda p: p["metadata"]["name"])[:MAX_PODS]
 

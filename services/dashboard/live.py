@@ -23,6 +23,7 @@ from trainyard.bus.session import BusSession
 from trainyard.bus.subjects import EVENTS_PREFIX, PLANS_PREFIX, RESULTS_PREFIX, ObjectKey, decode_token, encode_token
 from trainyard.bus.topology import EVENTS_STREAM, PLANS_STREAM, RESULTS_STREAM, durable_name
 from trainyard.clock import parse_epoch
+from trainyard.errortext import describe
 from trainyard.pipeline.trainjobs import finished_condition, owner_reference, state_of
 
 log = logging.getLogger(__name__)
@@ -229,7 +230,7 @@ class Live:
                 except asyncio.CancelledError:
                     raise
                 except Exception as err:  # noqa: BLE001 - shown as stale, tried again
-                    log.debug("service probe failed: %s", err)
+                    log.debug("service probe failed: %s", describe(err))
                 else:
                     if (services, consumers) != (self.services, self.consumers):
                         self.services, self.consumers = services, consumers

@@ -10,6 +10,7 @@ from pathlib import Path
 import uvicorn
 
 from trainyard.bus.session import BusSession
+from trainyard.errortext import describe
 from trainyard.kube.client import KubeClient
 from trainyard.telemetry.service import ServiceConfig
 from trainyard_services.dashboard.app import build_app
@@ -39,7 +40,7 @@ async def serve(config: ServiceConfig, clusters: list[str], stack_state: Path | 
         try:
             kubes[cluster] = await KubeClient.from_kubeconfig(path)
         except Exception as err:  # noqa: BLE001 - pods and logs are then not shown for it
-            log.warning("no Kubernetes client for cluster %s: %s", cluster, err)
+            log.warning("no Kubernetes client for cluster %s: %s", cluster, describe(err))
     live = Live(bus, clusters, stack_state)
     await live.start()
     app = build_app(live, kubes.get, lambda: state["nats"])

@@ -18,6 +18,8 @@ import threading
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from trainyard.errortext import describe
+
 log = logging.getLogger("trainyard.devcluster.storage")
 
 FORMAT = "trainyard-devcluster/1"
@@ -377,7 +379,7 @@ class Store:
                 conn.execute("UPDATE meta SET value=? WHERE key='rv'", (str(top),))
                 conn.execute("COMMIT")
             except BaseException as err:  # noqa: BLE001 - reported to every waiting request
-                log.error("sqlite write failed: %s", err)
+                log.error("sqlite write failed: %s", describe(err))
                 error = err
                 try:
                     conn.execute("ROLLBACK")

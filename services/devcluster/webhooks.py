@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainyard.apimachinery.admission_policy import request_matches_rule
+from trainyard.errortext import describe
 
 from . import errors
 from .errors import ApiError
@@ -217,7 +218,7 @@ class Admission:
             raise
         except Exception as err:  # noqa: BLE001 - any call failure goes through failurePolicy
             if fail_open:
-                log.warning("webhook %s failed (ignored by failurePolicy): %s", name, err)
+                log.warning("webhook %s failed (ignored by failurePolicy): %s", name, describe(err))
                 return None
             raise errors.internal(f'failed calling webhook "{name}": {err}') from err
         for warning in response.get("warnings") or []:
@@ -255,7 +256,7 @@ class Admission:
             except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError) as err:
                 if attempt == len(targets) - 1:
                     raise
-                log.info("webhook endpoint %s unreachable (%s); trying the next one", target.url, err)
+                log.info("webhook endpoint %s unreachable (%s); trying the next one", target.url, describe(err))
         raise NoEndpoints("no endpoint answered")
 
 

@@ -25,6 +25,7 @@ from trainyard.bus.envelopes import EnvelopeError, ObjectEvent, decode
 from trainyard.bus.session import BusSession
 from trainyard.bus.subjects import EVENTS_PREFIX, encode_token
 from trainyard.bus.topology import EVENTS_STREAM, ConsumerSpec, durable_name
+from trainyard.errortext import describe
 from trainyard.kube import resources as r
 from trainyard.kube.client import KubeClient, KubeError
 from trainyard.keyed_locks import KeyedLocks
@@ -155,7 +156,7 @@ class Dispatcher:
         try:
             listed = await self.manager.request("GET", r.TRAINJOB.path())
         except KubeError as err:
-            log.warning("resync: cannot list TrainJobs: %s", err)
+            log.warning("resync: cannot list TrainJobs: %s", describe(err))
             return
         delegated = [tj for tj in listed.get("items") or [] if d.is_delegated(tj)]
         known = {(tj["metadata"]["namespace"], tj["metadata"]["name"]) for tj in delegated}
@@ -214,9 +215,9 @@ class Dispatcher:
                 await self._reconcile(namespace, name, manager, copy_hint)
             except KubeError as err:
                 if err.conflict:  # another replica (or a newer event) wrote first; it brings another pass
-                    log.debug("conflict on %s/%s: %s", namespace, name, err)
+                    log.debug("conflict on %s/%s: %s", namespace, name, describe(err))
                 else:
-                    log.warning("dispatch of %s/%s: %s", namespace, name, err)
+                    log.warning("dispatch of %s/%s: %s", namespace, name, describe(err))
 
     async def _reconcile(self, namespace: str, name: str, manager: dict[str, Any] | None,
                          copy_hint: tuple[str, dict[str, Any] | None] | None) -> None:
@@ -479,7 +480,7 @@ class Dispatcher:
                                           query={"labelSelector": f"{d.ORIGIN_LABEL}={self.cluster}"})
             listed = await self.manager.request("GET", r.TRAINJOB.path())
         except KubeError as err:
-            log.debug("sweep of %s skipped: %s", worker, err)
+            log.debug("sweep of %s skipped: %s", worker, describe(err))
             return 0
         manager = {(tj["metadata"]["namespace"], tj["metadata"]["name"]): tj for tj in listed.get("items") or []}
         deleted = 0
@@ -497,7 +498,7 @@ class Dispatcher:
                 await client.delete(r.TRAINJOB, meta["namespace"], meta["name"], uid=meta.get("uid"))
                 deleted += 1
             except KubeError as err:
-                log.warning("stale copy %s/%s on %s not deleted: %s", meta["namespace"], meta["name"], worker, err)
+                log.warning("stale copy %s/%s on %s not deleted: %s", meta["namespace"], meta["name"], worker, describe(err))
         return deleted
 
     # -- loops ---------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ import asyncio
 import logging
 from typing import Any
 
+from trainyard.errortext import describe
 from trainyard.kube import resources as r
 from trainyard.kube.client import KubeClient, KubeError
 from trainyard.kube.resources import Resource
@@ -106,4 +107,4 @@ class CertManager:
             try:
                 await self.ensure()
             except Exception as err:
-                log.warning("certificate check failed: %s", err)
+                log.warning("certificate check failed: %s", describe(err))

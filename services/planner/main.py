@@ -4,6 +4,8 @@ from __future__ import annotations
 import argparse
 import os
 
+from trainyard.errortext import describe
+
 HELP = "Plan TrainJobs (runtime + plugins -> desired objects) and serve the validating webhooks."
 
 
@@ -152,7 +154,7 @@ async def _retry_until(stop, action, log) -> None:
             await action()
             return
         except Exception as err:
-            log.warning("webhook certificate/configuration not ready: %s", err)
+            log.warning("webhook certificate/configuration not ready: %s", describe(err))
             try:
                 await asyncio.wait_for(stop.wait(), timeout=delay)
             except asyncio.TimeoutError:

@@ -12,6 +12,7 @@ from trainyard.bus.envelopes import EnvelopeError, ObjectEvent, decode
 from trainyard.bus.session import BusSession
 from trainyard.bus.subjects import ObjectKey, event_filter
 from trainyard.bus.topology import EVENTS_STREAM, ConsumerSpec, durable_name
+from trainyard.errortext import describe
 from trainyard.kube import resources as r
 from trainyard.kube.client import KubeClient, KubeError
 from trainyard.pipeline.framework import Plugin
@@ -79,13 +80,13 @@ def webhook_trainjob(bus: BusSession, kube: KubeClient, cluster: str):
         try:
             found = await bus.snapshots.get(ObjectKey(cluster, "TrainJob", namespace, name))
         except Exception as err:  # the bus is a cache of the API server: ask the source
-            log.warning("bus unavailable for TrainJob %s/%s (%s); asking the API server", namespace, name, err)
+            log.warning("bus unavailable for TrainJob %s/%s (%s); asking the API server", namespace, name, describe(err))
             found = None
         if found is None:
             try:
                 found = await kube.get(r.TRAINJOB, namespace, name)
             except KubeError as err:
-                log.warning("trainjob lookup failed: %s", err)
+                log.warning("trainjob lookup failed: %s", describe(err))
                 return None
         if found is not None:
             found.setdefault("apiVersion", r.TRAINJOB.api_version)
@@ -134,7 +135,7 @@ def webhook_observed(bus: BusSession, kube: KubeClient, cluster: str):
                 try:
                     runtime = await kube.get(resource, runtime_ns or None, ref["name"])
                 except KubeError as err:
-                    log.warning("runtime lookup failed: %s", err)
+                    log.warning("runtime lookup failed: %s", describe(err))
             if runtime is not None:
                 runtime.setdefault("apiVersion", "trainer.kubeflow.org/v1alpha1")
                 runtime.setdefault("kind", kind)
@@ -145,7 +146,7 @@ def webhook_observed(bus: BusSession, kube: KubeClient, cluster: str):
                 try:
                     jobset = await kube.get(r.JOBSET, namespace, name)
                 except KubeError as err:
-                    log.warning("jobset lookup failed: %s", err)
+                    log.warning("jobset lookup failed: %s", describe(err))
             if jobset is not None:
                 jobset.setdefault("apiVersion", r.JOBSET.api_version)
                 jobset.setdefault("kind", "JobSet")
@@ -155,7 +156,7 @@ def webhook_observed(bus: BusSession, kube: KubeClient, cluster: str):
             try:
                 found.extend(await bus.snapshots.list(cluster, "PriorityClass", ""))
             except Exception as err:  # the bus is a cache of the API server: ask the source
-                log.warning("bus unavailable for PriorityClasses (%s); asking the API server", err)
+                log.warning("bus unavailable for PriorityClasses (%s); asking the API server", describe(err))
                 found.extend((await kube.list(r.PRIORITY_CLASS))[0])
         return found
 
@@ -168,7 +169,7 @@ def webhook_observed(bus: BusSession, kube: KubeClient, cluster: str):
         try:
             return await bus.snapshots.get(key), True
         except Exception as err:
-            log.warning("bus unavailable for %s/%s (%s); asking the API server", key.kind, key.name, err)
+            log.warning("bus unavailable for %s/%s (%s); asking the API server", key.kind, key.name, describe(err))
             return None, False
 
     return lookup

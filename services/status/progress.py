@@ -19,6 +19,7 @@ from typing import Any
 from aiohttp import web
 
 from trainyard.apimachinery import serviceaccount_tokens as sat
+from trainyard.errortext import describe
 from trainyard.kube.client import KubeClient, KubeError
 from trainyard.kube.resources import TRAINJOB
 from trainyard.pipeline import trainer_status as ts
@@ -87,7 +88,7 @@ def make_app(client: KubeClient, keys: IssuerKeys | None = None) -> web.Applicat
         try:
             allowed = await keys.authorized(request.headers.get("Authorization"), namespace, name)
         except (KubeError, KeyError, ValueError) as err:
-            log.warning("cannot read the issuer's keys: %s", err)
+            log.warning("cannot read the issuer's keys: %s", describe(err))
             return _status(500, "InternalError", "Internal error")
         if not allowed:
             return _status(403, "Forbidden", "Forbidden")
@@ -109,7 +110,7 @@ def make_app(client: KubeClient, keys: IssuerKeys | None = None) -> web.Applicat
                     return _status(422, "Invalid", err.message or f"Validation failed: {err}")
                 if err.not_found:
                     return _status(404, "NotFound", "Train job not found")
-                log.error("status write of %s/%s failed: %s", namespace, name, err)
+                log.error("status write of %s/%s failed: %s", namespace, name, describe(err))
                 return _status(500, "InternalError", "Internal error")
         return web.json_response(body)
 

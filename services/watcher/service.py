@@ -22,6 +22,7 @@ from trainyard.bus.redact import redact
 from trainyard.bus.session import BusSession
 from trainyard.bus.subjects import bus_kind, event_filter, event_subject
 from trainyard.bus.topology import EVENTS_STREAM
+from trainyard.errortext import describe
 from trainyard.kube import resources as r
 from trainyard.kube.client import KubeClient
 from trainyard.kube.resources import Resource
@@ -102,7 +103,7 @@ class EventSink:
                 return
             except Exception as err:  # NATS away: keep the batch, in order, and retry
                 attempt += 1
-                log.warning("publishing %d events failed (%s); retrying", len(batch), err)
+                log.warning("publishing %d events failed (%s); retrying", len(batch), describe(err))
                 if stop.is_set() and attempt > 20:
                     log.error("giving up on %d events at shutdown (a relist recovers them)", len(batch))
                     return

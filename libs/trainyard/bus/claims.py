@@ -17,6 +17,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from trainyard.bus.kv import AppliedPlan, AppliedPlanStore, CasConflict, Versioned
+from trainyard.errortext import describe
 
 log = logging.getLogger(__name__)
 
@@ -162,7 +163,7 @@ class ClaimProtocol:
             revision = await self.store.compare_and_set(key, previous, claim.revision)
         except Exception as err:
             self._forget(partition, key)
-            log.warning("releasing claim on %s failed: %s", key, err)
+            log.warning("releasing claim on %s failed: %s", key, describe(err))
             return
         self._remember(partition, key, previous, revision)
 

@@ -9,6 +9,7 @@ import nats
 from nats.aio.client import Client
 
 from trainyard.bus.auth import Credentials, from_environment
+from trainyard.errortext import describe
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,7 @@ async def connect(
         notify(True)
 
     async def error(err: Exception) -> None:
-        log.warning("nats error: %s", err)
+        log.warning("nats error: %s", describe(err))
 
     async def closed() -> None:
         notify(False)

@@ -26,6 +26,7 @@ from trainyard.bus.envelopes import DEAD_LETTER_DATA_MAX, DeadLetter
 from trainyard.bus.publisher import Publisher
 from trainyard.bus.topology import ConsumerSpec, ensure_consumer, retire_consumers
 from trainyard.bus.tracing import consume_span
+from trainyard.errortext import describe
 from trainyard.telemetry import metrics
 
 log = logging.getLogger(__name__)
@@ -130,7 +131,7 @@ class Consumer:
                 except (ConnectionClosedError, asyncio.CancelledError):
                     raise
                 except Exception as err:  # disconnected, server restarting, consumer gone
-                    log.warning("fetch from %s failed: %s", self.name, err)
+                    log.warning("fetch from %s failed: %s", self.name, describe(err))
                     await _sleep_or_stop(stop, 0.5)
                     try:
                         await ensure_consumer(self._js, self._spec)
@@ -162,7 +163,7 @@ class Consumer:
             except asyncio.CancelledError:
                 raise
             except Exception as err:  # disconnected or consumer being re-created: next round
-                log.debug("consumer info of %s failed: %s", self.name, err)
+                log.debug("consumer info of %s failed: %s", self.name, describe(err))
             else:
                 pending, ack_pending = info.num_pending or 0, info.num_ack_pending or 0
                 metrics.JETSTREAM_PENDING.labels(*labels).set(pending)
@@ -187,7 +188,7 @@ class Consumer:
                 raise
             except Exception as err:
                 attempt += 1
-                log.warning("consumer %s not ready (%s); retrying", self.name, err or type(err).__name__)
+                log.warning("consumer %s not ready (%s); retrying", self.name, describe(err))
                 await _sleep_or_stop(stop, min(0.2 * attempt, 2.0))
         return None
 
@@ -318,7 +319,7 @@ class Consumer:
             await self._publisher.publish(subject, letter, msg_id)
         except Exception as err:
             # Keep the message: it is redelivered and dead-lettered again later.
-            log.error("dead letter publish failed: %s", err)
+            log.error("dead letter publish failed: %s", describe(err))
             await _quietly(msg.nak(delay=1.0))
             return
         metrics.DEAD_LETTERS.labels(self._service, self.name).inc()
@@ -329,7 +330,7 @@ async def _quietly(awaitable: Awaitable[None]) -> None:
     try:
         await awaitable
     except Exception as err:  # an ack lost to a disconnect means a harmless redelivery
-        log.debug("ack/nak failed: %s", err)
+        log.debug("ack/nak failed: %s", describe(err))
 
 
 async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:

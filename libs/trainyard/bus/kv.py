@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from trainyard.bus.envelopes import ObjectRef
 from trainyard.bus.subjects import ObjectKey, encode_token, kv_key, kv_prefix
 from trainyard.bus.topology import APPLIED_BUCKET, OUTCOMES_BUCKET, SNAPSHOTS_BUCKET
+from trainyard.errortext import describe
 from trainyard.telemetry import metrics
 
 log = logging.getLogger(__name__)
@@ -232,7 +233,7 @@ class SnapshotStore:
             try:
                 found = await BucketRequests.of(self._kv).last_values([kv_key(key) for key in keys])
             except BucketRequestError as err:
-                log.warning("batched read of %d snapshots failed (%s); reading them one by one", len(keys), err)
+                log.warning("batched read of %d snapshots failed (%s); reading them one by one", len(keys), describe(err))
             else:
                 return [_live_object(found.get(kv_key(key))) for key in keys]
         return list(await asyncio.gather(*(self.get(key) for key in keys)))

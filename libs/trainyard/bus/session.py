@@ -14,6 +14,7 @@ from trainyard.bus.connection import connect
 from trainyard.bus.kv import AppliedPlanStore, OutcomeStore, SnapshotStore
 from trainyard.bus.publisher import Publisher
 from trainyard.bus.topology import ensure_topology
+from trainyard.errortext import describe
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +64,7 @@ class BusSession:
                     if nc is not None:
                         await nc.close()
                     raise
-                log.warning("nats not ready yet (%s); retrying", err or type(err).__name__,
+                log.warning("nats not ready yet (%s); retrying", describe(err),
                             extra={"nats_url": url})
                 await asyncio.sleep(min(0.2 * attempt, 2.0))
         return cls(

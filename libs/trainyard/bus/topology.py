@@ -21,6 +21,7 @@ from nats.js.api import (
 from nats.js.errors import BadRequestError
 
 from trainyard.bus import subjects
+from trainyard.errortext import describe
 
 log = logging.getLogger(__name__)
 
@@ -206,7 +207,7 @@ async def retire_consumers(js: JetStreamContext, spec: ConsumerSpec) -> None:
             try:
                 await js.delete_consumer(spec.stream, legacy)
             except Exception as err:
-                log.warning("could not retire consumer %s: %s", legacy, err)
+                log.warning("could not retire consumer %s: %s", legacy, describe(err))
 
 
 async def ensure_consumer(js: JetStreamContext, spec: ConsumerSpec) -> None:
@@ -218,4 +219,4 @@ async def ensure_consumer(js: JetStreamContext, spec: ConsumerSpec) -> None:
     try:
         await js.add_consumer(spec.stream, config=spec.config())
     except BadRequestError as err:
-        log.warning("consumer %s kept with its existing config: %s", spec.durable, err)
+        log.warning("consumer %s kept with its existing config: %s", spec.durable, describe(err))

@@ -5,6 +5,7 @@ import logging
 import uuid
 
 from trainyard.clock import now_rfc3339
+from trainyard.errortext import describe
 from trainyard.kube.client import KubeClient, KubeError
 from trainyard.kube.resources import EVENT
 
@@ -42,4 +43,4 @@ async def record_event(client: KubeClient, obj: dict, event_type: str, reason: s
     try:
         await client.create(EVENT, event["metadata"]["namespace"], event)
     except KubeError as err:
-        log.warning("event not recorded: %s", err, extra={"reason": reason})
+        log.warning("event not recorded: %s", describe(err), extra={"reason": reason})

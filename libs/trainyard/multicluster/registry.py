@@ -23,6 +23,7 @@ import yaml
 
 from trainyard.clock import now_rfc3339
 from trainyard.api.multikueue import KUBECONFIG_SECRET_KEY
+from trainyard.errortext import describe
 from trainyard.kube import resources as r
 from trainyard.kube.client import KubeClient, KubeError
 
@@ -84,7 +85,7 @@ class WorkerRegistry:
         try:
             listed = await self.manager.request("GET", r.MULTIKUEUE_CLUSTER.path())
         except KubeError as err:
-            log.warning("cannot list MultiKueueClusters: %s", err)
+            log.warning("cannot list MultiKueueClusters: %s", describe(err))
             return
         declared = {item["metadata"]["name"]: item for item in listed.get("items") or []}
         for name in list(self.workers):
@@ -205,7 +206,7 @@ class WorkerRegistry:
             await self.manager.replace_status(r.MULTIKUEUE_CLUSTER, body)
         except KubeError as err:
             if not err.conflict:  # a conflict: another dispatcher wrote it; the next refresh sees it
-                log.warning("cannot write status of MultiKueueCluster %s: %s", worker.name, err)
+                log.warning("cannot write status of MultiKueueCluster %s: %s", worker.name, describe(err))
 
 
 class _BadConfig(Exception):

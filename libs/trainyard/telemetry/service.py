@@ -29,6 +29,8 @@ import sys
 from dataclasses import dataclass
 from typing import Awaitable, Callable
 
+from trainyard.errortext import describe
+
 log = logging.getLogger(__name__)
 
 
@@ -156,7 +158,7 @@ def run_service(config: ServiceConfig, main: Callable[[asyncio.Event], Awaitable
     try:
         asyncio.run(wrapper())
     except KubeconfigError as err:  # no cluster to talk to: one line, as for a bad flag
-        log.error("no usable cluster configuration: %s", err)
+        log.error("no usable cluster configuration: %s", describe(err))
         print(f"error: {err}", file=sys.stderr, flush=True)
         return 2
     except Exception:

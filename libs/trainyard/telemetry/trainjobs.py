@@ -15,6 +15,7 @@ import time
 from typing import Any, Awaitable, Callable
 
 from trainyard.clock import parse_epoch
+from trainyard.errortext import describe
 from trainyard.pipeline.trainjobs import state_of
 from trainyard.telemetry import metrics
 
@@ -83,7 +84,7 @@ async def keep_state_gauge(list_trainjobs: Lister, stop: asyncio.Event, interval
         except asyncio.CancelledError:
             raise
         except Exception as err:  # NATS away: keep the last figures
-            log.debug("counting TrainJobs failed: %s", err)
+            log.debug("counting TrainJobs failed: %s", describe(err))
         else:
             for runtime in [runtime for _, runtime in counts] + known:
                 if runtime not in runtimes:

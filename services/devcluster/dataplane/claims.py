@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from trainyard.errortext import describe
 from trainyard.kube.client import KubeClient, KubeError
 
 from .informers import PVC, Informer, key_of
@@ -65,7 +66,7 @@ class ClaimBinder:
                                       content_type="application/merge-patch+json")
         except KubeError as err:
             if not err.not_found:
-                log.warning("claim %s/%s: status write failed: %s", namespace, name, err)
+                log.warning("claim %s/%s: status write failed: %s", namespace, name, describe(err))
 
     async def _remove(self, claim: dict[str, Any]) -> None:
         namespace, name = key_of(claim)

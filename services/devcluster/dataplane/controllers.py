@@ -8,6 +8,7 @@ import time
 from datetime import datetime, timezone
 from typing import Any
 
+from trainyard.errortext import describe
 from trainyard.kube.client import KubeClient, KubeError
 from trainyard.kube.events import record_event
 from trainyard.kube.resources import JOBSET
@@ -66,7 +67,7 @@ class JobSetController:
         try:
             plan = plan_jobset(jobset, jobs, service_exists, datetime.now(timezone.utc), self.elastic)
         except JobSetError as err:
-            log.error("jobset %s/%s: %s", namespace, name, err)
+            log.error("jobset %s/%s: %s", namespace, name, describe(err))
             self.queue.add_after(key, 5.0)
             return
         errors: list[str] = []

@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from trainyard.errortext import describe
 from trainyard.kube.client import KubeClient, KubeError
 from trainyard.kube.events import build_event
 from trainyard.kube.resources import CONFIGMAP, COSCHEDULING_PODGROUP, SECRET, VOLCANO_PODGROUP
@@ -130,7 +131,7 @@ class Scheduler:
             try:
                 await self.schedule_once()
             except KubeError as err:
-                log.warning("scheduling pass failed: %s", err)
+                log.warning("scheduling pass failed: %s", describe(err))
                 await asyncio.sleep(0.2)
             except Exception:  # a bug in one pass must not stop scheduling for good
                 log.exception("scheduling pass failed")
@@ -272,7 +273,7 @@ class Kubelet:
             await self.client.request("DELETE", POD.path(meta.get("namespace"), meta.get("name")), body=body)
         except KubeError as err:
             if not (err.not_found or err.conflict):
-                log.warning("pod %s/%s: final delete failed: %s", meta.get("namespace"), meta.get("name"), err)
+                log.warning("pod %s/%s: final delete failed: %s", meta.get("namespace"), meta.get("name"), describe(err))
         finally:
             self._finishing.discard(meta.get("uid", ""))
 
@@ -353,7 +354,7 @@ class Kubelet:
                     last = status
                 except KubeError as err:
                     if not err.not_found:
-                        log.warning("pod %s/%s: status write failed: %s", runner.namespace, runner.name, err)
+                        log.warning("pod %s/%s: status write failed: %s", runner.namespace, runner.name, describe(err))
                         await asyncio.sleep(0.2)
                         dirty.set()
                         continue

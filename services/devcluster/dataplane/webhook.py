@@ -19,6 +19,7 @@ from typing import Any
 
 from aiohttp import web
 
+from trainyard.errortext import describe
 from trainyard.kube.client import KubeClient, KubeError
 from trainyard.kube.resources import Resource
 
@@ -129,6 +130,6 @@ class JobSetWebhook:
                 await self.client.request("DELETE", resource.path(None, CONFIG_NAME), body={})
             except KubeError as err:
                 if not err.not_found:
-                    log.warning("webhook configuration not removed: %s", err)
+                    log.warning("webhook configuration not removed: %s", describe(err))
         if self.runner is not None:
             await self.runner.cleanup()
