@@ -16,7 +16,11 @@ from typing import Any
 from trainyard.apimachinery.admission_policy import Attributes, evaluate
 
 from . import errors
+from .apiserver.options import WriteOptions
 from .errors import ApiError
+from .registry import Registry, ResourceType
+from .scale import ScaleError, scale_of
+from .storage import Store
 
 POLICIES = ("admissionregistration.k8s.io", "validatingadmissionpolicies")
 BINDINGS = ("admissionregistration.k8s.io", "validatingadmissionpolicybindings")
@@ -27,15 +31,16 @@ DEFAULT_USER = {"username": "devcluster-admin", "groups": ["system:masters", "sy
 class _StoreParams:
     """Namespaces and parameter objects, read from the store (``ParamSource``)."""
 
-    def __init__(self, api: Any) -> None:
-        self.api = api
+    def __init__(self, store: Store, registry: Registry) -> None:
+        self.store = store
+        self.registry = registry
 
     def namespace(self, name: str) -> dict[str, Any] | None:
-        stored = self.api.store.get(("", "namespaces"), "", name)
+        stored = self.store.get(("", "namespaces"), "", name)
         return stored.load() if stored is not None else None
 
-    def _type(self, api_version: str, kind: str) -> Any:
-        return self.api.registry.by_kind(api_version, kind)
+    def _type(self, api_version: str, kind: str) -> ResourceType | None:
+        return self.registry.by_kind(api_version, kind)
 
     def param_kind_scope(self, api_version: str, kind: str) -> bool | None:
         rt = self._type(api_version, kind)
@@ -43,27 +48,27 @@ class _StoreParams:
 
     def get_param(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         rt = self._type(api_version, kind)
-        stored = self.api.store.get(rt.storage_key, namespace if rt.namespaced else "", name) if rt else None
+        stored = self.store.get(rt.storage_key, namespace if rt.namespaced else "", name) if rt else None
         return stored.load() if stored is not None else None
 
     def list_params(self, api_version: str, kind: str, namespace: str) -> list[dict[str, Any]]:
         rt = self._type(api_version, kind)
         if rt is None:
             return []
-        return [stored.load() for _, stored in self.api.store.list(rt.storage_key, namespace if rt.namespaced else None)]
+        return [stored.load() for _, stored in self.store.list(rt.storage_key, namespace if rt.namespaced else None)]
 
 
 class ValidatingPolicies:
-    def __init__(self, api: Any) -> None:
-        self.api = api
-        self.source = _StoreParams(api)
+    def __init__(self, store: Store, registry: Registry) -> None:
+        self.store = store
+        self.source = _StoreParams(store, registry)
         self._decoded: dict[tuple[str, str], tuple[int, dict[str, Any]]] = {}  # (kind, name) -> (rv, object)
 
     def _load(self, key: tuple[str, str]) -> list[dict[str, Any]]:
         """The stored policies or bindings, decoded once per resourceVersion (evaluation never
         changes them)."""
         found = []
-        for (_, name), stored in self.api.store.list(key):
+        for (_, name), stored in self.store.list(key):
             cached = self._decoded.get((key[1], name))
             if cached is None or cached[0] != stored.rv:
                 cached = self._decoded[(key[1], name)] = (stored.rv, stored.load())
@@ -73,18 +78,17 @@ class ValidatingPolicies:
         return found
 
     @staticmethod
-    def _scale(rt: Any, obj: dict[str, Any] | None) -> dict[str, Any] | None:
+    def _scale(rt: ResourceType, obj: dict[str, Any] | None) -> dict[str, Any] | None:
         """A custom resource seen through its scale subresource: its autoscaling/v1 Scale."""
         if obj is None or obj.get("kind") == "Scale":
             return obj
-        from .scale import ScaleError, scale_of
         try:
             return scale_of(obj, rt.scale or {})[0]
         except ScaleError as err:
             raise errors.bad_request(str(err)) from err
 
-    def admit(self, operation: str, rt: Any, obj: dict[str, Any] | None, old: dict[str, Any] | None,
-              opts: Any) -> None:
+    def admit(self, operation: str, rt: ResourceType, obj: dict[str, Any] | None, old: dict[str, Any] | None,
+              opts: WriteOptions) -> None:
         """Raise the policy denial as an ``ApiError``; add policy warnings to ``opts.warnings``."""
         policies = self._load(POLICIES)
         if not policies:
@@ -94,7 +98,7 @@ class ValidatingPolicies:
             return
         subresource = opts.subresource or ""
         kind, kind_group, kind_version = rt.kind, None, None
-        if subresource == "scale" and getattr(rt, "scale", None) is not None:
+        if subresource == "scale" and rt.scale is not None:
             obj, old = self._scale(rt, obj), self._scale(rt, old)
             kind, kind_group, kind_version = "Scale", "autoscaling", "v1"
         meta = (obj or old or {}).get("metadata") or {}
@@ -120,18 +124,13 @@ class ValidatingPolicies:
                            f'{rt.qualified_resource} "{attrs.name}" is forbidden: {denial.message}', details)
 
 
-def _user_info(opts: Any) -> dict[str, Any]:
+def _user_info(opts: WriteOptions) -> dict[str, Any]:
     """``request.userInfo``: the requesting (or impersonated) user the server put on the write
-    options (``opts.user``, an ``rbac.UserInfo``), else the kubeconfig's admin user."""
-    user = getattr(opts, "user", None)
-    if user is not None and hasattr(user, "as_json"):
-        return user.as_json()
-    if isinstance(user, dict):
-        return user
-    return DEFAULT_USER
+    options (``opts.user``), else the kubeconfig's admin user."""
+    return opts.user.as_json() if opts.user is not None else DEFAULT_USER
 
 
-def _options(operation: str, opts: Any) -> dict[str, Any]:
+def _options(operation: str, opts: WriteOptions) -> dict[str, Any]:
     kind = {"CREATE": "CreateOptions", "UPDATE": "UpdateOptions", "DELETE": "DeleteOptions"}.get(operation, "")
     options: dict[str, Any] = {"apiVersion": "meta.k8s.io/v1", "kind": kind}
     if operation != "DELETE" and opts.manager:

@@ -7,6 +7,7 @@ from ``trainyard.apimachinery`` through ``machinery``.
 """
 from __future__ import annotations
 
+import base64
 import copy
 import hashlib
 import json
@@ -14,13 +15,17 @@ import logging
 import secrets as pysecrets
 import time
 import uuid
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Awaitable, Callable
+from typing import Any, Callable
+
+from trainyard.apimachinery.admission_policy import set_defaults as set_policy_defaults
 
 from . import errors, machinery, naming
+from .apiserver.admission import Admission
 from .events import core_to_events_v1, events_v1_to_core, is_events_v1
 from .errors import ApiError, field_cause
+from .apiserver.options import WriteOptions
+from .builtin_fields import update_causes
 from .registry import Registry, ResourceType
 from .schema import SchemaProcessor
 from .storage import Store, StoredObject, dumps
@@ -29,8 +34,6 @@ log = logging.getLogger("trainyard.devcluster.api")
 
 DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease", "kubeflow-system")
 FOREGROUND = "foregroundDeletion"
-# the server's own controllers (garbage collector, namespace controller) are not sent to webhooks
-INTERNAL_MANAGERS = {"generic-garbage-collector", "namespace-controller", "devcluster"}
 ORPHAN = "orphan"
 # metadata the client cannot set through create/update bodies
 _SERVER_META = ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation",
@@ -46,22 +49,6 @@ def now_rfc3339() -> str:
     if _NOW_TEXT[0] != second:
         _NOW_TEXT = (second, datetime.fromtimestamp(second, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
     return _NOW_TEXT[1]
-
-
-@dataclass
-class WriteOptions:
-    manager: str = ""
-    manager_given: bool = True  # False when the manager was derived from the User-Agent
-    field_validation: str = "Strict"
-    dry_run: bool = False
-    force: bool = False
-    subresource: str | None = None
-    warnings: list[str] = field(default_factory=list)
-    user: Any = None  # the requesting (or impersonated) rbac.UserInfo: request.userInfo of policies
-
-
-AdmissionHook = Callable[[str, ResourceType, dict[str, Any] | None, dict[str, Any] | None, WriteOptions],
-                         Awaitable[dict[str, Any] | None]]
 
 
 def _rfc3339_in(seconds: int) -> str:
@@ -116,10 +103,8 @@ class Api:
         self.store = store
         self.registry = registry
         self.schemas = SchemaProcessor()
-        self.admission: AdmissionHook | None = None
-        # ValidatingAdmissionPolicies (admissionpolicy.py): after mutation and schema checks
-        self.policies: Callable[[str, ResourceType, dict[str, Any] | None, dict[str, Any] | None, WriteOptions],
-                                None] | None = None
+        # mutating and validating admission (apiserver/admission.py), set once the server starts
+        self.admission: Admission | None = None
         # RBAC escalation checks on writes of Roles and bindings (authz.py), before admission
         self.rbac_guard: Callable[[ResourceType, dict[str, Any], WriteOptions], None] | None = None
         self._service_ip = 10
@@ -525,38 +510,24 @@ class Api:
     async def _finish_write(self, rt: ResourceType, operation: str, obj: dict[str, Any], old: dict[str, Any] | None,
                             opts: WriteOptions, managed_fields_done: bool = False, pruned: bool = False
                             ) -> dict[str, Any]:
-        meta = obj["metadata"]
-        name = meta["name"]
-        cause_list = naming.name_errors(rt.group, rt.resource, name) if operation == "CREATE" else []
-        cause_list += naming.label_errors(meta.get("labels"))
-        cause_list += naming.annotation_errors(meta.get("annotations"))
-        if cause_list:
-            raise self._invalid(rt, name, cause_list)
-        if not rt.builtin:
-            obj = self.schemas.process(rt, obj, old, opts, pruned=pruned)
-        else:
-            obj = self._builtin_checks(rt, obj, opts)
-            if old is not None and opts.subresource != "status":
-                from .builtin_fields import update_causes
-                changes = update_causes(rt.storage_key, obj, old)
-                if changes:
-                    raise self._invalid(rt, name, changes)
+        """The chain after a create's or update's preparation, in kube-apiserver's order:
+        decode (prune, default) -> mutating admission -> the kind's strategy (decode again after
+        a mutation, prepare, validate) -> validating admission -> store."""
+        obj = self._decode(rt, obj, opts, pruned=pruned)
+        if self.admission is not None:
+            mutated = await self.admission.mutate(operation, rt, obj, old, opts)
+            if mutated is not None:
+                # defaults apply again to what a webhook answered, and fields the kind does not
+                # know are dropped silently (the webhook's patch is decoded like a request body)
+                obj = self._decode(rt, mutated, opts, report_unknown=False)
+                self._prepare_again(rt, obj, old, opts)
+        self._validate(rt, operation, obj, old, opts)
         if self.rbac_guard is not None and rt.group == "rbac.authorization.k8s.io":
             self.rbac_guard(rt, obj, opts)
-        if self.admission is not None and rt.group != "admissionregistration.k8s.io" \
-                and opts.manager not in INTERNAL_MANAGERS:
-            if opts.subresource == "scale" and rt.scale is not None:
-                from .scale import admit_scale
-                admitted = await admit_scale(self.admission, operation, rt, obj, old, opts)
-            else:
-                admitted = await self.admission(operation, rt, obj, old, opts)
-            if admitted is not None:
-                obj = admitted
-                if not rt.builtin:
-                    obj = self.schemas.process(rt, obj, old, opts)
-        if self.policies is not None and rt.group != "admissionregistration.k8s.io" \
-                and opts.manager not in INTERNAL_MANAGERS:
-            self.policies(operation, rt, obj, old, opts)
+        if self.admission is not None:
+            await self.admission.validate(operation, rt, obj, old, opts)
+        meta = obj["metadata"]
+        name = meta["name"]
         if old is not None:
             changed = _outside_metadata(obj, rt.has_status) != _outside_metadata(old, rt.has_status)
             obj["metadata"]["generation"] = int(old["metadata"].get("generation") or 0) + (1 if changed else 0)
@@ -576,26 +547,73 @@ class Api:
         await self.store.durable(self.store.rv)
         return obj
 
-    def _builtin_checks(self, rt: ResourceType, obj: dict[str, Any], opts: WriteOptions) -> dict[str, Any]:
+    def _decode(self, rt: ResourceType, obj: dict[str, Any], opts: WriteOptions, pruned: bool = False,
+                report_unknown: bool = True) -> dict[str, Any]:
+        """What decoding a body does before admission: unknown fields pruned (reported per
+        fieldValidation), defaults applied, a Secret's stringData merged into data."""
+        if not rt.builtin:
+            return self.schemas.decode(rt, obj, opts, pruned=pruned, report_unknown=report_unknown)
         key = rt.storage_key
         if key == ("", "secrets") and "stringData" in obj:
-            import base64
             string_data = obj.pop("stringData") or {}
             data = obj.setdefault("data", {}) or {}
             for k, v in string_data.items():
                 data[k] = base64.b64encode(str(v).encode()).decode()
             obj["data"] = data
-        if key == ("apiextensions.k8s.io", "customresourcedefinitions"):
-            self._validate_crd(obj)
-        obj = machinery.check_builtin_fields(rt, obj, opts)
+        if report_unknown:
+            obj = machinery.check_builtin_fields(rt, obj, opts)
+        else:
+            obj = machinery.check_builtin_fields(rt, obj, WriteOptions(field_validation="Ignore"))
         if key[0] == "admissionregistration.k8s.io" and key[1].startswith("validatingadmissionpolic"):
-            from trainyard.apimachinery.admission_policy import set_defaults
-            set_defaults(rt.kind, obj)
+            set_policy_defaults(rt.kind, obj)
+        return obj
+
+    def _prepare_again(self, rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None,
+                       opts: WriteOptions) -> None:
+        """PrepareForCreate/PrepareForUpdate run after mutating admission in kube-apiserver, so
+        what a webhook set where the request may not write is reset: the status of a create, the
+        status of a main-resource update, everything but the status of a status update."""
+        if old is None:
+            if rt.has_status and "status" in obj:
+                self._initial_status(rt, obj)
+            return
+        if not rt.has_status:
+            return
+        if opts.subresource == "status":
+            for key in [k for k in obj if k not in ("apiVersion", "kind", "metadata", "status")]:
+                del obj[key]
+            obj.update({k: copy.deepcopy(v) for k, v in old.items()
+                        if k not in ("apiVersion", "kind", "metadata", "status")})
+        elif "status" in old:
+            obj["status"] = old["status"]
+        else:
+            obj.pop("status", None)
+
+    def _validate(self, rt: ResourceType, operation: str, obj: dict[str, Any], old: dict[str, Any] | None,
+                  opts: WriteOptions) -> None:
+        """The kind's strategy validation: object metadata (name on create, labels,
+        annotations), then the schema and CEL rules of a custom resource or the built-in
+        kind's checks, and the fields an update may not change."""
+        meta = obj["metadata"]
+        name = meta["name"]
+        cause_list = naming.name_errors(rt.group, rt.resource, name) if operation == "CREATE" else []
+        cause_list += naming.label_errors(meta.get("labels"))
+        cause_list += naming.annotation_errors(meta.get("annotations"))
+        if cause_list:
+            raise self._invalid(rt, name, cause_list)
+        if not rt.builtin:
+            self.schemas.validate(rt, obj, old, opts)
+            return
+        if rt.storage_key == ("apiextensions.k8s.io", "customresourcedefinitions"):
+            self._validate_crd(obj)
         if rt.validated:
             causes = machinery.validate_builtin(rt, obj)
             if causes:
-                raise self._invalid(rt, (obj.get("metadata") or {}).get("name", ""), causes)
-        return obj
+                raise self._invalid(rt, name, causes)
+        if old is not None and opts.subresource != "status":
+            changes = update_causes(rt.storage_key, obj, old)
+            if changes:
+                raise self._invalid(rt, name, changes)
 
     async def _after_put(self, rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
         if rt.storage_key == ("apiextensions.k8s.io", "customresourcedefinitions"):
@@ -691,11 +709,10 @@ class Api:
         grace = _pod_grace_period(obj, options) if rt.storage_key == ("", "pods") else None
         if meta.get("deletionTimestamp"):
             return await self._shorten_grace(rt, obj, grace, options, opts)
-        if self.admission is not None and opts.manager not in INTERNAL_MANAGERS:
-            await self.admission("DELETE", rt, None, obj, opts)
-        if self.policies is not None and rt.group != "admissionregistration.k8s.io" \
-                and opts.manager not in INTERNAL_MANAGERS:
-            self.policies("DELETE", rt, None, obj, opts)
+        if self.admission is not None:
+            # DELETE goes through both admission stages, with the stored object as oldObject
+            await self.admission.mutate("DELETE", rt, None, obj, opts)
+            await self.admission.validate("DELETE", rt, None, obj, opts)
         finalizers = list(meta.get("finalizers") or [])
         if policy == "Foreground" and FOREGROUND not in finalizers and self.store.dependents(meta["uid"]):
             finalizers.append(FOREGROUND)

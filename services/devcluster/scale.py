@@ -362,18 +362,9 @@ class ScaleEndpoint:
         return _scale_or_400(updated, config)[0]
 
 
-async def admit_scale(admission: Any, operation: str, rt: ResourceType, obj: dict[str, Any],
-                      old: dict[str, Any] | None, opts: Any) -> dict[str, Any] | None:
-    """Admission of a scale write: webhooks see the Scale objects (``kind`` autoscaling/v1
-    Scale, subresource ``scale``), as kube-apiserver sends them; a mutating webhook's change
-    of ``spec.replicas`` goes back to the object. Returns the changed object or None."""
+def scale_views(rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None
+                ) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The new and old object of a scale write as admission sees them: autoscaling/v1 Scales
+    (``kind`` Scale, subresource ``scale``), as kube-apiserver sends them."""
     config = rt.scale or {}
-    new_scale = _scale_or_400(obj, config)[0]
-    old_scale = _scale_or_400(old, config)[0] if old is not None else None
-    admitted = await admission(operation, rt, new_scale, old_scale, opts)
-    if admitted is None:
-        return None
-    replicas = (admitted.get("spec") or {}).get("replicas") or 0
-    if isinstance(replicas, bool) or not isinstance(replicas, int):
-        raise errors.internal("a mutating webhook set the Scale's spec.replicas to a non-integer")
-    return with_replicas(obj, config, replicas)
+    return _scale_or_400(obj, config)[0], (_scale_or_400(old, config)[0] if old is not None else None)

@@ -11,6 +11,9 @@ from typing import Any
 from trainyard.apimachinery.structural import apply_defaults, normalise_numbers, prune, validate
 
 from . import errors
+from .apiserver.options import WriteOptions
+from .registry import ResourceType
+from .scale import replicas_causes
 
 __all__ = ["SchemaProcessor", "normalise_numbers"]
 
@@ -18,38 +21,52 @@ __all__ = ["SchemaProcessor", "normalise_numbers"]
 class SchemaProcessor:
     """Prune, default and validate custom resources; messages and fields as the real server."""
 
-    def process(self, rt: Any, obj: dict[str, Any], old: dict[str, Any] | None, opts: Any,
+    def process(self, rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None, opts: WriteOptions,
                 pruned: bool = False) -> dict[str, Any]:
-        """``pruned``: ``obj`` is known to hold only fields the schema knows (pruning would keep
-        it as it is); it is defaulted in place."""
+        """Decode then validate (``decode`` and ``validate``, for callers outside the chain)."""
+        processed = self.decode(rt, obj, opts, pruned=pruned)
+        self.validate(rt, processed, old, opts)
+        return processed
+
+    def decode(self, rt: ResourceType, obj: dict[str, Any], opts: WriteOptions, pruned: bool = False,
+               report_unknown: bool = True) -> dict[str, Any]:
+        """What kube-apiserver's decoder does to a custom resource before admission: prune the
+        fields the schema does not know (reported per ``fieldValidation`` when
+        ``report_unknown``; after a mutating webhook they are dropped silently, as its
+        schema coercion does), then apply schema defaults. ``pruned``: ``obj`` is known to hold
+        only fields the schema knows; it is defaulted in place."""
         schema = rt.schema or {}
         if pruned:
             unknown: list[str] = []
         else:
             obj, unknown = prune(obj, schema)
-        self._report_unknown(unknown, opts)
-        processed = apply_defaults(obj, schema)
-        causes = validate(processed, old, schema)
-        if getattr(rt, "scale", None):
-            from .scale import replicas_causes
-            causes = list(causes) + replicas_causes(processed, rt.scale,
-                                                    status=getattr(opts, "subresource", None) == "status")
+        if report_unknown:
+            self._report_unknown(unknown, opts)
+        return apply_defaults(obj, schema)
+
+    def validate(self, rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None,
+                 opts: WriteOptions) -> None:
+        """The custom resource strategy's validation: schema, CEL rules (with ``old`` for
+        transition rules) and the scale subresource's replicas paths; 422 with every cause."""
+        schema = rt.schema or {}
+        causes = list(validate(obj, old, schema))
+        if rt.scale:
+            causes += replicas_causes(obj, rt.scale, status=opts.subresource == "status")
         if causes:
             raise errors.invalid(rt.qualified_kind, (obj.get("metadata") or {}).get("name", ""), rt.group, rt.kind,
-                                 list(causes))
-        return processed
+                                 causes)
 
-    def process_config(self, rt: Any, config: dict[str, Any], opts: Any) -> dict[str, Any]:
+    def process_config(self, rt: ResourceType, config: dict[str, Any], opts: WriteOptions) -> dict[str, Any]:
         """An apply configuration: pruned and checked for unknown fields, but not defaulted."""
         pruned, unknown = prune(config, rt.schema or {})
         self._report_unknown(unknown, opts)
         return pruned
 
     @staticmethod
-    def _report_unknown(unknown: list[str], opts: Any) -> None:
+    def _report_unknown(unknown: list[str], opts: WriteOptions) -> None:
         if not unknown:
             return
-        mode = getattr(opts, "field_validation", "Strict") or "Strict"
+        mode = opts.field_validation or "Strict"
         if mode == "Strict":
             if len(unknown) == 1:
                 raise errors.bad_request(f'strict decoding error: unknown field "{unknown[0]}"')

@@ -21,6 +21,8 @@ from trainyard.apimachinery import rbac
 
 from . import discovery, errors, machinery, podlogs, tables, watch
 from .authn import ADMIN, Authenticator, ensure_controllers_token
+from .admissionpolicy import ValidatingPolicies
+from .apiserver.admission import Admission
 from .authz import Authorization
 from .errors import ApiError
 from .openapi import OpenApiCache
@@ -29,6 +31,7 @@ from .resources import Api, WriteOptions
 from .storage import Store, dumps
 from .tls import Credentials
 from .tokens import TokenIssuer
+from .webhooks import Webhooks
 from .writelocks import ObjectWriteLocks
 from . import metrics as devcluster_metrics
 
@@ -138,10 +141,7 @@ class ApiServer:
         await self.api.bootstrap()
         await self.authz.bootstrap()
         self.api.rbac_guard = self.authz.guard_rbac_write
-        from .webhooks import Admission
-        self.api.admission = Admission(self.api).admit
-        from .admissionpolicy import ValidatingPolicies
-        self.api.policies = ValidatingPolicies(self.api).admit
+        self.api.admission = Admission(Webhooks(self.store), ValidatingPolicies(self.store, self.registry))
 
     async def stop_watches(self) -> None:
         """Wake every watch so it ends its stream before the HTTP server shuts down."""

@@ -19,11 +19,17 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+import aiohttp
+
 from trainyard.apimachinery.admission_policy import request_matches_rule
+from trainyard.apimachinery.json_patch import apply_json_patch
+from trainyard.apimachinery.selectors import label_selector_from_struct
 from trainyard.errortext import describe
 
 from . import errors
+from .apiserver.options import WriteOptions
 from .errors import ApiError
+from .storage import Store
 
 log = logging.getLogger("trainyard.devcluster.webhooks")
 
@@ -39,7 +45,6 @@ def rule_matches(rule: dict[str, Any], operation: str, rt: Any, subresource: str
 def _selector_matches(selector: dict[str, Any] | None, labels: dict[str, str]) -> bool:
     if not selector:
         return True
-    from trainyard.apimachinery.selectors import label_selector_from_struct
     return label_selector_from_struct(selector).matches(labels)
 
 
@@ -74,7 +79,7 @@ class NoEndpoints(Exception):
     """The webhook's Service has no ready endpoint (or does not exist)."""
 
 
-def service_targets(store: Any, service_ref: dict[str, Any]) -> list[Target]:
+def service_targets(store: Store, service_ref: dict[str, Any]) -> list[Target]:
     """A ``clientConfig.service`` resolved the way kube-proxy would route it: the Service's port
     (``port``, default 443) -> its name -> that named port of each ready endpoint of the
     Service's EndpointSlices. The certificate is verified against ``<name>.<namespace>.svc``,
@@ -107,16 +112,18 @@ def service_targets(store: Any, service_ref: dict[str, Any]) -> list[Target]:
     return targets
 
 
-class Admission:
-    def __init__(self, api: Any) -> None:
-        self.api = api
+class Webhooks:
+    """The stored Mutating/ValidatingWebhookConfigurations and the calls to their webhooks."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
         self._session: Any = None
         # Parsed configurations per kind, kept while their resourceVersions stay the same:
         # parsing every configuration on every write was a tenth of the server's CPU.
         self._parsed: dict[tuple[str, str], tuple[tuple[int, ...], list[dict[str, Any]]]] = {}
 
     def _configurations(self, key: tuple[str, str]) -> list[dict[str, Any]]:
-        listed = self.api.store.list(key)
+        listed = self.store.list(key)
         versions = tuple(stored.rv for _, stored in listed)
         cached = self._parsed.get(key)
         if cached is None or cached[0] != versions:
@@ -130,58 +137,106 @@ class Admission:
         namespace = (target.get("metadata") or {}).get("namespace")
         if not namespace:
             return {}
-        stored = self.api.store.get(("", "namespaces"), "", namespace)
+        stored = self.store.get(("", "namespaces"), "", namespace)
         return dict(stored.labels) if stored else {}
 
-    def _matching(self, key: tuple[str, str], operation: str, rt: Any, obj: dict[str, Any] | None,
-                  old: dict[str, Any] | None, subresource: str) -> list[dict[str, Any]]:
+    def _hooks(self, key: tuple[str, str]) -> list[tuple[str, dict[str, Any]]]:
+        """Every webhook of every configuration of one kind, configurations in name order and
+        webhooks in their order within it (kube-apiserver sorts configurations by name), each
+        with its identity ``<configuration>/<webhook>/<index>`` for reinvocation."""
         found = []
         for configuration in sorted(self._configurations(key), key=lambda c: c["metadata"]["name"]):
-            for hook in configuration.get("webhooks") or []:
-                if not any(rule_matches(rule, operation, rt, subresource) for rule in hook.get("rules") or []):
-                    continue
-                if rt.namespaced or rt.storage_key == ("", "namespaces"):
-                    if not _selector_matches(hook.get("namespaceSelector"), self._namespace_labels(rt, obj, old)):
-                        continue
-                labels_new = dict(((obj or {}).get("metadata") or {}).get("labels") or {})
-                labels_old = dict(((old or {}).get("metadata") or {}).get("labels") or {})
-                selector = hook.get("objectSelector")
-                if selector and not (_selector_matches(selector, labels_new) or (old and _selector_matches(selector, labels_old))):
-                    continue
-                found.append(hook)
+            for index, hook in enumerate(configuration.get("webhooks") or []):
+                found.append((f'{configuration["metadata"]["name"]}/{hook.get("name", "")}/{index}', hook))
         return found
 
-    async def admit(self, operation: str, rt: Any, obj: dict[str, Any] | None, old: dict[str, Any] | None,
-                    opts: Any) -> dict[str, Any] | None:
-        """Run mutating then validating webhooks; returns the mutated object (or None: unchanged)."""
-        subresource = opts.subresource or ""
-        mutating = self._matching(MUTATING, operation, rt, obj, old, subresource)
-        validating = self._matching(VALIDATING, operation, rt, obj, old, subresource)
-        if not mutating and not validating:
+    def _hook_matches(self, hook: dict[str, Any], operation: str, rt: Any, obj: dict[str, Any] | None,
+                      old: dict[str, Any] | None, subresource: str) -> bool:
+        """``rules``, then ``namespaceSelector`` (namespaced kinds and namespaces themselves),
+        then ``objectSelector`` on the new or the old object."""
+        if not any(rule_matches(rule, operation, rt, subresource) for rule in hook.get("rules") or []):
+            return False
+        if rt.namespaced or rt.storage_key == ("", "namespaces"):
+            if not _selector_matches(hook.get("namespaceSelector"), self._namespace_labels(rt, obj, old)):
+                return False
+        selector = hook.get("objectSelector")
+        if not selector:
+            return True
+        labels_new = dict(((obj or {}).get("metadata") or {}).get("labels") or {})
+        labels_old = dict(((old or {}).get("metadata") or {}).get("labels") or {})
+        return _selector_matches(selector, labels_new) or (old is not None and _selector_matches(selector, labels_old))
+
+    def has_mutating(self) -> bool:
+        return bool(self._configurations(MUTATING))
+
+    async def mutate(self, operation: str, rt: Any, obj: dict[str, Any] | None, old: dict[str, Any] | None,
+                     opts: WriteOptions) -> dict[str, Any] | None:
+        """Mutating admission: the matching mutating webhooks in order, each seeing the object as
+        the ones before it left it; returns the changed object, or None when nothing changed.
+
+        ``reinvocationPolicy: IfNeeded``: when a webhook changes the object, every webhook with
+        IfNeeded called before it is due again, and they are called once more, in order, in a
+        second round (kube-apiserver's mutating dispatcher and its reinvocation context; never a
+        third round)."""
+        hooks = self._hooks(MUTATING)
+        if not hooks:
             return None
+        subresource = opts.subresource or ""
         current = obj
         changed = False
-        for hook in mutating:
-            response = await self._call(hook, operation, rt, current, old, opts)
-            if response is None:
-                continue
-            patch = response.get("patch")
-            if patch and current is not None:
-                if response.get("patchType", "JSONPatch") != "JSONPatch":
-                    raise errors.internal(f'webhook "{hook.get("name")}" returned an unsupported patchType')
-                from trainyard.apimachinery.json_patch import apply_json_patch
-                try:
-                    current = apply_json_patch(current, json.loads(base64.b64decode(patch)))
-                except ValueError as err:
-                    raise errors.internal(f'failed to apply the patch of webhook "{hook.get("name")}": {err}') from err
-                changed = True
-        if validating:
-            await asyncio.gather(*(self._call(hook, operation, rt, current, old, opts) for hook in validating))
+        invoked_reinvocable: set[str] = set()
+        due_again: set[str] = set()
+        for round_ in (0, 1):
+            if round_ == 1 and not due_again:
+                break
+            for uid, hook in hooks:
+                if round_ == 1 and uid not in due_again:
+                    continue
+                if not self._hook_matches(hook, operation, rt, current, old, subresource):
+                    continue
+                patched = await self._mutate_once(hook, operation, rt, current, old, opts)
+                if patched is not None and patched != current:
+                    current, changed = patched, True
+                    due_again |= invoked_reinvocable
+                    invoked_reinvocable = set()
+                if hook.get("reinvocationPolicy") == "IfNeeded":
+                    invoked_reinvocable.add(uid)
         return current if changed else None
 
+    async def _mutate_once(self, hook: dict[str, Any], operation: str, rt: Any, obj: dict[str, Any] | None,
+                           old: dict[str, Any] | None, opts: WriteOptions) -> dict[str, Any] | None:
+        """One mutating webhook call: the patched object, or None when it answered no patch."""
+        response = await self._call(hook, operation, rt, obj, old, opts)
+        if response is None or obj is None:
+            return None
+        patch = response.get("patch")
+        if not patch:
+            return None
+        if response.get("patchType", "JSONPatch") != "JSONPatch":
+            raise errors.internal(f'webhook "{hook.get("name")}" returned an unsupported patchType')
+        try:
+            return apply_json_patch(obj, json.loads(base64.b64decode(patch)))
+        except ValueError as err:
+            raise errors.internal(f'failed to apply the patch of webhook "{hook.get("name")}": {err}') from err
+
+    async def validate(self, operation: str, rt: Any, obj: dict[str, Any] | None, old: dict[str, Any] | None,
+                       opts: WriteOptions) -> None:
+        """Validating admission's webhooks: every matching one is called at once with the object
+        about to be stored; all are awaited, and the first refusal (in configuration order) is
+        the answer."""
+        subresource = opts.subresource or ""
+        hooks = [hook for _, hook in self._hooks(VALIDATING)
+                 if self._hook_matches(hook, operation, rt, obj, old, subresource)]
+        if not hooks:
+            return
+        outcomes = await asyncio.gather(*(self._call(hook, operation, rt, obj, old, opts) for hook in hooks),
+                                        return_exceptions=True)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+
     async def _call(self, hook: dict[str, Any], operation: str, rt: Any, obj: dict[str, Any] | None,
-                    old: dict[str, Any] | None, opts: Any) -> dict[str, Any] | None:
-        import aiohttp
+                    old: dict[str, Any] | None, opts: WriteOptions) -> dict[str, Any] | None:
         name = hook.get("name", "")
         meta = (obj or old or {}).get("metadata") or {}
         gvk = {"group": rt.group, "version": rt.version, "kind": rt.kind}
@@ -193,7 +248,7 @@ class Admission:
             "uid": str(uuid.uuid4()), "kind": gvk, "resource": gvr, "requestKind": gvk, "requestResource": gvr,
             "name": meta.get("name", ""), "operation": operation,
             # the requesting (or impersonated) user, as kube-apiserver sends it; internal writes: the admin
-            "userInfo": opts.user.as_json() if hasattr(getattr(opts, "user", None), "as_json") else
+            "userInfo": opts.user.as_json() if opts.user is not None else
             {"username": "devcluster-admin", "groups": ["system:masters", "system:authenticated"]},
             "object": obj, "oldObject": old, "dryRun": bool(opts.dry_run),
             "options": {"apiVersion": "meta.k8s.io/v1", "kind": f"{operation.capitalize()}Options",
@@ -213,14 +268,14 @@ class Admission:
             answer = await self._post(client_config, review, timeout)
             response = answer.get("response") if isinstance(answer, dict) else None
             if not isinstance(response, dict):
-                raise RuntimeError("the webhook answered no AdmissionReview response")
+                raise _BadResponse("the webhook answered no AdmissionReview response")
         except ApiError:
             raise
         except Exception as err:  # noqa: BLE001 - any call failure goes through failurePolicy
             if fail_open:
                 log.warning("webhook %s failed (ignored by failurePolicy): %s", name, describe(err))
                 return None
-            raise errors.internal(f'failed calling webhook "{name}": {err}') from err
+            raise errors.internal(_failure_message(name, client_config, timeout, err)) from err
         for warning in response.get("warnings") or []:
             opts.warnings.append(str(warning))
         if not response.get("allowed"):
@@ -230,7 +285,7 @@ class Admission:
     def _targets(self, client_config: dict[str, Any]) -> list[Target]:
         if client_config.get("url") or not client_config.get("service"):
             return [Target(_url(client_config))]
-        targets = service_targets(self.api.store, client_config["service"])
+        targets = service_targets(self.store, client_config["service"])
         random.shuffle(targets)  # spread calls over the replicas, as a Service's routing does
         return targets
 
@@ -239,8 +294,6 @@ class Admission:
         connection before answering (a replica that just died) is tried on its next ready
         endpoint: a documented difference from kube-apiserver, which calls once. Timeouts and
         answers are never retried."""
-        import aiohttp
-
         targets = self._targets(client_config)
         ssl_context = _ssl_context(client_config.get("caBundle"))
         deadline = asyncio.get_running_loop().time() + timeout
@@ -258,6 +311,25 @@ class Admission:
                     raise
                 log.info("webhook endpoint %s unreachable (%s); trying the next one", target.url, describe(err))
         raise NoEndpoints("no endpoint answered")
+
+
+class _BadResponse(Exception):
+    """The webhook answered, but not an AdmissionReview with a response."""
+
+
+def _failure_message(name: str, client_config: dict[str, Any], timeout: float, err: Exception) -> str:
+    """kube-apiserver's words for a webhook that could not be called (``ErrCallingWebhook``):
+    ``failed calling webhook "<name>": failed to call webhook: Post "<url>?timeout=<n>s": <why>``
+    (the URL as configured: a Service's is its ``https://<name>.<namespace>.svc:<port>`` form),
+    or ``... received invalid webhook response: <why>`` when it answered something else."""
+    if isinstance(err, _BadResponse):
+        return f'failed calling webhook "{name}": received invalid webhook response: {err}'
+    if isinstance(err, asyncio.TimeoutError):
+        why = "context deadline exceeded"
+    else:
+        why = describe(err)
+    url = f"{_url(client_config)}?timeout={int(timeout)}s"
+    return f'failed calling webhook "{name}": failed to call webhook: Post "{url}": {why}'
 
 
 def _denied(name: str, result: dict[str, Any]) -> ApiError:

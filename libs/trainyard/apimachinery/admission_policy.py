@@ -11,7 +11,8 @@ none, and the warnings to send. Kubernetes' rules, from the API reference and th
   scope; ``namespaceSelector``; ``objectSelector`` on the new or the old object;
   ``excludeResourceRules``; ``matchPolicy`` Equivalent also matches the same resource requested
   at another served version) and, per binding naming it, the binding's ``matchResources`` (when
-  set) match too;
+  set) match too - unset ``resourceRules`` there do not constrain, so a binding with only a
+  ``namespaceSelector`` applies the policy in the namespaces it selects;
 - parameters: ``paramKind`` with the binding's ``paramRef`` by ``name`` (in ``namespace``, or in
   the request's namespace for a namespaced kind when unset) or by ``selector`` (every match is
   evaluated); none found: ``parameterNotFoundAction`` Allow skips the binding, Deny (default)
@@ -173,8 +174,25 @@ def _selector_matches(selector: Mapping[str, Any] | None, labels: dict[str, str]
     return label_selector_from_struct(selector).matches(labels)
 
 
+def _rules_match(rules: list[Mapping[str, Any]], match_policy: str, attrs: Attributes) -> bool:
+    """Any of ``rules`` matches the request, at its version or (``matchPolicy`` Equivalent) at
+    another served version of the same resource."""
+    if any(rule_matches(rule, attrs) for rule in rules):
+        return True
+    if match_policy == "Equivalent":
+        return any(rule_matches(rule, attrs, version) for rule in rules
+                   for version in attrs.served_versions if version != attrs.version)
+    return False
+
+
 def resources_match(match: Mapping[str, Any] | None, attrs: Attributes, source: ParamSource) -> bool:
-    """``matchConstraints`` / a binding's ``matchResources`` against the request.
+    """``matchConstraints`` / a binding's ``matchResources`` against the request, in
+    kube-apiserver's order: ``namespaceSelector`` (ignored for cluster-scoped kinds other than
+    Namespace; a Namespace is matched by its own labels), ``objectSelector`` (the new or the old
+    object), ``excludeResourceRules`` (they win), then ``resourceRules`` - where unset rules do
+    not constrain: every resource the other fields select matches (a binding's matchResources
+    with only a namespaceSelector; a policy's matchConstraints always has rules, its
+    validation requires them).
 
     Raises ``SelectorError`` for a selector that does not parse (a configuration error)."""
     if not match:
@@ -191,15 +209,11 @@ def resources_match(match: Mapping[str, Any] | None, attrs: Attributes, source: 
     if selector and not (_selector_matches(selector, _labels(attrs.object))
                          or (attrs.old_object is not None and _selector_matches(selector, _labels(attrs.old_object)))):
         return False
-    if any(rule_matches(rule, attrs) for rule in match.get("excludeResourceRules") or []):
+    match_policy = match.get("matchPolicy") or "Equivalent"
+    if _rules_match(match.get("excludeResourceRules") or [], match_policy, attrs):
         return False
     rules = match.get("resourceRules") or []
-    if any(rule_matches(rule, attrs) for rule in rules):
-        return True
-    if (match.get("matchPolicy") or "Equivalent") == "Equivalent":
-        return any(rule_matches(rule, attrs, version) for rule in rules
-                   for version in attrs.served_versions if version != attrs.version)
-    return False
+    return not rules or _rules_match(rules, match_policy, attrs)
 
 
 # --- compilation (once per policy uid and generation) --------------------------------------

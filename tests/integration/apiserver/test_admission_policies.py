@@ -516,3 +516,95 @@ def test_a_namespace_is_matched_by_its_own_labels_and_cluster_scoped_params(clie
     ok = client.post(NS, json={"apiVersion": "v1", "kind": "Namespace",
                                "metadata": {"name": "team-c", "labels": {"guarded": "yes"}}})
     assert ok.status_code == 201
+
+
+# --- a binding's matchResources --------------------------------------------------------------
+# The rules, from the API reference of ValidatingAdmissionPolicyBindingSpec.matchResources
+# (https://kubernetes.io/docs/reference/kubernetes-api/policy-resources/validating-admission-policy-binding-v1/):
+# "Note that this is intersected with the policy's matchConstraints, so only requests that are
+# matched by the policy can be selected by this. If this is unset, all resources matched by the
+# policy are validated by this binding. When resourceRules is unset, it does not constrain
+# resource matching. If a resource is matched by the other fields of this object, it will be
+# validated." and of MatchResources: "The exclude rules take precedence over include rules".
+# In the source: staging/src/k8s.io/apiserver/pkg/admission/plugin/policy/matching/matching.go
+# (v1.36.0: namespace selector, object selector, excludeResourceRules, then resourceRules, an
+# empty list matching every resource).
+
+ALL_CONFIGMAPS = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["*"], "resources": ["configmaps"]}
+BINDING_CASES = {
+    # "If this is unset, all resources matched by the policy are validated by this binding."
+    "unset": (None, {"team-a": True, "team-b": True, "plain": True}),
+    # "When resourceRules is unset, it does not constrain resource matching": namespaceSelector alone
+    "namespace-selector-only": ({"namespaceSelector": {"matchLabels": {"tenant": "a"}}},
+                                {"team-a": True, "team-b": False, "plain": False}),
+    "namespace-selector-expression-only": (
+        {"namespaceSelector": {"matchExpressions": [{"key": "tenant", "operator": "Exists"}]}},
+        {"team-a": True, "team-b": True, "plain": False}),
+    # objectSelector alone: objects carrying the label, in every namespace
+    "object-selector-only": ({"objectSelector": {"matchLabels": {"strict": "yes"}}},
+                             {"team-a": False, "team-b": False, "plain": False, "strict": True}),
+    # "The exclude rules take precedence over include rules": excludeResourceRules alone
+    "exclude-rules-only": ({"excludeResourceRules": [dict(ALL_CONFIGMAPS, resourceNames=["skipped"])]},
+                           {"team-a": True, "team-b": True, "plain": True, "skipped": False}),
+    # "intersected with the policy's matchConstraints": rules naming another resource select nothing here
+    "rules-for-another-resource": ({"resourceRules": [dict(ALL_CONFIGMAPS, resources=["secrets"])]},
+                                   {"team-a": False, "team-b": False, "plain": False}),
+    "rules-and-namespace-selector": ({"resourceRules": [ALL_CONFIGMAPS],
+                                      "namespaceSelector": {"matchLabels": {"tenant": "b"}}},
+                                     {"team-a": False, "team-b": True, "plain": False}),
+}
+
+
+@pytest.mark.parametrize("match_resources,enforced", BINDING_CASES.values(), ids=BINDING_CASES.keys())
+def test_binding_match_resources(client, match_resources, enforced):
+    spec = {"binding_matchResources": match_resources} if match_resources is not None else {}
+    install(client, [{"expression": "false", "message": "enforced"}], **spec)
+    for target, expect_denied in enforced.items():
+        ns = target if target in ("team-a", "team-b", "plain") else "plain"
+        labels = {"strict": "yes"} if target == "strict" else {}
+        name = target if target == "skipped" else f"cm-{target}"
+        answer = configmap(client, name, ns=ns, labels=labels)
+        if expect_denied:
+            denied(answer, 422, "Invalid", "enforced", name)
+        else:
+            assert answer.status_code == 201, (target, answer.text)
+
+
+def test_kubectl_namespace_selected_binding_enforces_in_labelled_namespaces(client, devcluster_module):
+    """The reproduction with real kubectl: a policy bound only to namespaces labelled
+    ``tenant=a`` (matchResources with just a namespaceSelector) refuses there and nowhere else."""
+    manifest = """\
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: p}
+spec:
+  matchConstraints:
+    resourceRules:
+    - {apiGroups: [""], apiVersions: ["v1"], operations: ["CREATE", "UPDATE"], resources: ["configmaps"]}
+  validations:
+  - {expression: "has(object.data.owner)", message: "data.owner is required"}
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: b}
+spec:
+  policyName: p
+  validationActions: [Deny]
+  matchResources:
+    namespaceSelector:
+      matchLabels: {tenant: a}
+"""
+    applied = devcluster_module.kubectl("apply", "-f", "-", input=manifest)
+    assert "validatingadmissionpolicybinding.admissionregistration.k8s.io/b created" in applied.stdout
+    refused = devcluster_module.kubectl("-n", "team-a", "create", "configmap", "no-owner", "--from-literal=a=1",
+                                        check=False)
+    assert refused.returncode == 1
+    assert refused.stderr.strip() == (
+        "error: failed to create configmap: configmaps \"no-owner\" is forbidden: ValidatingAdmissionPolicy 'p' "
+        "with binding 'b' denied request: data.owner is required")
+    created = devcluster_module.kubectl("-n", "team-b", "create", "configmap", "no-owner", "--from-literal=a=1")
+    assert created.stdout.strip() == "configmap/no-owner created"
+    devcluster_module.kubectl("-n", "team-b", "delete", "configmap", "no-owner")
+    owned = devcluster_module.kubectl("-n", "team-a", "create", "configmap", "owned", "--from-literal=owner=me")
+    assert owned.stdout.strip() == "configmap/owned created"
+    devcluster_module.kubectl("-n", "team-a", "delete", "configmap", "owned")

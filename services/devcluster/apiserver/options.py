@@ -1,0 +1,20 @@
+"""What every stage of a write knows about the request besides the object: ``WriteOptions``."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from trainyard.apimachinery.rbac import UserInfo
+
+
+@dataclass
+class WriteOptions:
+    manager: str = ""
+    manager_given: bool = True  # False when the manager was derived from the User-Agent
+    field_validation: str = "Strict"
+    dry_run: bool = False
+    force: bool = False
+    subresource: str | None = None
+    warnings: list[str] = field(default_factory=list)
+    # the requesting (or impersonated) user: request.userInfo of policies and webhooks; None for
+    # the server's own writes, which admission sees as the administrator
+    user: UserInfo | None = None
