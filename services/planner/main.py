@@ -10,9 +10,11 @@ HELP = "Plan TrainJobs (runtime + plugins -> desired objects) and serve the vali
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    from trainyard.compat import add_compat_argument
     from trainyard.telemetry.service import add_common_flags
 
     add_common_flags(parser)
+    add_compat_argument(parser)
     env = os.environ.get
     parser.add_argument("--webhook-port", default=env("TRAINYARD_WEBHOOK_PORT", "9443"),
                         help="HTTPS port of the admission webhooks; 0 picks a free port, "
@@ -63,6 +65,9 @@ def run(args: argparse.Namespace) -> int:
     if args.webhook_url and not str(args.webhook_url).startswith("https://"):
         raise UserError(f"--webhook-url: must start with https://, got {args.webhook_url!r}")
     plugins = _plugins(args, UserError)
+    from trainyard.compat import compat_from_args
+
+    compat = compat_from_args(args, UserError)
 
     async def main(stop) -> None:
         import asyncio
@@ -84,14 +89,14 @@ def run(args: argparse.Namespace) -> int:
         tasks = []
         try:
             await runtime.start(stop)
-            planner = Planner(runtime.bus, config.cluster, config.ack_wait_s, plugins)
+            planner = Planner(runtime.bus, config.cluster, config.ack_wait_s, plugins, compat)
             if webhook_port is not None:
                 from trainyard_services.planner.certmanager import CertManager
                 from trainyard_services.planner.webhook import TlsFiles, WebhookServer, build_app
 
                 tls = TlsFiles()
                 app = build_app(webhook_observed(runtime.bus, runtime.kube, config.cluster),
-                                webhook_trainjob(runtime.bus, runtime.kube, config.cluster))
+                                webhook_trainjob(runtime.bus, runtime.kube, config.cluster), compat)
                 host = args.webhook_host
                 service = (args.webhook_service, args.webhook_namespace) if args.webhook_service else None
                 hosts = [f"{args.webhook_service}.{args.webhook_namespace}.svc",

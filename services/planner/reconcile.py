@@ -14,6 +14,7 @@ from trainyard.bus.envelopes import ApplyResult, ObjectEvent, ObjectRef, PlanMes
 from trainyard.bus.kv import Outcome
 from trainyard.bus.session import BusSession
 from trainyard.bus.subjects import ObjectKey, bus_kind, plan_subject, result_subject
+from trainyard.compat import DEFAULT_COMPAT, TrainerCompat
 from trainyard.pipeline.errors import PlanningError
 from trainyard.pipeline.lifecycle import deadline_exceeded, is_finished
 from trainyard.pipeline.framework import Plugin
@@ -213,24 +214,25 @@ def is_child(obj: dict[str, Any], trainjob_name: str) -> bool:
 
 
 def owned_refs(trainjob: dict[str, Any], observed: list[dict[str, Any]],
-               plugins: tuple[Plugin, ...] = REGISTRY) -> list[ObjectRef]:
+               plugins: tuple[Plugin, ...] = REGISTRY, compat: TrainerCompat = DEFAULT_COMPAT) -> list[ObjectRef]:
     """Every object the TrainJob should own now, including the ones upstream leaves untouched
     because they exist (a running JobSet): planned as if none of its children existed."""
     name = trainjob["metadata"]["name"]
     without_children = [o for o in observed if not is_child(o, name)]
     full = plan(trainjob, None, without_children, new_ssh_key=deferred_ssh_key,
-                new_curve_key=deferred_curve_key, plugins=plugins)
+                new_curve_key=deferred_curve_key, plugins=plugins, compat=compat)
     return [ObjectRef.of(o) for o in full.objects]
 
 
 def owned_refs_for(trainjob: dict[str, Any], observed: list[dict[str, Any]],
-                   planned: list[dict[str, Any]], plugins: tuple[Plugin, ...] = REGISTRY) -> list[ObjectRef]:
+                   planned: list[dict[str, Any]], plugins: tuple[Plugin, ...] = REGISTRY,
+                   compat: TrainerCompat = DEFAULT_COMPAT) -> list[ObjectRef]:
     """:func:`owned_refs`, without a second planning pass when no child exists yet (then the
     plan itself lists everything)."""
     name = trainjob["metadata"]["name"]
     if not any(is_child(o, name) for o in observed):
         return [ObjectRef.of(o) for o in planned]
-    return owned_refs(trainjob, observed, plugins)
+    return owned_refs(trainjob, observed, plugins, compat)
 
 
 @dataclass(frozen=True)
@@ -247,7 +249,7 @@ _UNREAD = object()
 
 async def decide(bus: BusSession, cluster: str, trainjob: dict[str, Any],
                  plugins: tuple[Plugin, ...] = REGISTRY, *, prefetched: Prefetched | None = None,
-                 applied: Any = _UNREAD) -> PlanDecision:
+                 applied: Any = _UNREAD, compat: TrainerCompat = DEFAULT_COMPAT) -> PlanDecision:
     """``plugins``: REGISTRY, plus TrainJobStatus when that feature gate is on. ``prefetched``
     and ``applied``: what the caller read already (the applied plan only serves to skip
     publishing a plan that changes nothing; a plan published anyway is deduplicated by the
@@ -272,9 +274,9 @@ async def decide(bus: BusSession, cluster: str, trainjob: dict[str, Any],
         # No key material in a plan (it is published): the applier generates the MPI SSH keys
         # and the Flux CURVE certificate.
         result = plan(trainjob, None, observed, new_ssh_key=deferred_ssh_key,
-                      new_curve_key=deferred_curve_key, plugins=plugins)
+                      new_curve_key=deferred_curve_key, plugins=plugins, compat=compat)
         objects = defer_generated_secrets(list(result.objects))
-        owned = owned_refs_for(trainjob, observed, objects, plugins)
+        owned = owned_refs_for(trainjob, observed, objects, plugins, compat)
     except PlanningError as err:
         return PlanDecision(failure=ApplyResult(
             cluster=cluster, namespace=namespace, name=name, uid=uid, generation=generation,
@@ -337,7 +339,8 @@ def child_event_changes_nothing(event: ObjectEvent, trainjob: dict[str, Any], ap
 
 
 async def reconcile_trainjob(bus: BusSession, cluster: str, namespace: str, name: str,
-                             trigger: ObjectEvent | None = None, plugins: tuple[Plugin, ...] = REGISTRY) -> str:
+                             trigger: ObjectEvent | None = None, plugins: tuple[Plugin, ...] = REGISTRY,
+                             compat: TrainerCompat = DEFAULT_COMPAT) -> str:
     """One planning pass; returns what happened (for logs and metrics)."""
     applied: Any = _UNREAD
     prefetched: Prefetched | None = None
@@ -369,7 +372,8 @@ async def reconcile_trainjob(bus: BusSession, cluster: str, namespace: str, name
         if child_event_changes_nothing(trigger, trainjob, applied):
             metrics.PLANS.labels("child_unchanged").inc()
             return "child unchanged"
-    decision = await decide(bus, cluster, trainjob, plugins, prefetched=prefetched, applied=applied)
+    decision = await decide(bus, cluster, trainjob, plugins, prefetched=prefetched, applied=applied,
+                            compat=compat)
     outcome_key = applied_store_key(cluster, namespace, name)
     if decision.failure is not None:
         failure = decision.failure

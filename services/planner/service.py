@@ -12,6 +12,7 @@ from trainyard.bus.envelopes import EnvelopeError, ObjectEvent, decode
 from trainyard.bus.session import BusSession
 from trainyard.bus.subjects import ObjectKey, event_filter
 from trainyard.bus.topology import EVENTS_STREAM, ConsumerSpec, durable_name
+from trainyard.compat import DEFAULT_COMPAT, TrainerCompat
 from trainyard.errortext import describe
 from trainyard.kube import resources as r
 from trainyard.kube.client import KubeClient, KubeError
@@ -42,6 +43,7 @@ class Planner:
     cluster: str
     ack_wait_s: float = 30.0
     plugins: tuple[Plugin, ...] = REGISTRY  # + TrainJobStatus when its feature gate is on
+    compat: TrainerCompat = DEFAULT_COMPAT  # --trainer-compat
 
     async def handle(self, delivery: Delivery) -> None:
         try:
@@ -58,7 +60,8 @@ class Planner:
         if event.kind == "TrainJob" and not managed_by_trainer(event.object):
             return  # e.g. a manager's TrainJob that the dispatcher runs on a worker (managedBy is immutable)
         for namespace, name in await affected_trainjobs(self.bus, event):
-            outcome = await reconcile_trainjob(self.bus, self.cluster, namespace, name, event, self.plugins)
+            outcome = await reconcile_trainjob(self.bus, self.cluster, namespace, name, event, self.plugins,
+                                               self.compat)
             log.debug("planned", extra={"trainjob": f"{namespace}/{name}", "outcome": outcome})
 
     def consumer_spec(self) -> ConsumerSpec:

@@ -21,6 +21,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from trainyard.pipeline.errors import aggregate_message
+from trainyard.compat import DEFAULT_COMPAT, TrainerCompat
 from trainyard.pipeline.validation import (ValidationResult, validate_runtime, validate_trainjob,
                                           validate_trainjob_scale)
 from trainyard.telemetry import metrics
@@ -125,7 +126,9 @@ class WebhookMetrics:
             metrics.WEBHOOK_REQUESTS_BY_CODE.labels(path, code).inc()
 
 
-def build_app(observed_for: ObservedLookup, trainjob_for: TrainJobLookup | None = None) -> FastAPI:
+def build_app(observed_for: ObservedLookup, trainjob_for: TrainJobLookup | None = None,
+              compat: TrainerCompat = DEFAULT_COMPAT) -> FastAPI:
+    """``compat``: which release's admission rules apply where v2.1.0 and v2.3.0 differ."""
     # FastAPI's own OpenTelemetry (a server span, metrics and logs per request) turns itself on
     # whenever a tracer provider is set, which every service does: it is kept only when spans
     # leave the process (the admission request's span then joins the API server's trace).
@@ -189,7 +192,7 @@ def build_app(observed_for: ObservedLookup, trainjob_for: TrainJobLookup | None 
             return await scale(review, uid)
         update = review.get("operation") == "UPDATE"
         observed = await observed_for(new, jobset=update)
-        result = validate_trainjob(new, old if update else None, None, observed)
+        result = validate_trainjob(new, old if update else None, None, observed, compat=compat)
         metrics.WEBHOOK_REQUESTS.labels("trainjobs", str(result.allowed).lower()).inc()
         return JSONResponse(review_response(uid, result))
 
@@ -205,7 +208,7 @@ def build_app(observed_for: ObservedLookup, trainjob_for: TrainJobLookup | None 
         else:
             observed = await observed_for(trainjob)
             result = validate_trainjob_scale(review["object"], review.get("oldObject") or None, trainjob,
-                                             None, observed)
+                                             None, observed, compat)
         metrics.WEBHOOK_REQUESTS.labels("trainjobs", str(result.allowed).lower()).inc()
         return JSONResponse(review_response(uid, result))
 

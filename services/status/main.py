@@ -4,13 +4,15 @@ from __future__ import annotations
 import argparse
 import os
 
-HELP = "Fold JobSet status and apply results into TrainJob status; keep runtime finalizers."
+HELP = "Fold JobSet status and apply results into TrainJob status; look after runtime finalizers."
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    from trainyard.compat import add_compat_argument
     from trainyard.telemetry.service import add_common_flags
 
     add_common_flags(parser)
+    add_compat_argument(parser)
     env = os.environ.get
     parser.add_argument("--trainjob-status-port", default=env("TRAINYARD_TRAINJOB_STATUS_PORT", "off"),
                         help="feature gate TrainJobStatus (v2.3.0, off by default): HTTPS port of the endpoint "
@@ -25,7 +27,10 @@ def run(args: argparse.Namespace) -> int:
     from trainyard.cli.main import UserError
     from trainyard.telemetry.service import config_from_args, port_or_off, run_service
 
+    from trainyard.compat import compat_from_args
+
     config = config_from_args("status", args)
+    compat = compat_from_args(args, UserError)
     status_port = port_or_off(args.trainjob_status_port, "--trainjob-status-port")
     if status_port is not None and not args.trainjob_status_cert_dir:
         raise UserError("--trainjob-status-port needs --trainjob-status-cert-dir")
@@ -43,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
 
                 endpoint = await serve(runtime.kube, args.trainjob_status_host, status_port,
                                        args.trainjob_status_cert_dir)
-            await run_status(StatusService(runtime.bus, runtime.kube, config.cluster, config.ack_wait_s), stop)
+            await run_status(StatusService(runtime.bus, runtime.kube, config.cluster, config.ack_wait_s, compat), stop)
         finally:
             if endpoint is not None:
                 await endpoint.cleanup()

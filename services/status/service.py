@@ -3,8 +3,10 @@
 Triggered by TrainJob and JobSet events and by apply results; recomputes from the KV
 snapshots with the pipeline's ``compute_trainjob_status`` (spec §5.2 steps 3-6) and writes the
 status subresource only when it changed. Events are recorded after a successful write, for the
-condition transitions it made. It also keeps the runtimes' ``resource-in-use`` finalizer
-(spec §2.4), since it sees every TrainJob and runtime event.
+condition transitions it made. It also looks after the runtimes' ``resource-in-use`` finalizer,
+since it sees every TrainJob and runtime event: v2.3.0 removes it wherever it is (the runtime
+snapshot keeps TrainJobs independent of their runtime), v2.1.0 (``--trainer-compat v2.1``) keeps
+it on runtimes TrainJobs reference (spec §2.4).
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from trainyard.bus.kv import applied_key
 from trainyard.bus.session import BusSession
 from trainyard.bus.subjects import RESULTS_PREFIX, ObjectKey, encode_token, event_filter
 from trainyard.bus.topology import EVENTS_STREAM, RESULTS_STREAM, ConsumerSpec, durable_name
+from trainyard.compat import DEFAULT_COMPAT, TrainerCompat
 from trainyard.kube import resources as r
 from trainyard.kube.client import KubeClient, KubeError
 from trainyard.kube.events import record_event
@@ -48,6 +51,7 @@ class StatusService:
     kube: KubeClient
     cluster: str
     ack_wait_s: float = 30.0
+    compat: TrainerCompat = DEFAULT_COMPAT  # --trainer-compat
 
     def __post_init__(self) -> None:
         self.lifecycle = Lifecycle(self.kube, self.reconcile_trainjob)
@@ -116,7 +120,7 @@ class StatusService:
                 metrics.STATUS_WRITES.labels("own_write_echo").inc()
                 return
             runtime = runtime_of(event.object)
-            if runtime is not None:
+            if runtime is not None and not self.compat.v2_3:  # v2.3.0 never adds the finalizer
                 deleted = event.type == "DELETED"
                 await self.reconcile_runtime(*runtime, referenced=not deleted, live=deleted)
             if event.type != "DELETED" and managed_by_trainer(event.object):  # managedBy is immutable: the event's copy tells
@@ -220,8 +224,9 @@ class StatusService:
 
     async def reconcile_runtime(self, kind: str, namespace: str, name: str, *, referenced: bool = False,
                                 live: bool = False) -> None:
-        """Adds ``resource-in-use`` while TrainJobs reference the runtime; removes it once the
-        runtime is being deleted and none does (never from a live runtime), spec §2.4.
+        """v2.1.0: adds ``resource-in-use`` while TrainJobs reference the runtime; removes it once
+        the runtime is being deleted and none does (never from a live runtime), spec §2.4.
+        v2.3.0 (upstream's runtime controllers at that tag): removes it whenever it is there.
 
         ``referenced``: the triggering TrainJob references it (saves listing TrainJobs).
         ``live``: read the runtime from the API server (its snapshot may not show a deletion
@@ -235,6 +240,10 @@ class StatusService:
         meta = runtime.get("metadata") or {}
         finalizers = list(meta.get("finalizers") or [])
         has_finalizer = FINALIZER in finalizers
+        if self.compat.v2_3:
+            if has_finalizer:
+                await self._drop_finalizer(resource, kind, namespace, name, meta)
+            return
         deleting = bool(meta.get("deletionTimestamp"))
         if has_finalizer and not deleting:
             return  # never removed from a live runtime
@@ -266,6 +275,33 @@ class StatusService:
         log.info("runtime finalizer updated", extra={"runtime": f"{kind}/{namespace}/{name}",
                                                      "in_use": in_use})
 
+    async def _drop_finalizer(self, resource: Any, kind: str, namespace: str, name: str,
+                              meta: dict[str, Any]) -> None:
+        finalizers = [f for f in meta.get("finalizers") or [] if f != FINALIZER]
+        patch = {"metadata": {"finalizers": finalizers, "resourceVersion": meta.get("resourceVersion")}}
+        try:
+            await self.kube.merge_patch(resource, namespace or None, name, patch)
+        except KubeError as err:
+            if err.not_found:
+                return
+            if err.conflict:  # the snapshot was behind: decide again on the live object
+                await self.reconcile_runtime(kind, namespace, name, live=True)
+                return
+            raise
+        log.info("runtime finalizer removed", extra={"runtime": f"{kind}/{namespace}/{name}"})
+
+    async def clean_runtime_finalizers(self) -> None:
+        """v2.3.0: runtimes that still carry ``resource-in-use`` (left by v2.1.0 behaviour, or a
+        v2.1 controller before) lose it when this service starts, not only on their next event."""
+        if not self.compat.v2_3:
+            return
+        for kind in RUNTIME_COMPONENTS:
+            for runtime in await self.bus.snapshots.list(self.cluster, kind):
+                meta = runtime.get("metadata") or {}
+                if FINALIZER in (meta.get("finalizers") or []):
+                    await self.reconcile_runtime(kind, meta.get("namespace") or "", meta.get("name") or "",
+                                                 live=True)
+
 
 def _event_type(condition: dict[str, Any]) -> str:
     return "Warning" if condition.get("type") == "Failed" else "Normal"
@@ -280,6 +316,10 @@ async def run_status(service: StatusService, stop: asyncio.Event) -> None:
         await service.resume_timers()
     except Exception:  # noqa: BLE001 - events catch up; timers are only hints
         log.exception("resuming TrainJob timers failed")
+    try:
+        await service.clean_runtime_finalizers()
+    except Exception:  # noqa: BLE001 - each runtime's next event removes it too
+        log.exception("removing runtime finalizers failed")
 
     async def trainjobs() -> list[dict[str, Any]]:
         # Only what the gauge reads, picked as the snapshots stream in (10,000 TrainJobs'

@@ -240,7 +240,11 @@ def test_validate_runtime_ref_immutable(tmp_path: Path) -> None:
     result = trainyard("validate", "-f", new, "--old", old)
     assert result.returncode == 1
     assert ('Error from server (Invalid): error when updating "' in result.stderr
-            and 'spec.runtimeRef: Invalid value: "object": runtimeRef is immutable' in result.stderr)
+            and 'spec.runtimeRef: Invalid value: "object": field is immutable' in result.stderr)
+    v21 = trainyard("validate", "-f", new, "--old", old, "--trainer-compat", "v2.1")
+    assert v21.returncode == 1 and 'spec.runtimeRef: Invalid value: "object": runtimeRef is immutable' in v21.stderr
+    bad = trainyard("validate", "-f", new, "--old", old, "--trainer-compat", "v9")
+    assert bad.returncode != 0 and "--trainer-compat: expected one of v2.3, v2.1, got 'v9'" in bad.stderr
 
 
 def test_validate_v23_trainer_rule_and_num_nodes_webhook(tmp_path: Path) -> None:

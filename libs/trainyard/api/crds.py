@@ -7,6 +7,7 @@ OpenAPI definitions and converted to structural CRD schemas. Output is determini
 """
 from __future__ import annotations
 
+import copy
 import functools
 import json
 import types
@@ -24,10 +25,12 @@ from trainyard.api.meta import (
     QuantityMarker,
     SchemaFormat,
 )
+from trainyard.api import constants as c
 from trainyard.api.multikueue import MultiKueueCluster
 from trainyard.api.scheduling import CoschedulingPodGroup, VolcanoPodGroup, VolcanoQueue
 from trainyard.api.trainer import ClusterTrainingRuntime, TrainingRuntime, TrainJob
 from trainyard.apimachinery.openapi_definitions import KUBERNETES_VERSION, definition, ref_name
+from trainyard.compat import TrainerCompat
 
 Schema = dict[str, Any]
 
@@ -493,6 +496,39 @@ def generate_crd(info: CrdInfo) -> dict[str, Any]:
 def generate_crds() -> list[dict[str, Any]]:
     """Every CRD trainyard serves or writes objects of, in a fixed order."""
     return [generate_crd(info) for info in CRDS]
+
+
+# Kubeflow Trainer v2.1.0's rule messages where v2.3.0 says "field is immutable" (same rules):
+# (CRD name, property path under the root schema, rule) -> message.
+V2_1_MESSAGES: dict[tuple[str, tuple[str, ...], str], str] = {
+    ("trainjobs.trainer.kubeflow.org", ("spec", "runtimeRef"), "self == oldSelf"): c.MESSAGE_RUNTIME_REF_IMMUTABLE,
+    ("trainjobs.trainer.kubeflow.org", ("spec", "managedBy"), "self == oldSelf"): c.MESSAGE_MANAGED_BY_IMMUTABLE,
+}
+
+
+def crds_at(compat: TrainerCompat, crds: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """The CRDs (generated, or ``crds``) with the rule messages of that compatibility level:
+    v2.3 as generated, v2.1 with v2.1.0's messages (copies; the input is left alone)."""
+    crds = generate_crds() if crds is None else crds
+    if compat.v2_3:
+        return crds
+    changed = []
+    for crd in crds:
+        wanted = {key: message for key, message in V2_1_MESSAGES.items() if key[0] == crd["metadata"]["name"]}
+        if not wanted:
+            changed.append(crd)
+            continue
+        crd = copy.deepcopy(crd)
+        for version in crd["spec"]["versions"]:
+            for (_, path, rule), message in wanted.items():
+                node = version["schema"]["openAPIV3Schema"]
+                for name in path:
+                    node = node["properties"][name]
+                for validation in node.get("x-kubernetes-validations", []):
+                    if validation.get("rule") == rule:
+                        validation["message"] = message
+        changed.append(crd)
+    return changed
 
 
 def crd_file_names(infos: tuple[CrdInfo, ...] = CRDS) -> dict[str, dict[str, Any]]:

@@ -261,7 +261,7 @@ class TrainJobSpec(KubeModel):
     runtime_ref: RuntimeRef = crd_field(
         "The runtime this TrainJob is built from.",
         required=True,
-        rules=[("self == oldSelf", c.MESSAGE_RUNTIME_REF_IMMUTABLE)],
+        rules=[("self == oldSelf", c.MESSAGE_FIELD_IMMUTABLE)],  # v2.1: runtimeRef is immutable (crds.py)
     )
     initializer: Initializer | None = crd_field("Dataset and model initializers.", rules=_IMMUTABLE)
     trainer: Trainer | None = crd_field(
@@ -293,7 +293,7 @@ class TrainJobSpec(KubeModel):
                 f"self in ['{c.MANAGED_BY_TRAINER}', '{c.MANAGED_BY_MULTIKUEUE}']",
                 c.MESSAGE_MANAGED_BY_VALUES,
             ),
-            ("self == oldSelf", c.MESSAGE_MANAGED_BY_IMMUTABLE),
+            ("self == oldSelf", c.MESSAGE_FIELD_IMMUTABLE),  # v2.1: ManagedBy value is immutable (crds.py)
         ],
     )
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from trainyard.cli.main import UserError
+from trainyard.compat import add_compat_argument, compat_from_args
 
 HELP = "Print the objects (JobSet, PodGroup, Secret, ConfigMap) planned for TrainJobs in YAML files."
 
@@ -58,6 +59,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml", help="output format")
     parser.add_argument("-n", "--namespace", default="default",
                         help="namespace for namespaced objects that name none (default: default)")
+    add_compat_argument(parser)
 
 
 def _read_text(path: str) -> str:
@@ -160,6 +162,7 @@ def cluster_state(documents: list[Document]) -> list[dict[str, Any]]:
 def run(args: argparse.Namespace) -> int:
     from trainyard.pipeline import ObservedState, PlanningError, plan, validate_trainjob
 
+    compat = compat_from_args(args, UserError)
     documents = load_inputs(args.files, args.runtimes, args.namespace)
     trainjobs = [d for d in documents if d.kind == "TrainJob" and d.is_trainer_kind]
     if not trainjobs:
@@ -168,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
     rejected = False
     planned: list[dict[str, Any]] = []
     for doc in trainjobs:
-        result = validate_trainjob(doc.body, observed=state)
+        result = validate_trainjob(doc.body, observed=state, compat=compat)
         print_warnings(result.warnings)
         if not result.allowed:
             rejected = True
@@ -176,7 +179,7 @@ def run(args: argparse.Namespace) -> int:
                 print(line, file=sys.stderr)
             continue
         try:
-            planned.extend(plan(doc.body, observed=state).objects)
+            planned.extend(plan(doc.body, observed=state, compat=compat).objects)
         except PlanningError as err:
             rejected = True
             print(f'error: TrainJob "{doc.name}" ({doc.source}): TrainJob resources reconciliation failed: '

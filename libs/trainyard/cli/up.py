@@ -63,6 +63,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-trainjob-status", action="store_true",
                         help="turn the TrainJobStatus feature gate off (upstream's default): trainer pods then get "
                              "no status endpoint to report progress to")
+    parser.add_argument("--trainer-compat", default="v2.3", metavar="LEVEL",
+                        help="upstream Kubeflow Trainer behaviour where v2.1.0 and v2.3.0 differ: v2.3 (default) or "
+                             "v2.1, for clusters that pin v2.1 (planners, webhooks and status service; "
+                             "docs/compatibility.md)")
     parser.add_argument("--startup-timeout", type=float, default=120.0, metavar="SECONDS",
                         help="how long each component may take to become ready (default 120)")
 
@@ -94,6 +98,9 @@ def run(args: argparse.Namespace) -> int:
     from trainyard.supervisor.ports import PortInUseError
     from trainyard.supervisor.stack import Stack, StackConfig, StackError, run_stack
 
+    from trainyard.compat import compat_from_args
+
+    compat = compat_from_args(args, UserError)
     ports = (0, 0, 0, 0) if args.free_ports else (args.nats_port, args.api_port, args.services_port, args.webhook_port)
     config = StackConfig(
         data_dir=(args.data_dir or default_data_dir()).expanduser().resolve(),
@@ -102,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
         dashboard_port=0 if args.free_ports else args.dashboard_port,
         workers=args.workers, worker_lost_timeout_s=args.worker_lost_timeout,
         nats_cluster=args.nats_cluster, trainjob_status=not args.no_trainjob_status,
-        planner_replicas=args.planner_replicas,
+        planner_replicas=args.planner_replicas, trainer_compat=compat,
     )
 
     def say(line: str) -> None:

@@ -17,6 +17,7 @@ import sys
 from typing import Any
 
 from trainyard.cli.main import UserError
+from trainyard.compat import add_compat_argument, compat_from_args
 
 HELP = "Validate TrainJobs and runtimes in YAML files like the admission webhooks do (create or --old update)."
 
@@ -34,6 +35,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="user the ValidatingAdmissionPolicies see (request.userInfo.username)")
     parser.add_argument("--as-group", dest="as_groups", action="append", default=[], metavar="GROUP",
                         help="group of that user (repeatable; system:authenticated is always one)")
+    add_compat_argument(parser)
 
 
 _RESOURCES = {"TrainJob": "trainjobs", "TrainingRuntime": "trainingruntimes",
@@ -69,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
                                     render_rejection)
     from trainyard.pipeline import ObservedState, validate_runtime, validate_trainjob
 
+    compat = compat_from_args(args, UserError)
     documents = load_inputs(args.files, [], args.namespace)
     # Runtimes from --runtimes directories are cluster state the TrainJobs read, not checked.
     context = load_inputs([], args.runtimes, args.namespace) if args.runtimes else []
@@ -106,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
                       file=sys.stderr)
                 continue
         if doc.kind == "TrainJob":
-            result = validate_trainjob(doc.body, old, observed=state)
+            result = validate_trainjob(doc.body, old, observed=state, compat=compat)
         else:
             result = validate_runtime(doc.body, old)
         print_warnings(result.warnings)

@@ -15,6 +15,7 @@ from trainyard.telemetry import detail
 
 from . import names
 from .documents import dig, mapping
+from trainyard.compat import DEFAULT_COMPAT, TrainerCompat
 from .curve_keys import CurveKeyFactory, new_curve_key_pair
 from .errors import FieldError
 from .info import RuntimeInfo
@@ -36,6 +37,7 @@ class PlanContext:
     observed: ObservedState
     new_ssh_key: SshKeyFactory
     new_curve_key: CurveKeyFactory = new_curve_key_pair  # the Flux CURVE certificate's key pair
+    compat: TrainerCompat = DEFAULT_COMPAT  # which release's behaviour where v2.1.0 and v2.3.0 differ
     # Read once from the TrainJob (plugins ask for them many times).
     name: str = field(init=False)
     namespace: str = field(init=False)
@@ -73,6 +75,7 @@ class ValidationContext:
     runtime: ResolvedRuntime
     info: RuntimeInfo | None
     observed: ObservedState
+    compat: TrainerCompat = DEFAULT_COMPAT
 
     @property
     def spec(self) -> dict[str, Any]:

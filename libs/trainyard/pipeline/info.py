@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainyard.compat import DEFAULT_COMPAT, TrainerCompat
+
 from . import names
 from .documents import clone, dig, ensure_list, ensure_mapping, items, mapping
 from .errors import PlanningError
@@ -183,7 +185,41 @@ def _with_retained_volume_keys(spec: dict[str, Any]) -> dict[str, Any]:
     return {**spec, "volumes": marked}
 
 
-def build_info(trainjob: dict[str, Any], runtime_spec: dict[str, Any]) -> RuntimeInfo:
+def merge_resources_per_node(jobset_spec: dict[str, Any], trainer: Any, ml_policy: dict[str, Any] | None) -> None:
+    """v2.3.0: ``trainer.resourcesPerNode`` merged key by key into the ``node`` container's
+    resources while the runtime info is built, so everything that reads the info (PodGroup
+    ``minResources``, the MPI slots) counts it. Only for runtimes with an ``mlPolicy``: the
+    trainer job, and the job named ``node`` of an MPI runtime that runs its launcher as a node.
+    As upstream, the container keeps only ``limits`` and ``requests`` (claims are not carried)."""
+    resources = mapping(trainer).get("resourcesPerNode") if isinstance(trainer, dict) else None
+    if not isinstance(resources, dict) or ml_policy is None:
+        return
+    launcher_as_node = mapping(ml_policy.get("mpi")).get("runLauncherAsNode") is True
+    for job in items(jobset_spec.get("replicatedJobs")):
+        if not isinstance(job, dict):
+            continue
+        ancestor = mapping(dig(job, "template", "metadata", "labels")).get(names.LABEL_ANCESTOR)
+        if ancestor != names.ANCESTOR_TRAINER and not (launcher_as_node and job.get("name") == names.NODE):
+            continue
+        for container in items(dig(job, "template", "spec", "template", "spec", "containers")):
+            if not isinstance(container, dict) or container.get("name") != names.NODE:
+                continue
+            base = mapping(container.get("resources"))
+            merged: dict[str, Any] = {}
+            for key in ("limits", "requests"):
+                values = {**mapping(base.get(key)), **mapping(resources.get(key))}
+                values = {name: value for name, value in values.items() if value is not None}
+                if values:
+                    merged[key] = clone(values)
+            if merged:
+                container["resources"] = merged
+            else:
+                container.pop("resources", None)
+            break
+
+
+def build_info(trainjob: dict[str, Any], runtime_spec: dict[str, Any],
+               compat: TrainerCompat = DEFAULT_COMPAT) -> RuntimeInfo:
     """Build the runtime info from a (defaulted) TrainJob and runtime spec (§3.4)."""
     template = mapping(runtime_spec.get("template"))
     template_meta = mapping(template.get("metadata"))
@@ -200,6 +236,8 @@ def build_info(trainjob: dict[str, Any], runtime_spec: dict[str, Any]) -> Runtim
     merge_pod_template_overrides(jobset_spec, items(spec.get("podTemplateOverrides")))
     merge_runtime_patches(jobset_spec, patches)
     ml_policy = clone(runtime_spec["mlPolicy"]) if isinstance(runtime_spec.get("mlPolicy"), dict) else None
+    if compat.v2_3:
+        merge_resources_per_node(jobset_spec, spec.get("trainer"), ml_policy)
     pod_sets = [_pod_set(job, ml_policy) for job in items(jobset_spec.get("replicatedJobs"))
                 if isinstance(job, dict)]
     pod_group_policy = runtime_spec.get("podGroupPolicy")

@@ -10,6 +10,7 @@ from . import names
 from .defaults import runtime_with_defaults, trainjob_with_defaults
 from .documents import as_document, dig
 from .errors import PlanningError
+from trainyard.compat import DEFAULT_COMPAT, TrainerCompat
 from .framework import Plugin, PlanContext, SshKeyFactory, run_planning
 from .info import build_info
 from .observed import ObservedState
@@ -71,21 +72,22 @@ def resolve(trainjob: dict[str, Any], observed: ObservedState, runtime: Any | No
 def plan(trainjob: Any, runtime: Any | None = None, observed: Iterable[Any] | ObservedState = (),
          *, new_ssh_key: SshKeyFactory = new_ssh_key_pair,
          new_curve_key: CurveKeyFactory = new_curve_key_pair,
-         plugins: Sequence[Plugin] = REGISTRY) -> Plan:
+         plugins: Sequence[Plugin] = REGISTRY, compat: TrainerCompat = DEFAULT_COMPAT) -> Plan:
     """Plan the objects upstream's controller would apply for ``trainjob``.
 
     ``runtime`` is the referenced TrainingRuntime / ClusterTrainingRuntime; when None it is
     looked up in ``observed`` the way upstream does (§2.2). ``observed`` holds the cluster
     objects planning reads (existing JobSet, PodGroups, MPI Secret). Raises PlanningError
-    with upstream's error text when no objects can be planned.
+    with upstream's error text when no objects can be planned. ``compat``: which release's
+    behaviour where v2.1.0 and v2.3.0 differ (docs/compatibility.md).
     """
     job = trainjob_with_defaults(as_document(trainjob))
     state = observed if isinstance(observed, ObservedState) else ObservedState.of(observed)
     resolved = resolve(job, state, runtime)
     try:
-        info = build_info(job, resolved.spec)
+        info = build_info(job, resolved.spec, compat)
         ctx = PlanContext(trainjob=job, runtime=resolved, info=info, observed=state, new_ssh_key=new_ssh_key,
-                          new_curve_key=new_curve_key)
+                          new_curve_key=new_curve_key, compat=compat)
         objects = run_planning(plugins, ctx)
     except QuantityError as err:
         raise PlanningError(str(err)) from None

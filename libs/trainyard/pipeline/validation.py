@@ -12,7 +12,7 @@ from functools import lru_cache
 from typing import Any, Callable, Iterable, Sequence
 
 from trainyard.api import constants as c
-from trainyard.api.crds import generate_crds
+from trainyard.api.crds import crds_at
 from trainyard.apimachinery.structural import apply_defaults
 from trainyard.apimachinery.structural import validate as validate_schema
 
@@ -20,6 +20,7 @@ from . import elastic, names
 from .defaults import runtime_with_defaults, trainjob_with_defaults
 from .documents import as_document, dig, items, mapping
 from .errors import ErrorType, FieldError, PlanningError, aggregate_message, forbidden, from_cause, internal, invalid
+from trainyard.compat import DEFAULT_COMPAT, TrainerCompat
 from .framework import Plugin, ValidationContext, run_validation
 from .info import build_info
 from .observed import ObservedState
@@ -111,10 +112,12 @@ def _schema_errors(new: dict[str, Any], old: dict[str, Any] | None,
 
 # --- TrainJob -----------------------------------------------------------------------------
 
-def trainjob_schema_errors(new: dict[str, Any], old: dict[str, Any] | None) -> list[FieldError]:
-    """The TrainJob CRD's structural schema and CEL rules (§1.1) on a defaulted object."""
+def trainjob_schema_errors(new: dict[str, Any], old: dict[str, Any] | None,
+                           compat: TrainerCompat = DEFAULT_COMPAT) -> list[FieldError]:
+    """The TrainJob CRD's structural schema and CEL rules (§1.1) on a defaulted object, with
+    the rule messages of the CRD that level installs."""
     errors = _name_errors(new)
-    for error in crd_errors(new, old, names.TRAINJOB_KIND):
+    for error in crd_errors(new, old, names.TRAINJOB_KIND, compat):
         if error.field == "" and not errors:
             # Deviation (docs/compatibility.md row 8): the root name rules are shown on
             # metadata.name with the name as the value, not on the root as "object".
@@ -134,19 +137,21 @@ def _name_errors(new: dict[str, Any]) -> list[FieldError]:
 
 
 @lru_cache(maxsize=None)
-def crd_schema(kind: str) -> dict[str, Any]:
-    """The openAPIV3Schema of the generated CRD served for ``kind`` (computed once)."""
-    for crd in generate_crds():
+def crd_schema(kind: str, compat: TrainerCompat = DEFAULT_COMPAT) -> dict[str, Any]:
+    """The openAPIV3Schema of the generated CRD served for ``kind`` at that compatibility level
+    (computed once each)."""
+    for crd in crds_at(compat):
         if crd["spec"]["names"]["kind"] == kind:
             return crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     raise KeyError(kind)
 
 
-def crd_errors(new: dict[str, Any], old: dict[str, Any] | None, kind: str) -> list[FieldError]:
+def crd_errors(new: dict[str, Any], old: dict[str, Any] | None, kind: str,
+               compat: TrainerCompat = DEFAULT_COMPAT) -> list[FieldError]:
     """What the API server's schema validation answers for ``new`` (an update of ``old``): the
     CRD's own schema and ``x-kubernetes-validations``, through the evaluator the devcluster runs
     (``trainyard.apimachinery.structural``), after the CRD's defaults as the server applies them."""
-    schema = crd_schema(kind)
+    schema = crd_schema(kind, compat)
     new_doc = apply_defaults(copy.deepcopy(new), schema)
     old_doc = apply_defaults(copy.deepcopy(old), schema) if old is not None else None
     return [from_cause(c["field"], c["reason"], c["message"]) for c in validate_schema(new_doc, old_doc, schema)]
@@ -155,17 +160,19 @@ def crd_errors(new: dict[str, Any], old: dict[str, Any] | None, kind: str) -> li
 def validate_trainjob(new: Any, old: Any | None = None, runtime: Any | None = None,
                       observed: Iterable[Any] | ObservedState = (), *,
                       schema_check: SchemaCheck | None = model_schema_errors,
-                      plugins: Sequence[Plugin] = REGISTRY) -> ValidationResult:
+                      plugins: Sequence[Plugin] = REGISTRY,
+                      compat: TrainerCompat = DEFAULT_COMPAT) -> ValidationResult:
     """Admission of a TrainJob create (``old`` None) or update.
 
     ``runtime`` is the referenced runtime; when None it is looked up in ``observed``, which
     also holds the objects the rules read (existing JobSet, PriorityClasses).
-    ``schema_check`` adds type errors; by default those of the API models.
+    ``schema_check`` adds type errors; by default those of the API models. ``compat``: which
+    release's behaviour where v2.1.0 and v2.3.0 differ (docs/compatibility.md).
     """
     new_doc = trainjob_with_defaults(as_document(new))
     old_doc = trainjob_with_defaults(as_document(old)) if old is not None else None
     state = observed if isinstance(observed, ObservedState) else ObservedState.of(observed)
-    schema = _schema_errors(new_doc, old_doc, trainjob_schema_errors, schema_check)
+    schema = _schema_errors(new_doc, old_doc, lambda n, o: trainjob_schema_errors(n, o, compat), schema_check)
     if schema:
         return ValidationResult(code=422, errors=schema, webhook=TRAINJOB_WEBHOOK)
     result = ValidationResult(webhook=TRAINJOB_WEBHOOK)
@@ -183,13 +190,13 @@ def validate_trainjob(new: Any, old: Any | None = None, runtime: Any | None = No
     if kind == names.CLUSTER_TRAINING_RUNTIME_KIND and is_deprecated(resolved.document):
         result.warnings.append(referenced_deprecation_warning(resolved.name))
     try:
-        info = build_info(new_doc, resolved.spec)
+        info = build_info(new_doc, resolved.spec, compat)
     except (PlanningError, QuantityError) as err:
         result.code, result.errors = 403, [internal("spec.podTemplateOverrides", str(err))]
         return result
     result.errors.extend(num_nodes_change_errors(new_doc, old_doc, resolved.spec))
     result.errors.extend(elastic.num_nodes_errors(new_doc, old_doc, resolved.spec))
-    verdict = run_validation(plugins, ValidationContext(new_doc, old_doc, resolved, info, state))
+    verdict = run_validation(plugins, ValidationContext(new_doc, old_doc, resolved, info, state, compat))
     result.warnings.extend(verdict.warnings)
     result.errors.extend(verdict.errors)
     if result.errors:
@@ -199,7 +206,8 @@ def validate_trainjob(new: Any, old: Any | None = None, runtime: Any | None = No
 
 def validate_trainjob_scale(scale: dict[str, Any], old_scale: dict[str, Any] | None, trainjob: Any,
                             runtime: Any | None = None,
-                            observed: Iterable[Any] | ObservedState = ()) -> ValidationResult:
+                            observed: Iterable[Any] | ObservedState = (),
+                            compat: TrainerCompat = DEFAULT_COMPAT) -> ValidationResult:
     """Admission of a ``trainjobs/scale`` update (kubectl scale, an HPA): the TrainJob resized to
     the Scale's ``spec.replicas`` is validated as an update of ``spec.trainer.numNodes``; a
     TrainJob whose runtime is not elastic cannot be scaled at all."""
@@ -221,7 +229,7 @@ def validate_trainjob_scale(scale: dict[str, Any], old_scale: dict[str, Any] | N
         return ValidationResult(code=403, webhook=TRAINJOB_WEBHOOK, errors=[forbidden(
             elastic.NUM_NODES_FIELD, f"only an elastic TrainJob can be scaled: the runtime {name} has no "
                                      "torch elasticPolicy")])
-    return validate_trainjob(new_doc, old_doc, runtime, state)
+    return validate_trainjob(new_doc, old_doc, runtime, state, compat=compat)
 
 
 def num_nodes_change_errors(new: dict[str, Any], old: dict[str, Any] | None,

@@ -8,6 +8,8 @@ from typing import Any
 
 import yaml
 
+from trainyard.compat import DEFAULT_COMPAT, TrainerCompat
+
 # The SDK reads this ConfigMap on every TrainerClient() (kubeflow 0.5.0, `verify_backend`); only
 # a warning is logged without it, but a real installation ships it, so a local one does too.
 SYSTEM_NAMESPACE = "kubeflow-system"
@@ -45,20 +47,19 @@ def load_yaml_file(path: Path) -> list[Manifest]:
     return manifests
 
 
-def load_crds(deploy_dir: Path) -> list[Manifest]:
-    """The committed CRDs in deploy/crds/, else freshly generated ones from the models."""
+def load_crds(deploy_dir: Path, compat: TrainerCompat = DEFAULT_COMPAT) -> list[Manifest]:
+    """The committed CRDs in deploy/crds/, else freshly generated ones from the models, with the
+    rule messages of the compatibility level (deploy/compat/v2.1 does the same for a cluster)."""
     crd_dir = deploy_dir / "crds"
     files = sorted(crd_dir.glob("*.yaml")) if crd_dir.is_dir() else []
     crds = [doc for path in files for doc in load_yaml_file(path) if doc["kind"] == "CustomResourceDefinition"]
-    if crds:
-        return crds
     try:
-        from trainyard.api.crds import generate_crds
+        from trainyard.api.crds import crds_at
     except ImportError as err:
         raise ManifestError(
             f"no CRDs found: {crd_dir} holds none and trainyard.api.crds is not available ({err})"
         ) from err
-    return list(generate_crds())
+    return crds_at(compat, crds or None)
 
 
 def load_multicluster_crds(deploy_dir: Path) -> list[Manifest]:

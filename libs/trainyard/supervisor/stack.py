@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from trainyard.compat import DEFAULT_COMPAT, TrainerCompat
 from trainyard.supervisor import kubeapi, lock, manifests
 from trainyard.supervisor.binaries import nats_server_binary
 from trainyard.supervisor.children import ChildSpec, ChildStartupError, ManagedChild
@@ -55,6 +56,9 @@ class StackConfig:
     # Planner processes per cluster; each serves the admission webhooks behind one Service, so
     # a planner that dies mid-burst costs clients nothing (docs/security.md, deploy/ runs 2).
     planner_replicas: int = 2
+    # Upstream behaviour where Kubeflow Trainer v2.1.0 and v2.3.0 differ (docs/compatibility.md):
+    # passed to the planners and the status service.
+    trainer_compat: TrainerCompat = DEFAULT_COMPAT
 
 
 @dataclass(frozen=True)
@@ -423,7 +427,7 @@ class Stack:
     async def install_crds(self, cluster: ClusterPlan) -> None:
         """CRDs, the kubeflow-system namespace and the SDK's public ConfigMap: nothing a webhook checks."""
         began = time.monotonic()
-        crds = manifests.load_crds(self.config.deploy_dir)
+        crds = manifests.load_crds(self.config.deploy_dir, self.config.trainer_compat)
         client = await kubeapi.open_client(cluster.kubeconfig)
         try:
             for crd in crds:
@@ -528,6 +532,8 @@ class Stack:
             if self.webhook_behind_service:
                 argv += ["--webhook-service", manifests.WEBHOOK_SERVICE,
                          "--webhook-namespace", manifests.SYSTEM_NAMESPACE]
+        if service in ("planner", "status"):
+            argv += ["--trainer-compat", self.config.trainer_compat.value]
         endpoint = self.trainjob_status.get(cluster.name)
         if endpoint is not None and service == "planner":
             argv += ["--trainjob-status-url", f"https://{manifests.status_service_hosts()[0]}:{endpoint[1]}",

@@ -153,6 +153,8 @@ def test_services_each_with_its_own_identity_run_an_mpi_trainjob(secure_nats_ser
     try:
         stack.start_all()
         runtime = yaml.safe_load((REPO / "deploy" / "runtimes" / "mlx-distributed.yaml").read_text())
+        # One left by v2.1.0 behaviour: the status service removes it (v2.3.0).
+        runtime["metadata"]["finalizers"] = ["trainer.kubeflow.org/resource-in-use"]
         api.create(CTR, runtime)
         api.create(TRAINJOBS.format(ns="default"), {
             "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
@@ -161,12 +163,12 @@ def test_services_each_with_its_own_identity_run_an_mpi_trainjob(secure_nats_ser
                      "trainer": {"numNodes": 2, "command": ["mpirun", "true"]}}})
         wait_for(lambda: api.get(JOBSETS.format(ns="default") + "/secured"), what="JobSet")
         wait_for(lambda: api.get("/api/v1/namespaces/default/secrets/secured-mpi-ssh-auth"), what="MPI Secret")
-        # The status service's writes: the Suspended condition, the runtime's in-use finalizer.
+        # The status service's writes: the Suspended condition, the runtime's in-use finalizer removed.
         wait_for(lambda: any(c["type"] == "Suspended" for c in (api.get(TRAINJOBS.format(ns="default") + "/secured")
                                                                 or {}).get("status", {}).get("conditions", [])),
                  what="Suspended condition")
-        wait_for(lambda: "trainer.kubeflow.org/resource-in-use" in
-                 (api.get(CTR + "/mlx-distributed")["metadata"].get("finalizers") or []), what="finalizer")
+        wait_for(lambda: "trainer.kubeflow.org/resource-in-use" not in
+                 (api.get(CTR + "/mlx-distributed")["metadata"].get("finalizers") or []), what="finalizer removed")
     finally:
         stack.stop_all()
     log = secure_nats_server.log_path.read_text()

@@ -6,6 +6,7 @@ from typing import Any
 import pytest
 
 from fixtures.pipeline_builders import container, default_jobs, job, runtime, torch_runtime, trainjob
+from trainyard.compat import TrainerCompat
 from trainyard.pipeline import PlanningError, plan, validate_runtime, validate_trainjob
 
 POLICY_URL = "https://www.kubeflow.org/docs/components/trainer/operator-guides/runtime/#runtime-deprecation-policy"
@@ -93,13 +94,28 @@ def test_managed_by_enum_and_immutability() -> None:
     assert bad.code == 422 and bad.texts() == [
         'spec.managedBy: Invalid value: "string": ManagedBy must be trainer.kubeflow.org/trainjob-controller or '
         "kueue.x-k8s.io/multikueue if set"]
-    changed = validate_trainjob(trainjob(managedBy="kueue.x-k8s.io/multikueue"), trainjob(), runtime=runtime())
-    assert changed.texts() == ['spec.managedBy: Invalid value: "string": ManagedBy value is immutable']
 
 
-def test_runtime_ref_is_immutable() -> None:
-    result = validate_trainjob(trainjob(runtime_name="b"), trainjob(runtime_name="a"), runtime=runtime())
-    assert result.texts() == ['spec.runtimeRef: Invalid value: "object": runtimeRef is immutable']
+
+# A7: same rules, each release's message (CRD rule messages; the v2.1 level installs v2.1.0's).
+@pytest.mark.parametrize("compat, message", [
+    pytest.param(TrainerCompat.V2_3, "field is immutable", id="v2.3"),
+    pytest.param(TrainerCompat.V2_1, "ManagedBy value is immutable", id="v2.1"),
+])
+def test_managed_by_is_immutable(compat: TrainerCompat, message: str) -> None:
+    changed = validate_trainjob(trainjob(managedBy="kueue.x-k8s.io/multikueue"), trainjob(), runtime=runtime(),
+                                compat=compat)
+    assert changed.texts() == [f'spec.managedBy: Invalid value: "string": {message}']
+
+
+@pytest.mark.parametrize("compat, message", [
+    pytest.param(TrainerCompat.V2_3, "field is immutable", id="v2.3"),
+    pytest.param(TrainerCompat.V2_1, "runtimeRef is immutable", id="v2.1"),
+])
+def test_runtime_ref_is_immutable(compat: TrainerCompat, message: str) -> None:
+    result = validate_trainjob(trainjob(runtime_name="b"), trainjob(runtime_name="a"), runtime=runtime(),
+                               compat=compat)
+    assert result.texts() == [f'spec.runtimeRef: Invalid value: "object": {message}']
     assert "is invalid: spec.runtimeRef" in result.kubectl_message("TrainJob", "test-job")
 
 

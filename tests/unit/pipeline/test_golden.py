@@ -2,10 +2,11 @@
 
 Each ``golden/<runtime file stem>.trainjob.yaml`` is planned against the runtime of the same
 name in ``shared/reference/trainer-v2.1.0/runtimes/`` and compared with
-``golden/<stem>.plan.yaml`` (reviewed by hand against the spec). Set
+``golden/<stem>.plan.yaml`` (reviewed by hand against the spec) under ``--trainer-compat v2.1``,
+the level those plans describe. Set
 ``TRAINYARD_UPDATE_GOLDEN=1`` to rewrite the expected files after a deliberate change.
 ``golden/v2.3.0/`` does the same for ``trainer-v2.3.0/runtimes/`` (JAX, XGBoost, and the torch
-case with runtimePatches after podTemplateOverrides). ``golden/flux/`` plans against the runtime
+case with runtimePatches after podTemplateOverrides) at the default level (v2.3). ``golden/flux/`` plans against the runtime
 beside each case (``<stem>.runtime.yaml``): v2.3.0 ships no Flux default runtime.
 """
 from __future__ import annotations
@@ -17,6 +18,7 @@ import pytest
 import yaml
 
 from fixtures.pipeline_builders import fixed_ssh_key
+from trainyard.compat import DEFAULT_COMPAT, TrainerCompat
 from trainyard.pipeline import plan, render_yaml
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -53,7 +55,8 @@ def test_golden_plan(release: str, stem: str) -> None:
         runtimes, golden = (RUNTIMES, GOLDEN) if release == "v2.1.0" else (RUNTIMES_V23, GOLDEN_V23)
         runtime = yaml.safe_load((runtimes / f"{stem}.yaml").read_text())
     trainjob = yaml.safe_load((golden / f"{stem}.trainjob.yaml").read_text())
-    planned = plan(trainjob, runtime, new_ssh_key=fixed_ssh_key, new_curve_key=fixed_curve_key)
+    compat = TrainerCompat.V2_1 if release == "v2.1.0" else DEFAULT_COMPAT
+    planned = plan(trainjob, runtime, new_ssh_key=fixed_ssh_key, new_curve_key=fixed_curve_key, compat=compat)
     rendered = render_yaml(planned.objects)
     expected_file = golden / f"{stem}.plan.yaml"
     if os.environ.get("TRAINYARD_UPDATE_GOLDEN") == "1":

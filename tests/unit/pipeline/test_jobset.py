@@ -7,6 +7,7 @@ import pytest
 
 from fixtures.pipeline_builders import (container, container_of, default_jobs, env_of, find, job, pod_spec,
                                         replicated_job, runtime, torch_runtime, trainjob)
+from trainyard.compat import TrainerCompat
 from trainyard.pipeline import ObservedState, PlanningError, plan, validate_trainjob
 
 JOBSET = ("jobset.x-k8s.io/v1alpha2", "JobSet", "default", "test-job")
@@ -81,11 +82,12 @@ def test_parallelism_and_completions_synced_for_every_job() -> None:
 def test_plainml_applies_num_nodes_env_image_and_resources() -> None:
     trainer = {"numNodes": 3, "image": "i", "env": [{"name": "E", "value": "v"}],
                "resourcesPerNode": {"limits": {"cpu": "2"}, "claims": [{"name": "c"}]}}
-    jobset = find(plan(trainjob(trainer=trainer), runtime(default_jobs({"requests": {"cpu": "9"}}))).objects,
-                  "JobSet")
+    jobset = find(plan(trainjob(trainer=trainer), runtime(default_jobs({"requests": {"cpu": "9"}})),
+                       compat=TrainerCompat.V2_1).objects, "JobSet")
     node = container_of(jobset, "node")
     assert replicated_job(jobset, "node")["template"]["spec"]["parallelism"] == 3
-    assert node["resources"] == {"limits": {"cpu": "2"}}  # replaced, claims dropped
+    # v2.1.0: replaced, claims dropped (v2.3.0 merges, and only with an mlPolicy: test_compat_levels.py)
+    assert node["resources"] == {"limits": {"cpu": "2"}}
     assert node["image"] == "i" and env_of(node) == {"E": "v"}
 
 

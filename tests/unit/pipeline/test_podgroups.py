@@ -6,6 +6,7 @@ from typing import Any
 import pytest
 
 from fixtures.pipeline_builders import container, default_jobs, find, job, replicated_job, runtime, trainjob
+from trainyard.compat import TrainerCompat
 from trainyard.pipeline import ObservedState, PlanningError, plan, validate_trainjob
 
 COSCHED = "scheduling.x-k8s.io/v1alpha1"
@@ -64,11 +65,15 @@ def test_plainml_suspended_num_nodes_and_coscheduling() -> None:
     assert spec["minMember"] == 32 and spec["minResources"]["cpu"] == "32"
 
 
-def test_resources_per_node_do_not_change_min_resources() -> None:
+@pytest.mark.parametrize("compat, min_resources", [
+    pytest.param(TrainerCompat.V2_1, {"cpu": "1", "memory": "1Gi"}, id="v2.1-runtime-requests-only"),
+    pytest.param(TrainerCompat.V2_3, {"cpu": "8", "memory": "64Gi"}, id="v2.3-merged-resources-count"),
+])
+def test_resources_per_node_in_min_resources(compat: TrainerCompat, min_resources: dict) -> None:
     rt = runtime([job("node", container("node", resources=req("1", "1Gi")), ancestor="trainer")],
                  ml_policy={"torch": {}}, pod_group_policy={"coscheduling": {}})
-    objects = plan(trainjob(trainer={"resourcesPerNode": req("8", "64Gi")}), rt).objects
-    assert pod_group(objects, COSCHED)["spec"]["minResources"] == {"cpu": "1", "memory": "1Gi"}
+    objects = plan(trainjob(trainer={"resourcesPerNode": req("8", "64Gi")}), rt, compat=compat).objects
+    assert pod_group(objects, COSCHED)["spec"]["minResources"] == min_resources
 
 
 def test_sidecar_init_container_requests_count() -> None:

@@ -68,7 +68,29 @@ def test_the_upstream_set_and_a_cpu_torch_runtime_are_shipped() -> None:
 def test_matches_upstream_v2_1_0_field_for_field(upstream_file: str) -> None:
     upstream = yaml.safe_load((UPSTREAM_RUNTIMES / upstream_file).read_text())
     ours = load_runtimes()[upstream["metadata"]["name"]]
+    if upstream["metadata"]["name"] == "torch-distributed-with-cache":
+        # The one change: the `initializer` mount v2.3.0's webhook requires (docs/compatibility.md A17).
+        pod = ours["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+        assert pod.pop("volumes") == [{"name": "initializer", "emptyDir": {}}]
+        assert pod["containers"][0].pop("volumeMounts") == [{"name": "initializer", "mountPath": "/workspace"}]
     assert ours == upstream
+
+
+@pytest.mark.parametrize("name", sorted(UPSTREAM_NAMES | {"torch-distributed-cpu"}))
+def test_trainjobs_with_initializers_pass_v2_3_0_admission(name: str) -> None:
+    """Every initializer a shipped runtime has can be configured by a TrainJob at the default
+    level, whose webhook requires the `initializer` volumeMount (v2.3.0)."""
+    from trainyard.pipeline import validate_trainjob
+
+    runtime = load_runtimes()[name]
+    jobs = {job["name"] for job in runtime["spec"]["template"]["spec"]["replicatedJobs"]}
+    initializer = {section: {"storageUri": "hf://org/data"} for section, job in
+                   (("dataset", "dataset-initializer"), ("model", "model-initializer")) if job in jobs}
+    trainjob = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+                "metadata": {"name": "job", "namespace": "default"},
+                "spec": {"runtimeRef": {"name": name}, **({"initializer": initializer} if initializer else {})}}
+    result = validate_trainjob(trainjob, runtime=runtime)
+    assert [t for t in result.texts() if "volumeMount" in t] == []
 
 
 @pytest.mark.skipif(not UPSTREAM_V23_RUNTIMES.is_dir(), reason=f"upstream reference not found at {UPSTREAM_V23_RUNTIMES}")

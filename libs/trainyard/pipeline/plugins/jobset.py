@@ -116,7 +116,10 @@ def _apply_trainer(ctx: PlanContext) -> None:
                 container["command"] = list(command)
             if trainer.get("args") is not None and ctx.info.flux_command is None:
                 container["args"] = list(trainer["args"])
-        if isinstance(resources, dict) and (resources.get("limits") is not None or resources.get("requests") is not None):
+        # v2.1.0 only: the resources replace the container's here; v2.3.0 merged them into the
+        # runtime info already (info.merge_resources_per_node).
+        if not ctx.compat.v2_3 and isinstance(resources, dict) \
+                and (resources.get("limits") is not None or resources.get("requests") is not None):
             container["resources"] = {k: clone(resources[k]) for k in ("limits", "requests")
                                       if resources.get(k) is not None}
         if trainer.get("env"):
@@ -172,11 +175,34 @@ def validate(ctx: ValidationContext) -> Verdict:
             verdict.errors.append(invalid("spec.runtimeRef", runtime_ref, missing_job))
         elif job_name not in containers_by_job[job_name]:
             verdict.errors.append(invalid("spec.runtimeRef", runtime_ref, missing_container))
+        elif ctx.compat.v2_3 and not _mounts_initializer_volume(ctx.info.jobset_spec, job_name):
+            # v2.3.0: the initializer writes where the trainer reads, through this mount.
+            verdict.errors.append(invalid("spec.runtimeRef", runtime_ref, initializer_mount_message(job_name)))
     verdict.errors.extend(_override_mutation_errors(ctx))
     verdict.errors.extend(_override_errors(ctx, containers_by_job))
     verdict.errors.extend(_patch_mutation_errors(ctx))
     verdict.errors.extend(_patch_errors(ctx, containers_by_job))
     return verdict
+
+
+INITIALIZER_VOLUME = "initializer"
+
+
+def initializer_mount_message(job_name: str) -> str:
+    return f"must have volumeMount with name - {INITIALIZER_VOLUME} in container {job_name} of the {job_name} job"
+
+
+def _mounts_initializer_volume(jobset_spec: dict[str, Any], job_name: str) -> bool:
+    """Whether the initializer container of the job of that name (in the runtime as the TrainJob
+    patches it) mounts the volume named ``initializer`` (v2.3.0's JobSet webhook rule)."""
+    for job in items(jobset_spec.get("replicatedJobs")):
+        if not isinstance(job, dict) or job.get("name") != job_name:
+            continue
+        for container in items(dig(job, "template", "spec", "template", "spec", "containers")):
+            if isinstance(container, dict) and container.get("name") == job_name and any(
+                    mapping(mount).get("name") == INITIALIZER_VOLUME for mount in items(container.get("volumeMounts"))):
+                return True
+    return False
 
 
 _PATCHES = "spec.runtimePatches"
