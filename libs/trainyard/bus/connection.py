@@ -1,7 +1,14 @@
-"""NATS connection with reconnect (forever, with a short wait), logging the transitions."""
+"""NATS connection with reconnect (forever, with a short wait), logging the transitions.
+
+Every connection checks the server's version (the ``version`` of its INFO line) once: the bus
+uses batched direct gets (``multi_last``) and per-message TTL, which nats-server has had since
+2.11; against an older server reads and expiry would fail later in obscure ways, so the
+connection is refused at once with :class:`ServerTooOld`.
+"""
 from __future__ import annotations
 
 import logging
+import re
 import ssl
 from typing import Any, Callable
 
@@ -12,6 +19,24 @@ from trainyard.bus.auth import Credentials, from_environment
 from trainyard.errortext import describe
 
 log = logging.getLogger(__name__)
+
+MINIMUM_SERVER_VERSION = (2, 11)
+_VERSION = re.compile(r"^v?(\d+)\.(\d+)")
+
+
+class ServerTooOld(Exception):
+    """The NATS server is older than the bus needs; retrying cannot help."""
+
+
+def check_server_version(version: str, url: str) -> None:
+    """Raises :class:`ServerTooOld` unless ``version`` (as the server's INFO gives it) is at
+    least :data:`MINIMUM_SERVER_VERSION`; an unreadable version is refused as well."""
+    match = _VERSION.match(version or "")
+    if match and (int(match.group(1)), int(match.group(2))) >= MINIMUM_SERVER_VERSION:
+        return
+    needed = ".".join(str(part) for part in MINIMUM_SERVER_VERSION)
+    raise ServerTooOld(f"nats-server {version or '(no version)'} at {url} is too old: trainyard needs "
+                       f"nats-server >= {needed} (batched direct gets, per-message TTL)")
 
 
 async def connect(
@@ -73,6 +98,13 @@ async def connect(
         closed_cb=closed,
         **secured,
     )
+    try:
+        # nats-py keeps the server's INFO as it came (its ServerVersion parser raises on forms
+        # such as "2.11.0-RC.1+build", which are fine here).
+        check_server_version(str(client._server_info.get("version", "")), url)
+    except ServerTooOld:
+        await client.close()
+        raise
     notify(True)
     return client
 

@@ -10,7 +10,7 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 
 from trainyard.bus.auth import from_environment
-from trainyard.bus.connection import connect
+from trainyard.bus.connection import ServerTooOld, connect
 from trainyard.bus.kv import AppliedPlanStore, OutcomeStore, SnapshotStore
 from trainyard.bus.publisher import Publisher
 from trainyard.bus.topology import ensure_topology
@@ -58,6 +58,8 @@ class BusSession:
                     await ensure_topology(js)
                 stores = (await SnapshotStore.open(js), await AppliedPlanStore.open(js), await OutcomeStore.open(js))
                 break
+            except ServerTooOld:
+                raise  # no retry makes an old server new
             except Exception as err:
                 attempt += 1
                 if stop is not None and stop.is_set():

