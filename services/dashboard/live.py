@@ -4,7 +4,11 @@ TrainJobs come from the snapshot bucket at start and then from the events stream
 NATS subscription to ``ty.events.<cluster>.TrainJob``/``JobSet``: the dashboard never takes
 messages from a durable consumer). Plans (``ty.desired``) and apply results (``ty.results``) are
 watched the same way to time each TrainJob's hops: created → observed → planned → applied →
-running → finished. Every change is pushed to the connected browsers (server-sent events).
+running → finished (and suspended/resumed as they happen). Progress reports (``ty.progress``)
+are followed the same way; a TrainJob's earlier reports are read back from the ``TY_PROGRESS``
+stream when a page asks (``trainyard.bus.progress``). Every change is pushed to the connected
+browsers (server-sent events), with the stack's throughput and latency series and, with
+worker clusters, each worker's state and capacity.
 """
 from __future__ import annotations
 
@@ -18,13 +22,20 @@ from typing import Any
 
 import httpx
 
-from trainyard.bus.envelopes import ApplyResult, EnvelopeError, ObjectEvent, decode
+from trainyard.bus.envelopes import ApplyResult, EnvelopeError, ObjectEvent, ProgressReport, decode
+from trainyard.bus.progress import read_history
 from trainyard.bus.session import BusSession
-from trainyard.bus.subjects import EVENTS_PREFIX, PLANS_PREFIX, RESULTS_PREFIX, ObjectKey, decode_token, encode_token
+from trainyard.bus.subjects import (
+    EVENTS_PREFIX, PLANS_PREFIX, PROGRESS_PREFIX, RESULTS_PREFIX, ObjectKey, decode_token, encode_token,
+)
 from trainyard.bus.topology import EVENTS_STREAM, PLANS_STREAM, RESULTS_STREAM, durable_name
 from trainyard.clock import parse_epoch
 from trainyard.errortext import describe
+from trainyard.kube import resources as r
+from trainyard.kube.client import KubeClient, KubeError
+from trainyard.multicluster.placement import node_allocatable, pods_in_use
 from trainyard.pipeline.trainjobs import finished_condition, owner_reference, state_of
+from trainyard.telemetry.charts import Lifetime, progress_point, stack_series, worker_row
 
 log = logging.getLogger(__name__)
 
@@ -37,16 +48,34 @@ SERVICE_NAMES = ("watcher", "planner", "applier", "status", "dispatcher")
 
 @dataclass
 class Timeline:
-    stages: dict[str, float] = field(default_factory=dict)
+    """One TrainJob's path: the ``STAGES`` (each reached once, at its first time) and notes,
+    moments that may repeat (suspended, resumed; ``detail`` says more, e.g. the step a resumed
+    trainer continued from). ``live`` names the stages seen as they happened, not inferred
+    from the object when the dashboard started (only those time the create → running chart)."""
 
-    def mark(self, stage: str, at: float | None = None) -> bool:
+    stages: dict[str, float] = field(default_factory=dict)
+    notes: list[dict[str, Any]] = field(default_factory=list)
+    live: set[str] = field(default_factory=set)
+
+    def mark(self, stage: str, at: float | None = None, live: bool = True) -> bool:
         if stage in self.stages:
             return False
         self.stages[stage] = at if at is not None else time.time()
+        if live:
+            self.live.add(stage)
         return True
 
+    def note(self, stage: str, at: float | None = None, detail: str = "") -> None:
+        self.notes.append({"stage": stage, "at": at if at is not None else time.time(), "detail": detail})
+
+    def lifetime(self) -> Lifetime:
+        return Lifetime(created=self.stages.get("created"),
+                        running=self.stages.get("running") if "running" in self.live else None,
+                        finished=self.stages.get("finished"))
+
     def to_json(self) -> list[dict[str, Any]]:
-        """Each known stage with its time and the hop latency from the stage before it."""
+        """Each known stage with its time and the hop latency from the stage before it, and the
+        notes among them in time order."""
         out, previous = [], None
         for stage in STAGES:
             at = self.stages.get(stage)
@@ -55,7 +84,16 @@ class Timeline:
             out.append({"stage": stage, "at": at,
                         "hop_s": round(max(at - previous, 0.0), 3) if previous is not None else None})
             previous = at
+        for note in self.notes:
+            index = next((i for i, entry in enumerate(out) if entry["at"] > note["at"]), len(out))
+            out.insert(index, {"stage": note["stage"], "at": note["at"], "hop_s": None, "detail": note["detail"]})
         return out
+
+
+def suspended_since(status: dict[str, Any]) -> float | None:
+    condition = next((c for c in status.get("conditions") or []
+                      if c.get("type") == "Suspended" and c.get("status") == "True"), None)
+    return parse_epoch(condition.get("lastTransitionTime")) if condition is not None else None
 
 
 def row_of(cluster: str, trainjob: dict[str, Any], runtime: dict[str, Any] | None) -> dict[str, Any]:
@@ -88,6 +126,9 @@ class Live:
         self.timelines: dict[str, Timeline] = {}   # by TrainJob uid
         self.services: list[dict[str, Any]] = []
         self.consumers: list[dict[str, Any]] = []
+        self.stack: dict[str, Any] = stack_series([], time.time())
+        self.workers: list[dict[str, Any]] = []
+        self._states: dict[str, str] = {}  # by TrainJob uid: the state last shown
         self._listeners: set[asyncio.Queue[tuple[str, Any]]] = set()
         self._subscriptions: list[Any] = []
         self._runtimes: dict[tuple[str, str, str], dict[str, Any]] = {}
@@ -111,7 +152,8 @@ class Live:
 
     def snapshot(self) -> dict[str, Any]:
         return {"trainjobs": sorted(self.rows.values(), key=lambda r: r.get("created") or "", reverse=True),
-                "services": self.services, "consumers": self.consumers, "clusters": self.clusters}
+                "services": self.services, "consumers": self.consumers, "clusters": self.clusters,
+                "stack": self.stack, "workers": self.workers}
 
     # -- the bus ---------------------------------------------------------------------------
 
@@ -124,6 +166,7 @@ class Live:
                                                               cb=self._on_event))
             self._subscriptions.append(await nc.subscribe(f"{PLANS_PREFIX}.{token}.>", cb=self._on_plan))
             self._subscriptions.append(await nc.subscribe(f"{RESULTS_PREFIX}.{token}.>", cb=self._on_result))
+            self._subscriptions.append(await nc.subscribe(f"{PROGRESS_PREFIX}.{token}.>", cb=self._on_progress))
         # Subscribed first, then loaded: nothing falls between the two.
         for cluster in self.clusters:
             for kind in ("ClusterTrainingRuntime", "TrainingRuntime"):
@@ -131,7 +174,8 @@ class Live:
                     meta = runtime.get("metadata") or {}
                     self._runtimes[(cluster, meta.get("namespace") or "", meta.get("name", ""))] = runtime
             for trainjob in await self.bus.snapshots.list(cluster, "TrainJob"):
-                self._update(cluster, trainjob, observed_at=None)
+                self._update(cluster, trainjob, observed_at=None, live=False)
+        self.stack = stack_series(self.lifetimes(), time.time())
 
     async def stop(self) -> None:
         for subscription in self._subscriptions:
@@ -146,23 +190,41 @@ class Live:
             if ref.get("kind") == "TrainingRuntime" else ""
         return self._runtimes.get((cluster, namespace, ref.get("name", "")))
 
-    def _update(self, cluster: str, trainjob: dict[str, Any], observed_at: float | None) -> None:
+    def _update(self, cluster: str, trainjob: dict[str, Any], observed_at: float | None, live: bool = True) -> None:
+        """``live``: the change happens now (an event); False while loading what the bus held
+        at start, when only the object's own timestamps are known."""
         row = row_of(cluster, trainjob, self._runtime_for(cluster, trainjob))
         timeline = self.timelines.setdefault(row["uid"], Timeline())
+        status = trainjob.get("status") or {}
         created = parse_epoch(row["created"])
         if created is not None:
             timeline.mark("created", created)
         if observed_at is not None:
             timeline.mark("observed", observed_at)
-        if row["state"] in ("Running", "Complete", "Failed") and (row["active"] or row["succeeded"] or row["failed"]):
-            timeline.mark("running", observed_at if observed_at is not None else None)
-        finished = finished_condition(trainjob.get("status") or {})
+        if live and row["state"] in ("Running", "Complete", "Failed") \
+                and (row["active"] or row["succeeded"] or row["failed"]):
+            timeline.mark("running", observed_at)
+        finished = finished_condition(status)
         if finished is not None:
-            timeline.mark("finished", parse_epoch(finished.get("lastTransitionTime")) or observed_at)
+            timeline.mark("finished", parse_epoch(finished.get("lastTransitionTime")) or observed_at, live=live)
+        self._note_transition(timeline, row["uid"], row["state"], status, observed_at if live else None)
         row["timeline"] = timeline.to_json()
         if self.rows.get(row["key"]) != row:
             self.rows[row["key"]] = row
             self._push("trainjob", row)
+
+    def _note_transition(self, timeline: Timeline, uid: str, state: str, status: dict[str, Any],
+                         at: float | None) -> None:
+        """Suspended and resumed as notes on the timeline (they may repeat)."""
+        before = self._states.get(uid)
+        self._states[uid] = state
+        if state == "Suspended" and before != "Suspended":
+            timeline.note("suspended", suspended_since(status) or at)
+        elif before == "Suspended" and state != "Suspended":
+            timeline.note("resumed", at)
+
+    def lifetimes(self) -> list[Lifetime]:
+        return [timeline.lifetime() for timeline in self.timelines.values()]
 
     async def _on_event(self, msg: Any) -> None:
         received = time.time()
@@ -178,6 +240,7 @@ class Live:
             if event.type == "DELETED":
                 if self.rows.pop(key, None) is not None:
                     self.timelines.pop(event.uid, None)
+                    self._states.pop(event.uid, None)
                     self._push("deleted", {"key": key})
                 return
             self._update(event.cluster, event.object, observed_at=received)
@@ -219,6 +282,89 @@ class Live:
             return
         if result.outcome == "applied":
             self._mark(msg.subject, "applied", result.uid)
+
+    async def _on_progress(self, msg: Any) -> None:
+        try:
+            report = decode(ProgressReport, msg.data)
+        except EnvelopeError:
+            return
+        self._push("progress", {"key": f"{report.cluster}/{report.namespace}/{report.name}", "uid": report.uid,
+                                "point": progress_point(report)})
+
+    async def progress(self, cluster: str, namespace: str, name: str) -> dict[str, Any] | None:
+        """One TrainJob's progress history as kept on the bus (None: no such TrainJob)."""
+        row = self.rows.get(f"{cluster}/{namespace}/{name}")
+        if row is None:
+            return None
+        reports = await read_history(self.bus.js, cluster, namespace, name, uid=row["uid"] or None)
+        return {"key": row["key"], "uid": row["uid"], "points": [progress_point(report) for report in reports]}
+
+    # -- the stack and its workers ------------------------------------------------------------
+
+    async def watch_stack(self, stop: asyncio.Event, interval_s: float = 2.0) -> None:
+        """TrainJobs created and finished per second, create → running latency: recomputed
+        every ``interval_s`` (the window moves even when nothing happens)."""
+        while not stop.is_set():
+            stack = stack_series(self.lifetimes(), time.time())
+            if stack != self.stack:
+                self.stack = stack
+                self._push("stack", stack)
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=interval_s)
+            except asyncio.TimeoutError:
+                pass
+
+    async def watch_workers(self, stop: asyncio.Event, kube_for: Any, interval_s: float = 3.0) -> None:
+        """The manager's MultiKueueClusters (the first cluster is the manager): each worker's
+        Active condition, its capacity (nodes and pods read from the worker's API server when
+        the dashboard has a client for it) and its TrainJobs."""
+        manager = kube_for(self.clusters[0]) if self.clusters else None
+        while manager is not None and not stop.is_set():
+            try:
+                workers = await self._workers(manager, kube_for)
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:  # noqa: BLE001 - shown as stale, tried again
+                log.debug("worker probe failed: %s", describe(err))
+            else:
+                if workers != self.workers:
+                    self.workers = workers
+                    self._push("workers", workers)
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=interval_s)
+            except asyncio.TimeoutError:
+                pass
+
+    async def _workers(self, manager: KubeClient, kube_for: Any) -> list[dict[str, Any]]:
+        try:
+            listed = await manager.request("GET", r.MULTIKUEUE_CLUSTER.path(), timeout_s=5.0)
+        except KubeError as err:
+            if err.not_found:  # no MultiKueueCluster kind: a stack without workers
+                return []
+            raise
+        declared = sorted((item.get("metadata") or {}).get("name", "") for item in listed.get("items") or [])
+        conditions = {(item.get("metadata") or {}).get("name", ""): next(
+            (c for c in (item.get("status") or {}).get("conditions") or [] if c.get("type") == "Active"), None)
+            for item in listed.get("items") or []}
+
+        async def one(name: str) -> dict[str, Any]:
+            allocatable = used = None
+            client = kube_for(name)
+            if client is not None:
+                try:
+                    nodes, pods = await asyncio.gather(client.request("GET", "/api/v1/nodes", timeout_s=5.0),
+                                                       client.request("GET", "/api/v1/pods", timeout_s=5.0))
+                    allocatable = node_allocatable(nodes.get("items") or [])
+                    used = pods_in_use(pods.get("items") or [])
+                except KubeError as err:
+                    log.debug("capacity of worker %s unknown: %s", name, describe(err))
+            states: dict[str, int] = {}
+            for row in self.rows.values():
+                if row["cluster"] == name:
+                    states[row["state"]] = states.get(row["state"], 0) + 1
+            return worker_row(name, conditions.get(name), allocatable, used, states)
+
+        return list(await asyncio.gather(*(one(name) for name in declared)))
 
     # -- services and backlog ----------------------------------------------------------------
 

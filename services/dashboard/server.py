@@ -47,7 +47,8 @@ async def serve(config: ServiceConfig, clusters: list[str], stack_state: Path | 
     server = uvicorn.Server(uvicorn.Config(app, host=config.http_host, port=config.http_port, log_config=None,
                                            access_log=False, lifespan="off", timeout_graceful_shutdown=2))
     serving = asyncio.create_task(server.serve())
-    services = asyncio.create_task(live.watch_services(stop))
+    services = asyncio.gather(live.watch_services(stop), live.watch_stack(stop),
+                              live.watch_workers(stop, kubes.get))
     try:
         while not server.started:
             if serving.done():

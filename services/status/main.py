@@ -44,10 +44,11 @@ def run(args: argparse.Namespace) -> int:
         try:
             await runtime.start(stop)
             if status_port is not None:
-                from trainyard_services.status.progress import serve
+                from trainyard_services.status.progress import history_recorder, serve
 
+                recorder = history_recorder(runtime.bus.publisher, config.cluster)
                 endpoint = await serve(runtime.kube, args.trainjob_status_host, status_port,
-                                       args.trainjob_status_cert_dir)
+                                       args.trainjob_status_cert_dir, on_report=recorder)
             await run_status(StatusService(runtime.bus, runtime.kube, config.cluster, config.ack_wait_s, compat), stop)
         finally:
             if endpoint is not None:

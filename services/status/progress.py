@@ -7,6 +7,10 @@ Decisions are ``trainyard.pipeline.trainer_status``; this module is the HTTP and
 Answers are ``metav1.Status`` bodies as upstream's: 403 ``Forbidden``, 422 ``Invalid payload``
 or the API server's own validation message, 404 ``Train job not found``, 413 ``Payload too
 large``; 200 echoes the report.
+
+Each accepted report is also kept on the bus (``trainyard.bus.progress``: the TrainJob's progress
+history, which the dashboard charts); a report the bus could not take is still answered 200,
+since the TrainJob's status has it.
 """
 from __future__ import annotations
 
@@ -14,7 +18,7 @@ import asyncio
 import json
 import logging
 import time
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 from aiohttp import web
 
@@ -78,7 +82,11 @@ def _kid(token: str) -> str | None:
         return None
 
 
-def make_app(client: KubeClient, keys: IssuerKeys | None = None) -> web.Application:
+# Called with the TrainJob the API server answered a report's write with.
+OnReport = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+def make_app(client: KubeClient, keys: IssuerKeys | None = None, on_report: OnReport | None = None) -> web.Application:
     keys = keys or IssuerKeys(client)
 
     async def report(request: web.Request) -> web.Response:
@@ -102,7 +110,7 @@ def make_app(client: KubeClient, keys: IssuerKeys | None = None) -> web.Applicat
             return _status(422, "Invalid", "Invalid payload")
         if apply is not None:
             try:
-                await client.request("PATCH", TRAINJOB.path(namespace, name, "status"),
+                written = await client.request("PATCH", TRAINJOB.path(namespace, name, "status"),
                                      query={"fieldManager": ts.FIELD_MANAGER, "force": "true"}, body=apply,
                                      content_type="application/apply-patch+yaml")
             except KubeError as err:
@@ -112,6 +120,8 @@ def make_app(client: KubeClient, keys: IssuerKeys | None = None) -> web.Applicat
                     return _status(404, "NotFound", "Train job not found")
                 log.error("status write of %s/%s failed: %s", namespace, name, describe(err))
                 return _status(500, "InternalError", "Internal error")
+            if on_report is not None and isinstance(written, dict):
+                await on_report(written)
         return web.json_response(body)
 
     async def other(_: web.Request) -> web.Response:
@@ -123,7 +133,24 @@ def make_app(client: KubeClient, keys: IssuerKeys | None = None) -> web.Applicat
     return app
 
 
-async def serve(client: KubeClient, host: str, port: int, cert_dir: str) -> web.AppRunner:
+def history_recorder(publisher: Any, cluster: str, timeout_s: float = 2.0) -> OnReport:
+    """Publishes each accepted report to the progress history (bounded wait: a trainer's report
+    is never held up long by the bus; a missed point is logged, not retried)."""
+    from trainyard.bus.progress import publish_report, report_of
+
+    async def record(written: dict[str, Any]) -> None:
+        try:
+            await asyncio.wait_for(publish_report(publisher, report_of(cluster, written, time.time())), timeout_s)
+        except Exception as err:  # noqa: BLE001 - the status write happened; only the chart misses a point
+            meta = written.get("metadata") or {}
+            log.warning("progress report of %s/%s not kept on the bus: %s", meta.get("namespace"), meta.get("name"),
+                        describe(err))
+
+    return record
+
+
+async def serve(client: KubeClient, host: str, port: int, cert_dir: str,
+                on_report: OnReport | None = None) -> web.AppRunner:
     """Serve the endpoint over HTTPS with ``<cert_dir>/tls.crt`` and ``tls.key``; the caller
     cleans the returned runner up."""
     import ssl
@@ -131,7 +158,7 @@ async def serve(client: KubeClient, host: str, port: int, cert_dir: str) -> web.
 
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(Path(cert_dir) / "tls.crt", Path(cert_dir) / "tls.key")
-    runner = web.AppRunner(make_app(client), access_log=None)
+    runner = web.AppRunner(make_app(client, on_report=on_report), access_log=None)
     await runner.setup()
     await web.TCPSite(runner, host, port, ssl_context=context).start()
     log.info("trainer status endpoint listening", extra={"host": host, "port": port})

@@ -531,3 +531,127 @@ def test_the_web_dashboard_shows_a_new_trainjob_turn_complete_without_reload(obs
         finally:
             browser.close()
     assert (shots / "dashboard.png").stat().st_size > 10_000
+
+
+# ------------------------------------------------------------------------- dashboard charts
+
+REPORTING_RUNTIME = "obs-reporting"
+REPORTS = 5
+# A trainer that reports its progress and loss REPORTS times through the status endpoint, as
+# the Kubeflow SDK's update_trainjob_status does (standard library only); a refused report
+# fails the pod, hence the TrainJob.
+REPORTER = """
+import json, os, ssl, time, urllib.request
+from datetime import datetime, timezone
+url = os.environ["KUBEFLOW_TRAINER_SERVER_URL"]
+token = open(os.environ["KUBEFLOW_TRAINER_SERVER_TOKEN"]).read().strip()
+context = ssl.create_default_context(cafile=os.environ["KUBEFLOW_TRAINER_SERVER_CA_CERT"])
+for step in range(1, REPORTS + 1):
+    loss = 1.0 / step
+    status = {"progressPercentage": step * 100 // REPORTS, "estimatedRemainingSeconds": REPORTS - step,
+              "metrics": [{"name": "loss", "value": f"{loss:.4f}"}],
+              "lastUpdatedTime": datetime.now(timezone.utc).isoformat()}
+    request = urllib.request.Request(url, data=json.dumps({"trainerStatus": status}).encode(), method="POST",
+                                     headers={"Authorization": "Bearer " + token, "Content-Type": "application/json"})
+    urllib.request.urlopen(request, context=context, timeout=10).close()
+    print(f"step {step} loss {loss:.4f}", flush=True)
+    time.sleep(0.5)
+""".replace("REPORTS", str(REPORTS))
+
+
+def reporting_runtime() -> dict[str, Any]:
+    runtime = quick_runtime()
+    runtime["metadata"]["name"] = REPORTING_RUNTIME
+    container = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"][
+        "containers"][0]
+    container["command"] = ["python3", "-c", REPORTER]
+    return runtime
+
+
+def chart_points(page: Any, chart: str, trace: str) -> dict[str, int]:
+    """How many points one trace of a plotly chart has: in its data, and drawn (SVG markers)."""
+    return page.evaluate("""([chart, trace]) => {
+        const element = document.getElementById(chart);
+        const index = (element.data || []).findIndex((t) => t.name === trace);
+        if (index < 0) return {data: -1, drawn: -1};
+        const drawn = element.querySelectorAll(".scatterlayer .trace")[index];
+        return {data: element.data[index].x.length,
+                drawn: drawn ? drawn.querySelectorAll(".points path.point").length : -1};
+    }""", [chart, trace])
+
+
+def restart_dashboard(stack: RunningStack, timeout: float = 60) -> None:
+    state = json.loads((stack.data_dir / "stack.json").read_text())
+    pid = state["children"]["dashboard"]["pid"]
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + timeout
+    while True:
+        state = json.loads((stack.data_dir / "stack.json").read_text())
+        if state["children"]["dashboard"]["pid"] != pid:
+            try:
+                if httpx.get(f"{state['dashboard_url']}readyz", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the dashboard was not restarted within {timeout}s: {state.get('children')}")
+        time.sleep(0.3)
+
+
+def test_the_dashboard_charts_every_progress_report_and_keeps_the_curve_across_a_reload(observed: Observed) -> None:
+    if not Path(CHROMIUM).is_file():
+        pytest.skip(f"Chromium not installed at {CHROMIUM} (`make system-tools` installs Debian's package "
+                    f"when run as root with apt)")
+    from playwright.sync_api import expect, sync_playwright
+
+    stack = observed.stack
+    url = stack.state["dashboard_url"]
+    apply(stack, reporting_runtime())
+    apply(stack, {**trainjob("obs-curve"), "spec": {"runtimeRef": {"name": REPORTING_RUNTIME}}})
+    wait_complete(stack, ["obs-curve"])
+    status = json.loads(stack.kubectl("get", "trainjob", "obs-curve", "-o", "json").stdout)["status"]
+    assert status["trainerStatus"]["progressPercentage"] == 100, status
+    shots = stack.data_dir.parent / "screenshots"
+    shots.mkdir(exist_ok=True)
+    want = {"data": REPORTS, "drawn": REPORTS}
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1300})
+            errors: list[str] = []
+            page.on("pageerror", lambda err: errors.append(str(err)))
+            page.goto(url)
+            expect(page.locator("#connection")).to_have_text("live", timeout=20_000)
+            page.locator('#trainjobs tr[data-name="obs-curve"]').click()
+            expect(page.locator("#progress-count")).to_have_text(f"{REPORTS} reports", timeout=20_000)
+            assert chart_points(page, "chart-trainjob", "loss") == want
+            assert chart_points(page, "chart-trainjob", "progress %") == want
+            losses = page.evaluate("document.getElementById('chart-trainjob').data[0].y")
+            assert losses == [round(1.0 / step, 4) for step in range(1, REPORTS + 1)]
+            # The stack's charts: the burst and this TrainJob were created and finished in the window.
+            created = page.evaluate("document.getElementById('chart-throughput').data[0].y")
+            finished = page.evaluate("document.getElementById('chart-throughput').data[1].y")
+            assert sum(created) > 0 and sum(finished) > 0, (created, finished)
+            assert chart_points(page, "chart-latency", "create → running")["data"] >= 1
+            page.screenshot(path=str(shots / "dashboard-charts.png"), full_page=True)
+
+            # A reload: the page asks the server, which reads the history back from the bus.
+            page.reload()
+            expect(page.locator("#connection")).to_have_text("live", timeout=20_000)
+            expect(page.locator("#detail-name")).to_have_text("default/obs-curve", timeout=20_000)
+            expect(page.locator("#progress-count")).to_have_text(f"{REPORTS} reports", timeout=20_000)
+            assert chart_points(page, "chart-trainjob", "loss") == want
+
+            # A dashboard restart (killed; the supervisor starts it again on its port): the
+            # history is the bus's, not the process's.
+            restart_dashboard(stack)
+            page.reload()
+            expect(page.locator("#connection")).to_have_text("live", timeout=30_000)
+            expect(page.locator("#progress-count")).to_have_text(f"{REPORTS} reports", timeout=20_000)
+            assert chart_points(page, "chart-trainjob", "loss") == want
+            assert errors == []  # no script error in the page
+            if os.environ.get("TRAINYARD_UPDATE_SCREENSHOT") == "1":
+                (REPO / "docs" / "images").mkdir(exist_ok=True)
+                shutil.copyfile(shots / "dashboard-charts.png", REPO / "docs" / "images" / "dashboard-charts.png")
+        finally:
+            browser.close()

@@ -19,9 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from trainyard.bus import subjects
-from trainyard.bus.subjects import DEAD_LETTER_PREFIX, EVENTS_PREFIX, PLANS_PREFIX, RESULTS_PREFIX, encode_token
+from trainyard.bus.subjects import (
+    DEAD_LETTER_PREFIX, EVENTS_PREFIX, PLANS_PREFIX, PROGRESS_PREFIX, RESULTS_PREFIX, encode_token,
+)
 from trainyard.bus.topology import (
-    APPLIED_BUCKET, EVENTS_STREAM, OUTCOMES_BUCKET, PLANS_STREAM, RESULTS_STREAM,
+    APPLIED_BUCKET, EVENTS_STREAM, OUTCOMES_BUCKET, PLANS_STREAM, PROGRESS_STREAM, RESULTS_STREAM,
     SNAPSHOTS_BUCKET,
 )
 
@@ -170,7 +172,8 @@ def grants_for(role: str, cluster: str, clusters: list[str] | None = None) -> Gr
     elif role == "status":
         _consumer(grants, EVENTS_STREAM, durable_name("status", cluster), "status")
         _consumer(grants, RESULTS_STREAM, durable_name("status-results", cluster), "status-results")
-        grants.publish += [f"{DEAD_LETTER_PREFIX}.{EVENTS_PREFIX}.{mine}", f"{DEAD_LETTER_PREFIX}.{RESULTS_PREFIX}.{mine}"]
+        grants.publish += [f"{DEAD_LETTER_PREFIX}.{EVENTS_PREFIX}.{mine}", f"{DEAD_LETTER_PREFIX}.{RESULTS_PREFIX}.{mine}",
+                           f"{PROGRESS_PREFIX}.{mine}"]  # the trainers' progress reports it accepted
         for bucket in BUCKETS:
             _kv_read(grants, bucket, mine)
     elif role == "dispatcher":
@@ -184,7 +187,12 @@ def grants_for(role: str, cluster: str, clusters: list[str] | None = None) -> Gr
             other_token = encode_token(other)
             grants.subscribe += [f"{prefix}.{other_token}.>" for prefix in (EVENTS_PREFIX, PLANS_PREFIX, RESULTS_PREFIX)]
             _kv_read(grants, SNAPSHOTS_BUCKET, f"{other_token}.>")
+            # Progress reports: new ones as they come, a TrainJob's history through a
+            # short-lived consumer whose filter the grant binds to this cluster.
+            grants.subscribe.append(f"{PROGRESS_PREFIX}.{other_token}.>")
+            grants.publish.append(f"{API}.CONSUMER.CREATE.{PROGRESS_STREAM}.*.{PROGRESS_PREFIX}.{other_token}.>")
         grants.publish += [f"{API}.CONSUMER.INFO.{stream}.*" for stream in (EVENTS_STREAM, PLANS_STREAM, RESULTS_STREAM)]
+        grants.publish += [f"{API}.CONSUMER.MSG.NEXT.{PROGRESS_STREAM}.*", f"{API}.CONSUMER.DELETE.{PROGRESS_STREAM}.*"]
     else:
         raise ValueError(f"unknown bus role {role!r}")
     return grants

@@ -149,6 +149,38 @@ class ApplyResult(Envelope):
         return f"result:{self.cluster}:{self.uid}:{self.generation}:{self.plan_hash}:{self.outcome}"
 
 
+class MetricValue(BaseModel):
+    """One ``status.trainerStatus.metrics`` entry: name and value, both strings as upstream."""
+
+    name: str
+    value: str
+
+    model_config = ConfigDict(frozen=True)
+
+
+class ProgressReport(Envelope):
+    """One progress report a trainer made (``status.trainerStatus``), as the status endpoint
+    wrote it: the points of the dashboard's per-TrainJob charts. ``at`` is when the endpoint
+    accepted it (seconds since the epoch, sub-second: ``lastUpdatedTime`` has whole seconds
+    only); ``resourceVersion`` is the TrainJob's after the write (one report, one version)."""
+
+    cluster: str
+    namespace: str
+    name: str
+    uid: str
+    resource_version: str = Field(alias="resourceVersion")
+    at: float
+    last_updated_time: str | None = Field(None, alias="lastUpdatedTime")
+    progress_percentage: int | None = Field(None, alias="progressPercentage")
+    estimated_remaining_seconds: int | None = Field(None, alias="estimatedRemainingSeconds")
+    metrics: list[MetricValue] = Field(default_factory=list)
+
+    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
+
+    def msg_id(self) -> str:
+        return f"progress:{self.cluster}:{self.uid}:{self.resource_version}"
+
+
 class DeadLetter(Envelope):
     """A message given up on, with the error that made it poison.
 

@@ -15,6 +15,7 @@ EVENTS_PREFIX = "ty.events"
 PLANS_PREFIX = "ty.desired"
 RESULTS_PREFIX = "ty.results"
 DEAD_LETTER_PREFIX = "ty.dead"
+PROGRESS_PREFIX = "ty.progress"
 
 EMPTY_TOKEN = "_"
 _PLAIN = re.compile(r"[A-Za-z0-9-]")
@@ -113,6 +114,11 @@ def plan_subject(cluster: str, namespace: str, name: str) -> str:
 def result_subject(cluster: str, namespace: str, name: str) -> str:
     """``ty.results.<cluster>.TrainJob.<namespace>.<name>``."""
     return f"{RESULTS_PREFIX}.{ObjectKey(cluster, 'TrainJob', namespace, name).tokens()}"
+
+
+def progress_subject(cluster: str, namespace: str, name: str) -> str:
+    """``ty.progress.<cluster>.TrainJob.<namespace>.<name>``: one TrainJob's progress reports."""
+    return f"{PROGRESS_PREFIX}.{ObjectKey(cluster, 'TrainJob', namespace, name).tokens()}"
 
 
 def dead_letter_subject(original_subject: str) -> str:

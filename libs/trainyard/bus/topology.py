@@ -29,12 +29,19 @@ EVENTS_STREAM = "TY_EVENTS"
 PLANS_STREAM = "TY_PLANS"
 RESULTS_STREAM = "TY_RESULTS"
 DEAD_LETTER_STREAM = "TY_DEAD_LETTER"
+PROGRESS_STREAM = "TY_PROGRESS"
 
 SNAPSHOTS_BUCKET = "ty_objects"
 APPLIED_BUCKET = "ty_applied"
 OUTCOMES_BUCKET = "ty_outcomes"
 
 DEDUP_WINDOW_S = 120.0
+
+# The progress history kept per TrainJob (docs/bus.md): its last PROGRESS_POINTS reports (the
+# oldest go first), for PROGRESS_MAX_AGE_S at most, and PROGRESS_MAX_BYTES for all TrainJobs.
+PROGRESS_POINTS = 1000
+PROGRESS_MAX_AGE_S = 7 * 24 * 3600.0
+PROGRESS_MAX_BYTES = 256 * 1024 * 1024
 
 # How many copies JetStream keeps of each stream and bucket: 1 on a laptop, 3 on a NATS cluster
 # (deploy/ sets 3) so that losing a NATS node loses nothing. Read when the topology is ensured.
@@ -56,7 +63,7 @@ def replicas_setting(env: dict[str, str] | None = None) -> int:
 
 
 def stream_configs(storage: StorageType = StorageType.FILE, replicas: int | None = None) -> list[StreamConfig]:
-    """The four streams of the bus contract (docs/bus.md), each with ``replicas`` copies
+    """The five streams of the bus contract (docs/bus.md), each with ``replicas`` copies
     (default: :func:`replicas_setting`)."""
     replicas = replicas or replicas_setting()
     return [
@@ -96,6 +103,18 @@ def stream_configs(storage: StorageType = StorageType.FILE, replicas: int | None
             storage=storage,
             num_replicas=replicas,
             max_age=7 * 24 * 3600.0,
+        ),
+        # Progress reports: a bounded history per TrainJob (one subject each) for the charts.
+        StreamConfig(
+            name=PROGRESS_STREAM,
+            subjects=[f"{subjects.PROGRESS_PREFIX}.>"],
+            retention=RetentionPolicy.LIMITS,
+            storage=storage,
+            num_replicas=replicas,
+            duplicate_window=DEDUP_WINDOW_S,
+            max_age=PROGRESS_MAX_AGE_S,
+            max_msgs_per_subject=PROGRESS_POINTS,
+            max_bytes=PROGRESS_MAX_BYTES,
         ),
     ]
 

@@ -1,10 +1,15 @@
 // trainyard dashboard: one EventSource, no polling. The server sends a snapshot on connect,
-// then "trainjob", "deleted" and "services" events; the page re-renders what changed.
+// then "trainjob", "deleted", "services", "progress", "stack" and "workers" events; the page
+// re-renders what changed. The selected TrainJob is kept in the address (#trainjob=...), so a
+// reload shows it again, with its progress history read back from the server.
 "use strict";
 
 const rows = new Map();
 let selected = null;
 let services = { services: [], consumers: [] };
+// The selected TrainJob's progress reports by resourceVersion (a report delivered twice, or
+// both in the history and as a live event, is one point).
+let reports = { key: null, uid: null, points: new Map() };
 
 const $ = (sel) => document.querySelector(sel);
 const esc = (text) => String(text ?? "").replace(/[&<>"']/g, (c) => ({
@@ -57,6 +62,49 @@ function seconds(value) {
   return value < 1 ? `+${Math.round(value * 1000)} ms` : `+${value.toFixed(1)} s`;
 }
 
+// One timeline entry: a stage (with the hop from the one before) or a note (suspended,
+// resumed, ...: "detail" says more, e.g. the step training resumed from).
+function timelineEntry(t) {
+  const note = t.detail !== undefined;
+  return `<li data-stage="${esc(t.stage)}" class="${note ? "note" : ""}"><span>${esc(t.stage)}${
+    t.detail ? `<span class="detail">${esc(t.detail)}</span>` : ""}</span>
+    <span class="hop">${new Date(t.at * 1000).toLocaleTimeString()} ${seconds(t.hop_s)}</span></li>`;
+}
+
+function apiPath(key) {
+  return key.split("/").map(encodeURIComponent).join("/");
+}
+
+function renderProgress() {
+  const points = [...reports.points.values()].sort((a, b) => a.at - b.at);
+  $("#progress-empty").hidden = points.length > 0;
+  $("#chart-trainjob").hidden = points.length === 0;
+  $("#progress-count").textContent = points.length ? `${points.length} reports` : "";
+  if (points.length) Charts.trainjob($("#chart-trainjob"), points);
+}
+
+async function loadProgress(row) {
+  reports = { key: row.key, uid: row.uid, points: new Map() };
+  renderProgress();
+  try {
+    const answer = await fetch(`/api/trainjobs/${apiPath(row.key)}/progress`);
+    if (!answer.ok || reports.key !== row.key) return;
+    const stored = await answer.json();
+    if (stored.uid !== reports.uid) return;
+    stored.points.forEach((point) => reports.points.set(point.rv, point));
+    renderProgress();
+  } catch (err) {
+    // shown again on the next selection or reload
+  }
+}
+
+function select(key) {
+  selected = key;
+  history.replaceState(null, "", key ? `#trainjob=${encodeURIComponent(key)}` : "#");
+  renderTrainJobs();
+  renderDetail();
+}
+
 async function renderDetail() {
   const row = rows.get(selected);
   if (!row) { $("#detail").hidden = true; return; }
@@ -64,12 +112,10 @@ async function renderDetail() {
   $("#detail-name").textContent = `${row.namespace}/${row.name}`;
   $("#detail-state").textContent = row.state;
   $("#detail-state").className = `state ${row.state}`;
-  $("#timeline").innerHTML = (row.timeline || []).map((t) => `
-    <li data-stage="${esc(t.stage)}"><span>${esc(t.stage)}</span>
-      <span class="hop">${new Date(t.at * 1000).toLocaleTimeString()} ${seconds(t.hop_s)}</span></li>`).join("");
-  const [cluster, namespace, name] = row.key.split("/");
+  $("#timeline").innerHTML = (row.timeline || []).map(timelineEntry).join("");
+  if (reports.key !== row.key || reports.uid !== row.uid) loadProgress(row);
   try {
-    const answer = await fetch(`/api/trainjobs/${encodeURIComponent(cluster)}/${encodeURIComponent(namespace)}/${encodeURIComponent(name)}`);
+    const answer = await fetch(`/api/trainjobs/${apiPath(row.key)}`);
     if (!answer.ok || selected !== row.key) return;
     const detail = await answer.json();
     $("#pods").innerHTML = detail.pods.map((pod) => `
@@ -79,6 +125,30 @@ async function renderDetail() {
   } catch (err) {
     // the next event retries
   }
+}
+
+function renderStack(stack) {
+  Charts.throughput($("#chart-throughput"), stack);
+  Charts.latency($("#chart-latency"), stack);
+}
+
+function capacityText(capacity) {
+  if (!capacity) return '<span class="muted">unknown</span>';
+  const unit = { cpu: " cores", memory: " GiB" };
+  return Object.entries(capacity).map(([name, c]) =>
+    `<span class="capacity" data-resource="${esc(name)}">${esc(name)} ${c.used} / ${c.total}${unit[name] || ""}</span>`).join("");
+}
+
+function renderWorkers(workers) {
+  $("#workers").hidden = workers.length === 0;
+  if (!workers.length) return;
+  $("#worker-table tbody").innerHTML = workers.map((w) => `
+    <tr data-worker="${esc(w.name)}"><td>${esc(w.name)}</td>
+      <td class="${w.active ? "yes" : "no"}" title="${esc(w.message)}">${w.active ? "Active" : esc(w.reason || "inactive")}</td>
+      <td>${capacityText(w.capacity)}</td>
+      <td class="worker-trainjobs">${w.total_trainjobs}${w.total_trainjobs ? ` <span class="muted">(${
+        Object.entries(w.trainjobs).map(([s, n]) => `${n} ${esc(s)}`).join(", ")})</span>` : ""}</td></tr>`).join("");
+  Charts.workers($("#chart-workers"), workers);
 }
 
 function connect() {
@@ -91,8 +161,21 @@ function connect() {
     data.trainjobs.forEach((row) => rows.set(row.key, row));
     services = { services: data.services, consumers: data.consumers };
     $("#clusters").textContent = `clusters: ${data.clusters.join(", ")}`;
+    if (!selected) {
+      const wanted = decodeURIComponent((location.hash.match(/^#trainjob=(.+)$/) || [])[1] || "");
+      if (rows.has(wanted)) selected = wanted;
+    }
     renderTrainJobs(); renderServices(); if (selected) renderDetail();
+    renderStack(data.stack); renderWorkers(data.workers);
   });
+  source.addEventListener("progress", (event) => {
+    const data = JSON.parse(event.data);
+    if (data.key !== reports.key || data.uid !== reports.uid) return;
+    reports.points.set(data.point.rv, data.point);
+    renderProgress();
+  });
+  source.addEventListener("stack", (event) => renderStack(JSON.parse(event.data)));
+  source.addEventListener("workers", (event) => renderWorkers(JSON.parse(event.data)));
   source.addEventListener("trainjob", (event) => {
     const row = JSON.parse(event.data);
     rows.set(row.key, row);
@@ -110,9 +193,7 @@ function connect() {
 $("#trainjobs tbody").addEventListener("click", (event) => {
   const tr = event.target.closest("tr");
   if (!tr) return;
-  selected = tr.dataset.key;
-  renderTrainJobs();
-  renderDetail();
+  select(tr.dataset.key);
 });
 setInterval(() => document.querySelectorAll("[data-created]").forEach((cell) => {
   cell.textContent = age(cell.dataset.created);

@@ -72,16 +72,21 @@ FORBIDDEN_PUBLISH = [
     ("applier", "default", "$JS.API.STREAM.PURGE.TY_PLANS"),
     ("status", "default", "ty.results.default.TrainJob.default.x"),
     ("status", "default", "$KV.ty_outcomes.default.default.x"),
+    ("status", "default", "ty.progress.other.TrainJob.default.x"),  # another cluster's progress
+    ("watcher", "default", "ty.progress.default.TrainJob.default.forged"),  # progress: the status endpoint's
     ("dispatcher", None, "ty.desired.default.TrainJob.default.x"),
     ("dispatcher", None, "$KV.ty_objects.default.TrainJob.default.x"),
     ("dashboard", None, "ty.events.default.TrainJob.default.x"),
     ("dashboard", None, "$JS.API.CONSUMER.DELETE.TY_PLANS.applier_default"),
+    ("dashboard", None, "ty.progress.default.TrainJob.default.forged"),  # reads progress, never writes it
+    ("dashboard", None, "$JS.API.CONSUMER.CREATE.TY_PROGRESS.x.ty.progress.elsewhere.>"),  # only its clusters
 ]
 FORBIDDEN_SUBSCRIBE = [
     ("watcher", "default", "ty.events.>"),
     ("applier", "default", "ty.desired.>"),  # plans are pulled through its consumer only
     ("planner", "default", "_INBOX_applier-default.>"),  # another identity's replies
     ("status", "default", "$KV.>"),
+    ("status", "default", "ty.progress.>"),  # it publishes progress; the dashboard reads it
 ]
 
 
