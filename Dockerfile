@@ -46,6 +46,9 @@ ENV PATH=/opt/trainyard/bin:/usr/local/bin:/usr/bin:/bin \
     PYTHONUNBUFFERED=1 \
     HOME=/tmp \
     TRAINYARD_HTTP_HOST=0.0.0.0
+# The mount point of docker-compose.yml's `bus` volume: a new named volume takes this directory's
+# owner, so the credentials job (uid 10001) can write the bus's CA, certificate and identities.
+RUN mkdir -p /etc/trainyard/bus && chown 10001:10001 /etc/trainyard/bus && chmod 0700 /etc/trainyard/bus
 USER 10001:10001
 WORKDIR /tmp
 EXPOSE 8080 9443

@@ -19,7 +19,7 @@ SERVICES = ("watcher", "planner", "applier", "status")
 def test_compose_file_builds_from_the_dockerfile_with_healthchecks() -> None:
     compose = yaml.safe_load((REPO / "docker-compose.yml").read_text())
     services = compose["services"]
-    assert set(services) == {"nats", *SERVICES}
+    assert set(services) == {"bus-credentials", "nats", "bus-bootstrap", *SERVICES}
     for name in SERVICES:
         service = services[name]
         assert service["build"]["dockerfile"] == "Dockerfile"
@@ -27,6 +27,7 @@ def test_compose_file_builds_from_the_dockerfile_with_healthchecks() -> None:
         assert "/readyz" in service["healthcheck"]["test"]  # string form: CMD-SHELL
         assert service["read_only"] is True and service["user"] == "10001:10001"
         assert service["depends_on"]["nats"]["condition"] == "service_healthy"
+        assert service["depends_on"]["bus-bootstrap"]["condition"] == "service_completed_successfully"
         assert service["command"] == [name]  # the image's entrypoint is `trainyard`
     assert "healthz" in services["nats"]["healthcheck"]["test"]
     assert "TRAINYARD_WEBHOOK_URL" in services["planner"]["environment"]
@@ -129,6 +130,7 @@ spec:
             time.sleep(1)
     finally:
         subprocess.run([*compose, "down"], cwd=tmp_path, env=env, capture_output=True, timeout=300)
-        for kind, name in (("network", f"{project}_default"), ("volume", f"{project}_nats-data")):
+        for kind, name in (("network", f"{project}_default"), ("volume", f"{project}_nats-data"),
+                           ("volume", f"{project}_bus")):
             subprocess.run(["podman", kind, "rm", name], env=env, capture_output=True, timeout=60)
         cluster.stop()

@@ -75,10 +75,14 @@ def test_webhook_configuration_matches_what_the_planner_registers():
 def test_compose_runs_nats_and_the_four_services():
     compose = yaml.safe_load((REPO / "docker-compose.yml").read_text())
     services = compose["services"]
-    assert set(services) == {"nats", "watcher", "planner", "applier", "status"}
+    assert set(services) == {"bus-credentials", "nats", "bus-bootstrap", "watcher", "planner", "applier", "status"}
     for name in ("watcher", "planner", "applier", "status"):
         assert services[name]["command"] == [name]  # the image's entrypoint is `trainyard`
-        assert services[name]["environment"]["TRAINYARD_NATS_URL"] == "nats://nats:4222"
+        # TLS and the service's own identity, as `trainyard up` runs it (docs/security.md)
+        assert services[name]["environment"]["TRAINYARD_NATS_URL"] == "tls://nats:4222"
+        assert services[name]["environment"]["TRAINYARD_NATS_CREDENTIALS"] == \
+            f"/etc/trainyard/bus/credentials/{name}-${{TRAINYARD_CLUSTER:-default}}.json"
+        assert "bus:/etc/trainyard/bus:ro" in services[name]["volumes"]
 
 
 def test_deploy_and_compose_run_the_nats_the_tests_run():
