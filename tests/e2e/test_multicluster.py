@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -20,6 +21,8 @@ from fixtures.stack import KUBECTL, RunningStack, skip_unless_stack_available, s
 from integration.services.conftest import wait_for as poll
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
 
 LOST_TIMEOUT_S = 6
 MANAGED_BY = "kueue.x-k8s.io/multikueue"
@@ -244,6 +247,62 @@ def test_no_worker_fits_says_why_then_starts_when_capacity_frees(stack, clusters
     assert condition(started, "Dispatched")["status"] == "True"
     for name in ("mc-big-b", "mc-big-c"):
         clusters.kubectl("manager", "delete", "trainjob", name, "-n", "default", "--wait=true", "--timeout=60s")
+
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def test_the_dashboard_shows_each_workers_state_capacity_and_trainjobs(stack, clusters):
+    if not Path(CHROMIUM).is_file():
+        pytest.skip(f"Chromium not installed at {CHROMIUM} (`make system-tools` installs Debian's package)")
+    from playwright.sync_api import expect, sync_playwright
+
+    node = json.loads(clusters.kubectl("worker-1", "get", "nodes", "-o", "json").stdout)["items"][0]
+    cpus = int(node["status"]["allocatable"]["cpu"])
+    big = f"{int(cpus * 1000 * 0.75)}m"  # one per worker: the least-loaded placement spreads them
+    for cluster in clusters.kubeconfigs:
+        clusters.apply(cluster, runtime("mc-big", "sleep 600", cpu=big))
+    names = ("mc-dash-a", "mc-dash-b")
+    clusters.apply("manager", *(delegated(name, "mc-big") for name in names))
+    for worker in WORKERS:
+        wait_for(lambda: [p for p in clusters.get(worker, "pods")["items"]
+                          if p["metadata"]["labels"].get("jobset.sigs.k8s.io/jobset-name") in names
+                          and p["status"].get("phase") == "Running"], what=f"a big pod running on {worker}")
+    counts = {worker: len(clusters.trainjobs(worker)) for worker in WORKERS}
+    shots = stack.data_dir.parent / "screenshots"
+    shots.mkdir(exist_ok=True)
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            try:
+                page = browser.new_page(viewport={"width": 1400, "height": 1200})
+                page.goto(stack.state["dashboard_url"])
+                expect(page.locator("#connection")).to_have_text("live", timeout=20_000)
+                expect(page.locator("#workers")).to_be_visible(timeout=20_000)
+                for worker in WORKERS:
+                    row = page.locator(f'#worker-table tr[data-worker="{worker}"]')
+                    expect(row.locator("td").nth(1)).to_have_text("Active", timeout=20_000)
+                    expect(row.locator('[data-resource="cpu"]')).to_have_text(
+                        f"cpu {cpus * 0.75:g} / {cpus:g} cores", timeout=20_000)
+                    expect(row.locator("td.worker-trainjobs")).to_have_text(
+                        re.compile(rf"^{counts[worker]}( |$)"), timeout=20_000)
+                chart = page.evaluate("""() => {
+                    const data = document.getElementById('chart-workers').data;
+                    return {workers: data[0].x, used: data[0].y, free: data[1].y};
+                }""")
+                assert chart == {"workers": list(WORKERS), "used": [cpus * 0.75] * 2, "free": [cpus * 0.25] * 2}
+                page.locator("#workers").screenshot(path=str(shots / "dashboard-workers.png"))
+                if os.environ.get("TRAINYARD_UPDATE_SCREENSHOT") == "1":
+                    (REPO / "docs" / "images").mkdir(exist_ok=True)
+                    (REPO / "docs" / "images" / "dashboard-workers.png").write_bytes(
+                        (shots / "dashboard-workers.png").read_bytes())
+            finally:
+                browser.close()
+    finally:
+        for name in names:
+            clusters.kubectl("manager", "delete", "trainjob", name, "-n", "default", "--wait=true", "--timeout=60s")
 
 
 def test_two_dispatchers_never_copy_a_trainjob_twice(stack, clusters, tmp_path):

@@ -132,11 +132,14 @@ function renderStack(stack) {
   Charts.latency($("#chart-latency"), stack);
 }
 
+const shortNumber = (value) => Number(value.toFixed(value >= 10 ? 1 : 2));
+
 function capacityText(capacity) {
   if (!capacity) return '<span class="muted">unknown</span>';
   const unit = { cpu: " cores", memory: " GiB" };
   return Object.entries(capacity).map(([name, c]) =>
-    `<span class="capacity" data-resource="${esc(name)}">${esc(name)} ${c.used} / ${c.total}${unit[name] || ""}</span>`).join("");
+    `<span class="capacity" data-resource="${esc(name)}">${esc(name)} ${shortNumber(c.used)} / ${shortNumber(c.total)}${
+      unit[name] || ""}</span>`).join("");
 }
 
 function renderWorkers(workers) {

@@ -63,7 +63,7 @@ const Charts = (() => {
     const names = shown.map((w) => w.name);
     Plotly.react(element, [
       { name: "used", type: "bar", x: names, y: shown.map((w) => w.capacity.cpu.used), marker: { color: COLORS[0] } },
-      { name: "free", type: "bar", x: names, y: shown.map((w) => w.capacity.cpu.free), marker: { color: "#26303b" } },
+      { name: "free", type: "bar", x: names, y: shown.map((w) => w.capacity.cpu.free), marker: { color: "#3d4a58" } },
     ], layout({ barmode: "stack", xaxis: { type: "category" } }), CONFIG);
   }
 
