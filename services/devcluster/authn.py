@@ -26,6 +26,7 @@ from typing import Any
 
 from trainyard.apimachinery import rbac
 from trainyard.apimachinery import serviceaccount_tokens as sat
+from trainyard.security.pki import write_private
 
 from . import errors
 from .registry import Registry
@@ -41,8 +42,6 @@ _CREDENTIAL_ID = "authentication.kubernetes.io/credential-id"
 
 def ensure_controllers_token(data_dir: Path) -> str:
     """The data plane's token, made once per data dir (0600)."""
-    from trainyard.security.pki import write_private
-
     path = data_dir / "pki" / CONTROLLERS_TOKEN_FILE
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from trainyard.apimachinery.admission_policy import spec_causes
+from trainyard.apimachinery.quantity import QuantityError, parse_quantity
+
 _REF_PREFIX = "#/$defs/"
 
 
@@ -151,7 +154,6 @@ def semantic_causes(kind: str, obj: dict[str, Any]) -> list[dict[str, str]]:
     if kind == "HorizontalPodAutoscaler":
         causes += _hpa_causes(spec)
     if kind in {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}:
-        from trainyard.apimachinery.admission_policy import spec_causes
         causes += spec_causes(kind, obj)
     if kind in {"RoleBinding", "ClusterRoleBinding"}:
         ref = obj.get("roleRef") or {}
@@ -191,7 +193,6 @@ def _cause(reason: str, path: str, message: str) -> dict[str, str]:
 
 
 def _positive_quantity(value: Any) -> bool:
-    from trainyard.apimachinery.quantity import QuantityError, parse_quantity
     try:
         return parse_quantity(value).value > 0
     except QuantityError:

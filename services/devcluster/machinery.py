@@ -5,14 +5,24 @@ and picks the schema (built-in definition or CRD structural schema) for a resour
 """
 from __future__ import annotations
 
-import importlib
 import json
 import math
 import re
 from typing import Any, Callable
 
+import yaml
+
+from trainyard.apimachinery import (json_patch, merge_patch, openapi_definitions, protobuf, selectors,
+                                    strategic_merge, yaml_json)
+from trainyard.apimachinery import server_side_apply as ssa
+from trainyard.apimachinery.errors import PatchError, SelectorError, UnsupportedPatchType
+from trainyard.apimachinery.structural import normalise_numbers
+
 from . import errors
+from .builtin_fields import prune_unknown, semantic_causes, validate_definition
+from .clock import now_rfc3339
 from .errors import ApiError
+from .fieldvalidation import report_unknown
 from .registry import ResourceType
 from .storage import StoredObject
 
@@ -20,16 +30,7 @@ CR_PATCH_TYPES = ["application/json-patch+json", "application/merge-patch+json",
 BUILTIN_PATCH_TYPES = CR_PATCH_TYPES + ["application/strategic-merge-patch+json"]
 
 
-def _lib(name: str) -> Any:
-    """Import ``trainyard.apimachinery.<name>``; a clear 500 while a part has not landed."""
-    try:
-        return importlib.import_module(f"trainyard.apimachinery.{name}")
-    except ImportError as err:
-        raise errors.internal(f"trainyard.apimachinery.{name} is not available: {err}") from err
-
-
 def _machinery_error(err: Exception) -> ApiError:
-    from trainyard.apimachinery.errors import PatchError, SelectorError, UnsupportedPatchType
     if isinstance(err, UnsupportedPatchType):
         return errors.unsupported_media_type(CR_PATCH_TYPES)
     if isinstance(err, SelectorError):
@@ -44,7 +45,6 @@ def _machinery_error(err: Exception) -> ApiError:
 def label_matcher(selector: str) -> Callable[[dict[str, str]], bool]:
     if not selector or not selector.strip():
         return lambda labels: True
-    selectors = _lib("selectors")
     try:
         parsed = selectors.parse_label_selector(selector)
     except ValueError as err:
@@ -55,7 +55,6 @@ def label_matcher(selector: str) -> Callable[[dict[str, str]], bool]:
 def field_matcher(rt: ResourceType, selector: str) -> Callable[[str, str, StoredObject], bool] | None:
     if not selector or not selector.strip():
         return None
-    selectors = _lib("selectors")
     group, resource = rt.storage_key
     try:
         parsed = selectors.parse_field_selector(selector, selectors.supported_fields_for(group, resource))
@@ -120,16 +119,15 @@ def apply_patch(rt: ResourceType, patch_type: str, old: dict[str, Any], body: by
         patch = _decode_json(body, "merge patch")
         if not isinstance(patch, dict):
             raise errors.bad_request("a merge patch must be a JSON object")
-        return _lib("merge_patch").json_merge_patch(old, patch)
+        return merge_patch.json_merge_patch(old, patch)
     if patch_type == "json":
         ops = _decode_json(body, "json patch")
         if not isinstance(ops, list):
             raise errors.bad_request("json: cannot unmarshal object into Go value of type []handlers.jsonPatchOp"
                                      if isinstance(ops, dict) else "a JSON patch must be a JSON array of operations")
-        module = _lib("json_patch")
         try:
-            return module.apply_json_patch(old, ops)
-        except module.JsonPatchError as err:
+            return json_patch.apply_json_patch(old, ops)
+        except json_patch.JsonPatchError as err:
             raise errors.ApiError(422, "Invalid", str(err)) from err
     if patch_type == "strategic":
         if not rt.builtin or not rt.definition:
@@ -137,9 +135,8 @@ def apply_patch(rt: ResourceType, patch_type: str, old: dict[str, Any], body: by
         patch = _decode_json(body, "strategic merge patch")
         if not isinstance(patch, dict):
             raise errors.bad_request("a strategic merge patch must be a JSON object")
-        module = _lib("strategic_merge")
         try:
-            return module.strategic_merge_patch(old, patch, rt.definition)
+            return strategic_merge.strategic_merge_patch(old, patch, rt.definition)
         except ValueError as err:
             raise _machinery_error(err) from err
     raise errors.unsupported_media_type(BUILTIN_PATCH_TYPES if rt.builtin else CR_PATCH_TYPES)
@@ -162,9 +159,6 @@ def parse_apply_body(body: bytes) -> dict[str, Any]:
 def load_yaml(text: str) -> Any:
     """One YAML document as JSON values (``trainyard.apimachinery.yaml_json``: timestamps stay
     strings, alias bombs and tags without a JSON value are refused); a clear 400 otherwise."""
-    import yaml
-    from trainyard.apimachinery import yaml_json
-    from .schema import normalise_numbers
     try:
         value = yaml_json.load(text)
     except yaml.YAMLError as err:
@@ -200,23 +194,20 @@ _UNTYPED_CR = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
 
 
 def _schema_for(rt: ResourceType) -> Any:
-    defs = _lib("openapi_definitions")
-    if rt.builtin and rt.definition and defs.has_definition(rt.definition):
-        return defs.builtin_schema(rt.definition)
+    if rt.builtin and rt.definition and openapi_definitions.has_definition(rt.definition):
+        return openapi_definitions.builtin_schema(rt.definition)
     schema = rt.schema or _UNTYPED_CR
     cached = _SCHEMA_NODES.get(id(schema))
     if cached is None or cached[0] is not schema:
         if len(_SCHEMA_NODES) > 256:
             _SCHEMA_NODES.clear()
-        cached = (schema, defs.structural_schema(schema))
+        cached = (schema, openapi_definitions.structural_schema(schema))
         _SCHEMA_NODES[id(schema)] = cached
     return cached[1]
 
 
 def record_update(rt: ResourceType, old: dict[str, Any] | None, new: dict[str, Any], opts: Any) -> dict[str, Any]:
     """``new`` with managedFields updated for a non-apply write by ``opts.manager``."""
-    ssa = _lib("server_side_apply")
-    from .resources import now_rfc3339
     try:
         return ssa.record_update(old, new, manager=opts.manager or "unknown", schema=_schema_for(rt),
                                  now=now_rfc3339(), subresource=opts.subresource or "")
@@ -226,8 +217,6 @@ def record_update(rt: ResourceType, old: dict[str, Any] | None, new: dict[str, A
 
 def server_side_apply(rt: ResourceType, live: dict[str, Any] | None, config: dict[str, Any], opts: Any) -> Any:
     """Run Server-Side Apply; returns the library's ``ApplyResult`` (409 Status on conflicts)."""
-    ssa = _lib("server_side_apply")
-    from .resources import now_rfc3339
     try:
         return ssa.apply(live, config, manager=opts.manager, schema=_schema_for(rt), now=now_rfc3339(),
                          force=opts.force, subresource=opts.subresource or "", status_is_subresource=rt.has_status)
@@ -239,33 +228,27 @@ def server_side_apply(rt: ResourceType, live: dict[str, Any] | None, config: dic
 
 def check_builtin_fields(rt: ResourceType, obj: dict[str, Any], opts: Any) -> dict[str, Any]:
     """Drop fields a built-in kind does not declare, reporting them per ``fieldValidation``."""
-    defs = _lib("openapi_definitions")
-    if not rt.definition or not defs.has_definition(rt.definition):
+    if not rt.definition or not openapi_definitions.has_definition(rt.definition):
         return obj
-    from .builtin_fields import prune_unknown
-    from .schema import SchemaProcessor
     unknown: list[str] = []
-    pruned = prune_unknown(obj, defs.definition(rt.definition), defs.load_definitions(), "", unknown)
-    SchemaProcessor._report_unknown(unknown, opts)
+    pruned = prune_unknown(obj, openapi_definitions.definition(rt.definition), openapi_definitions.load_definitions(), "", unknown)
+    report_unknown(unknown, opts)
     return pruned
 
 
 def validate_builtin(rt: ResourceType, obj: dict[str, Any]) -> list[dict[str, str]]:
     """Why ``obj`` is invalid for a stored-only built-in kind (types, required fields, enums from
     its Kubernetes definition, plus the cross-field checks clients rely on); empty when valid."""
-    defs = _lib("openapi_definitions")
-    from .builtin_fields import semantic_causes, validate_definition
     causes: list[dict[str, str]] = []
     body = {k: v for k, v in obj.items() if k not in ("metadata", "status")}
-    validate_definition(body, defs.definition(rt.definition), defs.load_definitions(), "", causes)
+    validate_definition(body, openapi_definitions.definition(rt.definition), openapi_definitions.load_definitions(), "", causes)
     return causes or semantic_causes(rt.kind, obj)
 
 
 # ---------------------------------------------------------------- protobuf
 
 def decode_protobuf(body: bytes) -> dict[str, Any]:
-    module = _lib("protobuf")
     try:
-        return module.decode_kubernetes_protobuf(body)
+        return protobuf.decode_kubernetes_protobuf(body)
     except ValueError as err:
         raise errors.bad_request(f"error decoding protobuf body: {err}") from err

@@ -1,6 +1,7 @@
 """Validation of object names and labels, with the messages the real API server uses."""
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -28,7 +29,6 @@ DNS1035_NAMED = {("", "services")}
 
 
 def _invalid(field: str, value: Any, message: str) -> dict[str, str]:
-    import json
     return field_cause(field, "FieldValueInvalid", f"Invalid value: {json.dumps(value)}: {message}")
 
 

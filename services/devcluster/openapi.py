@@ -10,6 +10,8 @@ import hashlib
 import json
 from typing import Any
 
+from trainyard.apimachinery import openapi_definitions
+
 from .registry import Registry, ResourceType
 
 _OBJECT_META = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
@@ -17,7 +19,6 @@ _REF_PREFIX = "#/components/schemas/"
 
 
 def _definitions() -> Any:
-    from trainyard.apimachinery import openapi_definitions
     return openapi_definitions.load_definitions()
 
 

@@ -13,6 +13,7 @@ from typing import Any
 from aiohttp import web
 
 from . import errors
+from .query import parse_bool
 
 POLL_SECONDS = 0.2
 CHUNK = 64 * 1024
@@ -59,7 +60,6 @@ class PodLogs:
 
     async def serve(self, request: web.Request, api: Any, rt: Any, namespace: str, name: str,
                     query: dict[str, str]) -> web.StreamResponse:
-        from .server import parse_bool
         pod = api.get(rt, namespace, name)
         containers = _container_names(pod)
         container = query.get("container", "")

@@ -10,7 +10,7 @@ from typing import Any
 
 from trainyard.apimachinery.structural import apply_defaults, normalise_numbers, prune, validate
 
-from . import errors
+from . import errors, fieldvalidation
 from .apiserver.options import WriteOptions
 from .registry import ResourceType
 from .scale import replicas_causes
@@ -41,7 +41,7 @@ class SchemaProcessor:
         else:
             obj, unknown = prune(obj, schema)
         if report_unknown:
-            self._report_unknown(unknown, opts)
+            fieldvalidation.report_unknown(unknown, opts)
         return apply_defaults(obj, schema)
 
     def validate(self, rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None,
@@ -59,17 +59,5 @@ class SchemaProcessor:
     def process_config(self, rt: ResourceType, config: dict[str, Any], opts: WriteOptions) -> dict[str, Any]:
         """An apply configuration: pruned and checked for unknown fields, but not defaulted."""
         pruned, unknown = prune(config, rt.schema or {})
-        self._report_unknown(unknown, opts)
+        fieldvalidation.report_unknown(unknown, opts)
         return pruned
-
-    @staticmethod
-    def _report_unknown(unknown: list[str], opts: WriteOptions) -> None:
-        if not unknown:
-            return
-        mode = opts.field_validation or "Strict"
-        if mode == "Strict":
-            if len(unknown) == 1:
-                raise errors.bad_request(f'strict decoding error: unknown field "{unknown[0]}"')
-            raise errors.bad_request("strict decoding error: " + ", ".join(f'unknown field "{u}"' for u in unknown))
-        if mode == "Warn":
-            opts.warnings.extend(f'unknown field "{u}"' for u in unknown)

@@ -24,12 +24,15 @@ from .authn import ADMIN, Authenticator, ensure_controllers_token
 from .admissionpolicy import ValidatingPolicies
 from .apiserver.admission import Admission
 from .authz import Authorization
+from .clock import now_rfc3339
 from .errors import ApiError
 from .openapi import OpenApiCache
 from .registry import Registry, ResourceType
 from .resources import Api, WriteOptions
+from .query import parse_bool
+from .scale import ScaleEndpoint
 from .storage import Store, dumps
-from .tls import Credentials
+from .tls import Credentials, ensure_credentials
 from .tokens import TokenIssuer
 from .webhooks import Webhooks
 from .writelocks import ObjectWriteLocks
@@ -43,8 +46,6 @@ KUBERNETES_VERSION = {"major": "1", "minor": "36", "emulationMajor": "1", "emula
                       "platform": "linux/amd64"}
 MAX_BODY = 3 * 1024 * 1024
 JSON = "application/json"
-_TRUE = {"1", "t", "T", "true", "TRUE", "True"}
-_FALSE = {"0", "f", "F", "false", "FALSE", "False"}
 _PATCH_TYPES = {
     "application/merge-patch+json": "merge",
     "application/json-patch+json": "json",
@@ -52,16 +53,6 @@ _PATCH_TYPES = {
     "application/apply-patch+yaml": "apply",
     "application/apply-patch+json": "apply",
 }
-
-
-def parse_bool(value: str | None, name: str) -> bool:
-    if value is None or value == "":
-        return False
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
-    raise errors.bad_request(f'invalid boolean value {value!r} for query parameter "{name}"')
 
 
 _CONTROL = re.compile("[\x00-\x1f\x7f]")
@@ -140,8 +131,8 @@ class ApiServer:
         self.store.start(asyncio.get_running_loop())
         await self.api.bootstrap()
         await self.authz.bootstrap()
-        self.api.rbac_guard = self.authz.guard_rbac_write
-        self.api.admission = Admission(Webhooks(self.store), ValidatingPolicies(self.store, self.registry))
+        self.api.chain.rbac_guard = self.authz.guard_rbac_write
+        self.api.chain.admission = Admission(Webhooks(self.store), ValidatingPolicies(self.store, self.registry))
 
     async def stop_watches(self) -> None:
         """Wake every watch so it ends its stream before the HTTP server shuts down."""
@@ -434,7 +425,6 @@ class ApiServer:
     async def _scale(self, request: web.Request, rt: ResourceType, ns: str | None, name: str,
                      query: dict[str, str]) -> web.Response:
         """``<resource>/<name>/scale`` of a custom resource (``services/devcluster/scale.py``)."""
-        from .scale import ScaleEndpoint
         endpoint = ScaleEndpoint(self.api)
         method = request.method
         if rt.namespaced and ns is None:
@@ -495,7 +485,6 @@ class ApiServer:
                                   f"pod {name} is already assigned to node \"{current}\"")
         pod["spec"]["nodeName"] = node
         conditions = [c for c in (pod.get("status") or {}).get("conditions") or [] if c.get("type") != "PodScheduled"]
-        from .resources import now_rfc3339
         conditions.append({"type": "PodScheduled", "status": "True", "lastProbeTime": None,
                            "lastTransitionTime": now_rfc3339()})
         opts.manager = opts.manager or "default-scheduler"
@@ -548,7 +537,6 @@ async def serve(data_dir: Path, host: str = "127.0.0.1", port: int = 6443, tls: 
                 on_ready: ReadyCallback | None = None, stop: asyncio.Event | None = None,
                 authorization_mode: str = "RBAC") -> None:
     """Run the API server until ``stop`` is set (or the task is cancelled)."""
-    from .tls import ensure_credentials
     credentials = ensure_credentials(data_dir)
     server = ApiServer(data_dir, credentials, history_size=history_size, authorization_mode=authorization_mode)
     await server.start()

@@ -8,6 +8,7 @@ Watches read a bounded in-memory change history; older resourceVersions answer 4
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import heapq
 import json
 import logging
@@ -107,7 +108,6 @@ class Store:
 
     def _lock_data_dir(self) -> Any:
         """One server per data dir: a second one would fork the state (an exclusive flock)."""
-        import fcntl
         self.data_dir.mkdir(parents=True, exist_ok=True)
         db_exists = (self.data_dir / DB_NAME).exists()
         foreign = [p.name for p in self.data_dir.iterdir() if p.name not in KNOWN_ENTRIES]

@@ -1,10 +1,14 @@
 """The devcluster's self-signed CA, serving certificate and bearer token (kept in the data dir)."""
 from __future__ import annotations
 
+import base64
 import datetime
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
+
+from trainyard.security import pki
+from trainyard.security.pki import write_private
 
 
 @dataclass(frozen=True)
@@ -16,7 +20,6 @@ class Credentials:
 
 
 def _write_private(path: Path, data: bytes) -> None:
-    from trainyard.security.pki import write_private
 
     write_private(path, data)
 
@@ -37,8 +40,6 @@ SERVING_HOSTS = ["localhost", "kubernetes", "kubernetes.default", "kubernetes.de
 
 def _generate(ca_cert: Path, server_cert: Path, server_key: Path) -> None:
     """The CA and serving certificate, from the one CA helper (trainyard.security.pki)."""
-    from trainyard.security import pki
-
     validity = datetime.timedelta(days=3650)
     ca_pem, ca_key_pem = pki.new_ca("trainyard-devcluster-ca", validity=validity)
     cert_pem, key_pem = pki.new_serving_cert(ca_pem, ca_key_pem, SERVING_HOSTS, validity=validity,
@@ -49,7 +50,6 @@ def _generate(ca_cert: Path, server_cert: Path, server_key: Path) -> None:
 
 
 def kubeconfig_text(url: str, credentials: Credentials, namespace: str = "default") -> str:
-    import base64
     ca_data = base64.b64encode(credentials.ca_cert.read_bytes()).decode()
     return (
         "apiVersion: v1\n"

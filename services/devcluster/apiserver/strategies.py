@@ -1,0 +1,275 @@
+"""Per-kind strategies: what kube-apiserver's registry of each kind decides for the generic store.
+
+The generic store (``resources.Api``) asks the kind's ``Strategy`` instead of switching on the
+kind: the status a create starts with (PrepareForCreate), the defaults it gets, what decoding
+does to its body, its validation on create and update, the default deletion propagation, and
+what happens after a commit or a removal. ``Strategies.of(rt)`` answers the strategy registered
+for the kind's storage key, else the plain one.
+"""
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+from trainyard.apimachinery.admission_policy import set_defaults as set_policy_defaults
+
+from .. import errors
+from ..clock import now_rfc3339
+from ..errors import field_cause
+from ..registry import Registry, ResourceType
+from ..storage import Store
+
+CRDS = ("apiextensions.k8s.io", "customresourcedefinitions")
+Causes = list[dict[str, str]]
+
+
+class Strategy:
+    """The plain kind: no status of its own on create, no defaults, Background deletion."""
+
+    default_propagation = "Background"
+
+    def initial_status(self) -> dict[str, Any] | None:
+        """The status a create starts with (a kind with a status subresource); None: none."""
+        return None
+
+    def defaults_on_create(self, obj: dict[str, Any]) -> None:
+        """Defaults the kind's registry sets on a create (after admission's mutation)."""
+
+    def decode(self, obj: dict[str, Any]) -> None:
+        """What decoding a body of the kind does beyond pruning (conversion of the body)."""
+
+    def prepare_for_update(self, obj: dict[str, Any], old: dict[str, Any]) -> None:
+        """Fields the server owns on an update."""
+
+    def validate(self, rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> Causes:
+        """The kind's own checks (beyond its definition's types); empty when valid."""
+        return []
+
+    def grace_period(self, obj: dict[str, Any], options: dict[str, Any]) -> int | None:
+        """A graceful deletion's period in seconds (``CheckGracefulDelete``); None: the kind is
+        deleted at once."""
+        return None
+
+    def after_commit(self, obj: dict[str, Any]) -> None:
+        """What the server does once the object is stored."""
+
+    def after_removal(self, obj: dict[str, Any]) -> None:
+        """What the server does once the object is gone."""
+
+
+class PodStrategy(Strategy):
+    def initial_status(self) -> dict[str, Any] | None:
+        return {"phase": "Pending", "qosClass": "BestEffort"}
+
+    def defaults_on_create(self, obj: dict[str, Any]) -> None:
+        spec = obj.setdefault("spec", {})
+        spec.setdefault("restartPolicy", "Always")
+        spec.setdefault("schedulerName", "default-scheduler")
+        spec.setdefault("terminationGracePeriodSeconds", 30)
+        spec.setdefault("dnsPolicy", "ClusterFirst")
+
+    def grace_period(self, obj: dict[str, Any], options: dict[str, Any]) -> int | None:
+        """kube-apiserver's pod ``CheckGracefulDelete``: the request's ``gracePeriodSeconds``,
+        else the pod's ``terminationGracePeriodSeconds``; 0 for a pod no node runs (unbound) or
+        one that has finished, at least 1 when negative."""
+        requested = options.get("gracePeriodSeconds")
+        if requested is None:
+            requested = (obj.get("spec") or {}).get("terminationGracePeriodSeconds") or 0
+        try:
+            period = int(requested)
+        except (TypeError, ValueError):
+            raise errors.bad_request(
+                f"DeleteOptions.gracePeriodSeconds: must be an integer, got {json.dumps(requested)[:100]}") from None
+        if not (obj.get("spec") or {}).get("nodeName"):
+            return 0
+        if (obj.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            return 0
+        return 1 if period < 0 else period
+
+
+class NamespaceStrategy(Strategy):
+    def initial_status(self) -> dict[str, Any] | None:
+        return {"phase": "Active"}
+
+    def defaults_on_create(self, obj: dict[str, Any]) -> None:
+        meta = obj["metadata"]
+        meta.setdefault("labels", {})["kubernetes.io/metadata.name"] = meta["name"]
+        obj.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
+
+
+class ServiceStrategy(Strategy):
+    """A ClusterIP Service gets the next address of 10.96.0.0/12 (kube-apiserver's allocator,
+    in order; addresses are not reused within one server run)."""
+
+    def __init__(self) -> None:
+        self._allocated = 10
+
+    def initial_status(self) -> dict[str, Any] | None:
+        return {"loadBalancer": {}}
+
+    def defaults_on_create(self, obj: dict[str, Any]) -> None:
+        spec = obj.setdefault("spec", {})
+        if spec.get("type", "ClusterIP") == "ClusterIP" and not spec.get("clusterIP"):
+            self._allocated += 1
+            ip = f"10.96.{self._allocated // 250}.{self._allocated % 250 + 1}"
+            spec["clusterIP"] = ip
+            spec["clusterIPs"] = [ip]
+        spec.setdefault("type", "ClusterIP")
+        spec.setdefault("sessionAffinity", "None")
+
+
+class JobStrategy(Strategy):
+    # batch/v1 Jobs default to orphaning their pods (kube-apiserver's job registry)
+    default_propagation = "Orphan"
+
+    def initial_status(self) -> dict[str, Any] | None:
+        return {}
+
+
+class SecretStrategy(Strategy):
+    def decode(self, obj: dict[str, Any]) -> None:
+        """``stringData`` is merged into ``data`` (base64) by the conversion of a body."""
+        if "stringData" not in obj:
+            return
+        string_data = obj.pop("stringData") or {}
+        data = obj.setdefault("data", {}) or {}
+        for k, v in string_data.items():
+            data[k] = base64.b64encode(str(v).encode()).decode()
+        obj["data"] = data
+
+
+class PolicyStrategy(Strategy):
+    """ValidatingAdmissionPolicy and its binding: kube-apiserver's v1 defaults."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+
+    def decode(self, obj: dict[str, Any]) -> None:
+        set_policy_defaults(self.kind, obj)
+
+
+class RoleBindingStrategy(Strategy):
+    def validate(self, rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> Causes:
+        """kube-apiserver's ValidateRoleBindingUpdate: a binding's roleRef cannot change."""
+        if old is None or obj.get("roleRef") == old.get("roleRef"):
+            return []
+        ref = obj.get("roleRef") if isinstance(obj.get("roleRef"), dict) else {}
+        shown = ", ".join(f'{k}:{json.dumps(str(ref.get(j, "")))}' for k, j in
+                          (("APIGroup", "apiGroup"), ("Kind", "kind"), ("Name", "name")))
+        return [field_cause("roleRef", "FieldValueInvalid", f"Invalid value: rbac.RoleRef{{{shown}}}: cannot change roleRef")]
+
+
+class CrdStrategy(Strategy):
+    """CustomResourceDefinitions: checked, given their status, installed into the registry
+    once stored, and their objects removed with them."""
+
+    def __init__(self, registry: Registry, store: Store) -> None:
+        self.registry = registry
+        self.store = store
+
+    def prepare_for_update(self, obj: dict[str, Any], old: dict[str, Any]) -> None:
+        crd_status(obj)
+
+    def validate(self, rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> Causes:
+        spec = obj.get("spec")
+        name = obj["metadata"]["name"]
+        if not isinstance(spec, dict):
+            return [field_cause("spec", "FieldValueRequired", "Required value")]
+        causes = []
+        names = spec.get("names") or {}
+        group = spec.get("group") or ""
+        if not group:
+            causes.append(field_cause("spec.group", "FieldValueRequired", "Required value"))
+        if not names.get("plural"):
+            causes.append(field_cause("spec.names.plural", "FieldValueRequired", "Required value"))
+        if not names.get("kind"):
+            causes.append(field_cause("spec.names.kind", "FieldValueRequired", "Required value"))
+        if names.get("plural") and group and name != f"{names['plural']}.{group}":
+            causes.append(field_cause("metadata.name", "FieldValueInvalid",
+                                      f'Invalid value: "{name}": must be spec.names.plural+"."+spec.group'))
+        versions = spec.get("versions") or []
+        if not versions or sum(1 for v in versions if v.get("storage")) != 1:
+            causes.append(field_cause("spec.versions", "FieldValueInvalid",
+                                      "Invalid value: must have exactly one version marked as storage version"))
+        if spec.get("scope") not in ("Namespaced", "Cluster"):
+            causes.append(field_cause("spec.scope", "FieldValueNotSupported",
+                                      f'Unsupported value: {json.dumps(spec.get("scope"))}: supported values: '
+                                      '"Cluster", "Namespaced"'))
+        if not causes:
+            crd_status(obj)
+        return causes
+
+    def after_commit(self, obj: dict[str, Any]) -> None:
+        self.registry.install_crd(obj)
+
+    def after_removal(self, obj: dict[str, Any]) -> None:
+        types = self.registry.remove_crd(obj["metadata"]["name"])
+        if not types:
+            return
+        rt = types[0]
+        for (ns, name), stored in self.store.list(rt.storage_key):
+            self.store.delete(rt.storage_key, ns, name, stored.load())
+
+
+def crd_status(obj: dict[str, Any]) -> None:
+    """A CRD's status as the apiextensions controllers leave it: names accepted, established,
+    the storage version recorded in ``storedVersions``."""
+    spec = obj.get("spec") or {}
+    stamp = now_rfc3339()
+    old_conditions = {c.get("type"): c for c in (obj.get("status") or {}).get("conditions") or []}
+
+    def condition(kind: str, reason: str, message: str) -> dict[str, Any]:
+        previous = old_conditions.get(kind)
+        return {"type": kind, "status": "True",
+                "lastTransitionTime": previous.get("lastTransitionTime", stamp) if previous else stamp,
+                "reason": reason, "message": message}
+    storage = [v["name"] for v in spec.get("versions") or [] if v.get("storage")]
+    stored_versions = list((obj.get("status") or {}).get("storedVersions") or [])
+    for v in storage:
+        if v not in stored_versions:
+            stored_versions.append(v)
+    obj["status"] = {
+        "conditions": [condition("NamesAccepted", "NoConflicts", "no conflicts found"),
+                       condition("Established", "InitialNamesAccepted", "the initial names have been accepted")],
+        "acceptedNames": spec.get("names") or {},
+        "storedVersions": stored_versions,
+    }
+
+
+class Strategies:
+    """The registry of strategies, by storage key (group, resource)."""
+
+    def __init__(self, registry: Registry, store: Store) -> None:
+        self.plain = Strategy()
+        binding = RoleBindingStrategy()
+        self._by_key: dict[tuple[str, str], Strategy] = {
+            ("", "pods"): PodStrategy(),
+            ("", "namespaces"): NamespaceStrategy(),
+            ("", "services"): ServiceStrategy(),
+            ("", "secrets"): SecretStrategy(),
+            ("batch", "jobs"): JobStrategy(),
+            CRDS: CrdStrategy(registry, store),
+            ("rbac.authorization.k8s.io", "rolebindings"): binding,
+            ("rbac.authorization.k8s.io", "clusterrolebindings"): binding,
+            ("admissionregistration.k8s.io", "validatingadmissionpolicies"): PolicyStrategy("ValidatingAdmissionPolicy"),
+            ("admissionregistration.k8s.io", "validatingadmissionpolicybindings"):
+                PolicyStrategy("ValidatingAdmissionPolicyBinding"),
+        }
+
+    def of(self, rt: ResourceType) -> Strategy:
+        return self._by_key.get(rt.storage_key, self.plain)
+
+
+def initial_status(strategies: Strategies, rt: ResourceType, obj: dict[str, Any]) -> None:
+    """PrepareForCreate's status: what the kind starts with, never what the body says."""
+    if not rt.has_status:
+        return
+    obj.pop("status", None)
+    status = strategies.of(rt).initial_status()
+    if status is not None:
+        obj["status"] = status
+
+
+def invalid(rt: ResourceType, name: str, causes: Causes) -> errors.ApiError:
+    return errors.invalid(rt.qualified_kind, name, rt.group, rt.kind, causes)
