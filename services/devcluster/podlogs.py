@@ -1,7 +1,9 @@
 """``pods/{name}/log``: serve container logs the data plane writes.
 
 Layout (shared with the data plane): ``<data-dir>/pods/<namespace>/<pod>/<container>.log`` holds
-the current run's stdout+stderr; ``<container>.previous.log`` the run before a restart.
+the current run's stdout+stderr; ``<container>.previous.log`` the run before a restart (what
+``previous=true`` serves); ``<container>.<N>.log`` run N (0 is the first) of a restarted
+container, kept on disk for reading after several restarts.
 ``follow`` streams new bytes until the container terminates (or the pod is gone).
 """
 from __future__ import annotations

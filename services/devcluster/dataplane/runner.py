@@ -56,6 +56,11 @@ def log_paths(data_dir: Path, namespace: str, pod: str, container: str) -> tuple
     return directory / f"{container}.log", directory / f"{container}.previous.log"
 
 
+def attempt_log_path(data_dir: Path, namespace: str, pod: str, container: str, attempt: int) -> Path:
+    """The log of one run of a container, 0 for the first (container names have no dots)."""
+    return data_dir / "pods" / namespace / pod / f"{container}.{attempt}.log"
+
+
 @dataclass
 class RunnerConfig:
     data_dir: Path
@@ -374,7 +379,13 @@ class PodRunner:
         current, previous = log_paths(self.config.data_dir, self.namespace, self.name, record.name)
         current.parent.mkdir(parents=True, exist_ok=True)
         if record.restart_count > 0 and current.exists():
+            # `kubectl logs --previous` shows the run before this one, as on a kubelet; every
+            # earlier run also stays beside it as <container>.<attempt>.log (a hard link, no
+            # copy), so the run that set off a series of restarts can still be read.
             os.replace(current, previous)
+            with contextlib.suppress(FileExistsError):
+                os.link(previous, attempt_log_path(self.config.data_dir, self.namespace, self.name,
+                                                   record.name, record.restart_count - 1))
         working_dir = spec.get("workingDir") or ""
         try:
             command = self._wrap(spec, record, argv, mounts, working_dir)

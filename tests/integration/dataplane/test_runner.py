@@ -148,6 +148,24 @@ async def test_on_failure_restarts_in_place_with_previous_log(runner_harness):
     assert runner_harness.log(pod, "c", previous=True) == "first\n"
 
 
+async def test_every_earlier_run_of_a_restarted_container_keeps_its_log(runner_harness):
+    """--previous is the run just before (as on a kubelet); the first run, which set off the
+    restarts, is still on disk after several more (its log was overwritten before)."""
+    pod = make_pod("flaky3", [{"name": "c", "command": ["sh", "-c",
+        "n=$(cat /state/n 2>/dev/null || echo 0); echo $((n+1)) > /state/n; echo run $n; [ $n -ge 3 ]"],
+        "volumeMounts": [{"name": "state", "mountPath": "/state"}]}],
+        restart_policy="OnFailure", volumes=[{"name": "state", "emptyDir": {}}])
+    runner = runner_harness.start(pod)  # back-offs of 0, 0.2 and 0.4 s at the harness's time scale
+    status = await runner_harness.finished(runner)
+    assert status["phase"] == "Succeeded"
+    assert status["containerStatuses"][0]["restartCount"] == 3
+    assert runner_harness.log(pod, "c") == "run 3\n"
+    assert runner_harness.log(pod, "c", previous=True) == "run 2\n"
+    directory = runner_harness.data_dir / "pods" / pod["metadata"]["namespace"] / pod["metadata"]["name"]
+    assert [(directory / f"c.{attempt}.log").read_text() for attempt in range(3)] == ["run 0\n", "run 1\n", "run 2\n"]
+    assert not (directory / "c.3.log").exists()  # the current run is c.log
+
+
 async def test_termination_signals_process_group_and_leaves_no_orphan(runner_harness):
     graceful = runner_harness.start(make_pod("graceful", [{"name": "c", "command": [
         "sh", "-c", "setsid sleep 300 & trap 'exit 143' TERM; echo started; while true; do sleep 0.1; done"]}]))
