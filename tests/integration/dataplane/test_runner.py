@@ -173,7 +173,10 @@ async def test_termination_signals_process_group_and_leaves_no_orphan(runner_har
         PY, "-c", "import signal,time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('up', flush=True)\ntime.sleep(300)"]}]))
     for runner in (graceful, stubborn):
         await runner_harness.wait_status(runner, lambda s: s["phase"] == "Running")
-    await asyncio.sleep(0.3)
+    # Running means started, not that the trap and SIG_IGN are in place yet (a loaded machine
+    # takes a while to start Python): wait until both programs say so.
+    while "started" not in runner_harness.log(graceful.pod, "c") or "up" not in runner_harness.log(stubborn.pod, "c"):
+        await asyncio.sleep(0.05)
     escaped = [pid for pid in _pids_with_marker(graceful.uid)]
     assert len(escaped) >= 2  # the shell and the setsid'd sleep
     await asyncio.gather(graceful.terminate(5), stubborn.terminate(0.5))
