@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
             await runtime.start(stop)
             applier = Applier(runtime.bus, runtime.kube, config.cluster, lease_s=lease,
                               ack_wait_s=max(config.ack_wait_s, lease))
-            await applier.consumer().run(stop)
+            await applier.subscriber().run(stop)
         finally:
             await runtime.close()
 

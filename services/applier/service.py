@@ -15,13 +15,15 @@ from copy import deepcopy
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainyard.bus.consumer import Consumer, Delivery, PermanentError
+from trainyard.bus.consumer import Delivery, PermanentError
 from trainyard.bus.envelopes import ApplyResult, EnvelopeError, ObjectRef, PlanMessage, decode
 from trainyard.bus.claims import Claim, ClaimLost, ClaimProtocol, Wanted, remembered_hashes
 from trainyard.bus.kv import AppliedPlan, Outcome, applied_key
 from trainyard.bus.session import BusSession
-from trainyard.bus.subjects import ObjectKey, PLANS_PREFIX, encode_token, result_subject
-from trainyard.bus.topology import PLANS_STREAM, ConsumerSpec, durable_name
+from trainyard.bus.partitions import PartitionedSubscriber, Subscription
+from trainyard.bus.subjects import (ObjectKey, PLANS_PREFIX, encode_token, partition_filter, partitions_setting,
+                                    result_subject, trainjob_partition)
+from trainyard.bus.topology import PLANS_STREAM, durable_name
 from trainyard.kube import resources as r
 from trainyard.kube.client import FIELD_MANAGER, KubeClient, KubeError
 from trainyard.kube.resources import resource_for
@@ -44,6 +46,7 @@ class Applier:
     lease_s: float = 30.0
     ack_wait_s: float = 60.0
     holder: str = field(default_factory=lambda: f"applier-{uuid.uuid4().hex[:8]}")
+    partitions: int = field(default_factory=partitions_setting)
 
     def __post_init__(self) -> None:
         self.claims = ClaimProtocol(self.bus.applied, self.holder, self.lease_s)
@@ -54,14 +57,17 @@ class Applier:
         renewal and gives up after another third."""
         return self.lease_s / 3
 
-    def consumer_spec(self) -> ConsumerSpec:
-        return ConsumerSpec(PLANS_STREAM, durable_name(ROLE, self.cluster),
-                            [f"{PLANS_PREFIX}.{encode_token(self.cluster)}.>"],
-                            ack_wait_s=self.ack_wait_s, max_deliver=8, replaces=(ROLE,))
+    def subscriptions(self) -> list[Subscription]:
+        cluster = self.cluster
+        legacy = (f"{PLANS_PREFIX}.{encode_token(cluster)}.>",)
+        # A newer plan queued behind an older one of the same TrainJob makes it redundant.
+        return [Subscription(PLANS_STREAM, ROLE, lambda p: [partition_filter(PLANS_PREFIX, cluster, p)],
+                             self.handle, ack_wait_s=self.ack_wait_s, max_deliver=8, coalesce=True,
+                             retires=((durable_name(ROLE, cluster), legacy), (ROLE, legacy)))]
 
-    def consumer(self) -> Consumer:
-        return Consumer(self.bus.js, self.consumer_spec(), self.handle, service="applier",
-                        publisher=self.bus.publisher)
+    def subscriber(self) -> PartitionedSubscriber:
+        return PartitionedSubscriber(self.bus, ROLE, self.cluster, self.subscriptions(), service="applier",
+                                     partitions=self.partitions, on_release=self.claims.forget_partition)
 
     async def handle(self, delivery: Delivery) -> None:
         try:
@@ -80,16 +86,17 @@ class Applier:
         if not managed_by_trainer(trainjob):
             return await self._report(plan, "skipped-stale", message="managed by another controller")
         key = applied_key(self.cluster, plan.namespace, plan.name)
-        claim = await self.claims.claim(key, _wanted(plan))
+        partition = trainjob_partition(plan.namespace, plan.name, self.partitions)
+        claim = await self.claims.claim(key, _wanted(plan), partition)
         if isinstance(claim, str):
             return await self._report(plan, claim)
         try:
-            applied, deleted = await self._apply_objects(plan, claim, key)
+            applied, deleted = await self._apply_objects(plan, claim, key, partition)
         except ClaimLost:
             log.warning("claim on %s/%s taken over during apply; stopped", plan.namespace, plan.name)
             return await self._report(plan, "skipped-stale", message="claim taken over by another applier")
         except KubeError as err:
-            await self.claims.release(key, claim)
+            await self.claims.release(key, claim, partition)
             if err.transient:
                 raise
             message = creation_failed_message(str(err.message or err))
@@ -98,33 +105,33 @@ class Applier:
             await self._report(plan, "failed", reason=REASON_CREATION_FAILED, message=message)
             raise PermanentError(f"apply of {plan.namespace}/{plan.name} failed: {err}") from None
         except BaseException:
-            await self.claims.release(key, claim)
+            await self.claims.release(key, claim, partition)
             raise
         done = AppliedPlan(
             uid=plan.uid, generation=plan.generation, planHash=plan.plan_hash, state="applied",
             owned=list(plan.owned), hashes=remembered_hashes(claim.previous, _wanted(plan)),
             traceparent=current_traceparent(), inputs=plan.inputs,
         )
-        if not await self.claims.finish(key, claim, done):
+        if not await self.claims.finish(key, claim, done, partition):
             log.warning("claim on %s/%s expired during apply", plan.namespace, plan.name)
             return await self._report(plan, "skipped-stale", applied=applied, deleted=deleted,
                                       message="claim expired during apply")
         await self.bus.outcomes.clear(key, "apply")
         return await self._report(plan, "applied", applied=applied, deleted=deleted)
 
-    async def _apply_objects(self, plan: PlanMessage, claim: Claim, key: str
+    async def _apply_objects(self, plan: PlanMessage, claim: Claim, key: str, partition: int
                              ) -> tuple[list[ObjectRef], list[ObjectRef]]:
         previous = claim.previous
         applied: list[ObjectRef] = []
         for obj in plan.objects:
-            await self.claims.renew(key, claim)
+            await self.claims.renew(key, claim, partition)
             obj = with_owner(obj, plan)
             if await self._apply_one(obj):
                 applied.append(ObjectRef.of(obj))
         wanted = {_ref_key(ref) for ref in plan.owned}
         deleted: list[ObjectRef] = []
         for ref in (previous.owned if previous else []):
-            await self.claims.renew(key, claim)
+            await self.claims.renew(key, claim, partition)
             if _ref_key(ref) not in wanted and await self._delete_owned(ref, plan.uid):
                 deleted.append(ref)
         return applied, deleted
@@ -209,7 +216,8 @@ class Applier:
             applier=self.holder,
         )
         # One result per handling (not deduplicated): the stream is the record of what was applied.
-        await self.bus.publisher.publish(result_subject(plan.cluster, plan.namespace, plan.name), result,
+        await self.bus.publisher.publish(result_subject(plan.cluster, plan.namespace, plan.name,
+                                                        trainjob_partition(plan.namespace, plan.name, self.partitions)), result,
                                          f"{result.msg_id()}:{self.holder}:{uuid.uuid4().hex[:8]}")
         log.info("plan handled", extra={"trainjob": f"{plan.namespace}/{plan.name}", "outcome": outcome,
                                         "generation": plan.generation})

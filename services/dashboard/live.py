@@ -26,7 +26,7 @@ from trainyard.bus.envelopes import ApplyResult, EnvelopeError, ObjectEvent, Pro
 from trainyard.bus.progress import read_history
 from trainyard.bus.session import BusSession
 from trainyard.bus.subjects import (
-    EVENTS_PREFIX, PLANS_PREFIX, PROGRESS_PREFIX, RESULTS_PREFIX, ObjectKey, decode_token, encode_token,
+    EVENTS_PREFIX, PLANS_PREFIX, PROGRESS_PREFIX, RESULTS_PREFIX, ObjectKey, encode_token, key_from_subject,
 )
 from trainyard.bus.topology import EVENTS_STREAM, PLANS_STREAM, RESULTS_STREAM, durable_name
 from trainyard.clock import parse_epoch
@@ -162,7 +162,7 @@ class Live:
         for cluster in self.clusters:
             token = encode_token(cluster)
             for kind in ("TrainJob", "JobSet", "ClusterTrainingRuntime", "TrainingRuntime"):
-                self._subscriptions.append(await nc.subscribe(f"{EVENTS_PREFIX}.{token}.{kind}.*.*",
+                self._subscriptions.append(await nc.subscribe(f"{EVENTS_PREFIX}.{token}.*.{kind}.*.*",
                                                               cb=self._on_event))
             self._subscriptions.append(await nc.subscribe(f"{PLANS_PREFIX}.{token}.>", cb=self._on_plan))
             self._subscriptions.append(await nc.subscribe(f"{RESULTS_PREFIX}.{token}.>", cb=self._on_result))
@@ -254,10 +254,11 @@ class Live:
                 self._update(event.cluster, trainjob, observed_at=None)
 
     def _mark(self, subject: str, stage: str, uid: str | None = None) -> None:
-        tokens = subject.split(".")
-        if len(tokens) < 6:
+        try:
+            found = key_from_subject(subject)
+        except ValueError:
             return
-        key = f"{decode_token(tokens[2])}/{decode_token(tokens[4])}/{decode_token(tokens[5])}"
+        key = f"{found.cluster}/{found.namespace}/{found.name}"
         row = self.rows.get(key)
         if row is None or (uid and row["uid"] != uid):
             return
@@ -408,14 +409,34 @@ class Live:
         return list(await asyncio.gather(*(probe(name) for name in sorted(names))))
 
     async def _consumers(self) -> list[dict[str, Any]]:
+        """Each role's backlog per cluster: its partitions' consumers added up (one listing
+        request per stream, not one per partition)."""
+        listed: dict[str, list[Any]] = {}
+        for stream in dict.fromkeys(stream for _, stream in CONSUMERS):
+            try:
+                listed[stream] = await self.bus.js.consumers_info(stream)
+            except Exception:  # stream not created yet
+                listed[stream] = []
         out = []
         for cluster in self.clusters:
             for role, stream in CONSUMERS:
                 name = durable_name(role, cluster)
-                try:
-                    info = await self.bus.js.consumer_info(stream, name, timeout=1.0)
-                except Exception:  # not created yet
+                mine = [info for info in listed[stream] if _durable_of_role(info.name, role, cluster)]
+                if not mine:
                     continue
-                out.append({"cluster": cluster, "consumer": name, "pending": info.num_pending or 0,
-                            "ack_pending": info.num_ack_pending or 0, "redelivered": info.num_redelivered or 0})
+                out.append({"cluster": cluster, "consumer": name,
+                            "pending": sum(info.num_pending or 0 for info in mine),
+                            "ack_pending": sum(info.num_ack_pending or 0 for info in mine),
+                            "redelivered": sum(info.num_redelivered or 0 for info in mine)})
         return out
+
+
+def _durable_of_role(durable: str, role: str, cluster: str) -> bool:
+    """``<role>_<cluster>`` or one of its partitions' ``<role>-p<N>_<cluster>``."""
+    head, _, tail = durable.partition("_")
+    if tail != encode_token(cluster):
+        return False
+    if head == role:
+        return True
+    base, _, number = head.rpartition("-p")
+    return base == role and number.isdigit()

@@ -92,7 +92,7 @@ class Dispatcher:
         # Every cluster's TrainJob events: the manager's own, and the worker copies' (their
         # status changes are what the manager mirrors).
         return ConsumerSpec(EVENTS_STREAM, durable_name(ROLE, self.cluster),
-                            [f"{EVENTS_PREFIX}.*.{encode_token('TrainJob')}.*.*"],
+                            [f"{EVENTS_PREFIX}.*.*.{encode_token('TrainJob')}.*.*"],
                             ack_wait_s=self.ack_wait_s, max_deliver=5, deliver_new_only=True)
 
     def consumer(self) -> Consumer:

@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
                 log.info("webhook server listening", extra={"webhook_port": bound})
                 await _retry_until(stop, manager.ensure, log)
                 tasks.append(asyncio.create_task(manager.run(stop)))
-            await planner.consumer().run(stop)
+            await planner.subscriber().run(stop)
         finally:
             if webhook is not None:
                 if stop.is_set() and drain_s:

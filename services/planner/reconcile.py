@@ -13,7 +13,7 @@ from typing import Any
 from trainyard.bus.envelopes import ApplyResult, ObjectEvent, ObjectRef, PlanMessage
 from trainyard.bus.kv import Outcome
 from trainyard.bus.session import BusSession
-from trainyard.bus.subjects import ObjectKey, bus_kind, plan_subject, result_subject
+from trainyard.bus.subjects import ObjectKey, bus_kind, plan_subject, result_subject, trainjob_partition
 from trainyard.compat import DEFAULT_COMPAT, TrainerCompat
 from trainyard.pipeline.errors import PlanningError
 from trainyard.pipeline.lifecycle import deadline_exceeded, is_finished
@@ -192,6 +192,23 @@ class RecentlyPublished:
 
 
 _RECENTLY_PUBLISHED = RecentlyPublished()
+
+# Per partition: the TrainJobs known to have no planning failure recorded in ``ty_outcomes``
+# (only this TrainJob's home replica writes one), so a successful pass does not read the
+# bucket to clear nothing. Forgotten when the partition goes to another replica.
+_NO_PLAN_FAILURE: dict[int, set[str]] = {}
+
+
+def forget_partition(partition: int) -> None:
+    _NO_PLAN_FAILURE.pop(partition, None)
+
+
+async def _clear_plan_failure(bus: BusSession, namespace: str, name: str, key: str) -> None:
+    known = _NO_PLAN_FAILURE.setdefault(trainjob_partition(namespace, name), set())
+    if key in known:
+        return
+    await bus.outcomes.clear(key, "plan")
+    known.add(key)
 
 
 def _same_refs(a: list[ObjectRef], b: list[ObjectRef]) -> bool:
@@ -377,6 +394,7 @@ async def reconcile_trainjob(bus: BusSession, cluster: str, namespace: str, name
     outcome_key = applied_store_key(cluster, namespace, name)
     if decision.failure is not None:
         failure = decision.failure
+        _NO_PLAN_FAILURE.get(trainjob_partition(namespace, name), set()).discard(outcome_key)
         await bus.outcomes.set(outcome_key, Outcome(
             uid=failure.uid, generation=failure.generation, stage="plan",
             reason=failure.reason, message=failure.message))
@@ -385,7 +403,7 @@ async def reconcile_trainjob(bus: BusSession, cluster: str, namespace: str, name
         metrics.PLANS.labels("failed").inc()
         log.info("planning failed", extra={"trainjob": f"{namespace}/{name}", "error": failure.message})
         return "failed"
-    await bus.outcomes.clear(outcome_key, "plan")
+    await _clear_plan_failure(bus, namespace, name, outcome_key)
     if decision.message is None:
         metrics.PLANS.labels(decision.skipped.replace(" ", "_")).inc()
         return decision.skipped

@@ -4,14 +4,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from trainyard.bus.consumer import Consumer, Delivery, PermanentError
+from trainyard.bus.consumer import Delivery, PermanentError
 from trainyard.bus.envelopes import EnvelopeError, ObjectEvent, decode
 from trainyard.bus.session import BusSession
-from trainyard.bus.subjects import ObjectKey, event_filter
-from trainyard.bus.topology import EVENTS_STREAM, ConsumerSpec, durable_name
+from trainyard.bus.partitions import PartitionedSubscriber, Subscription
+from trainyard.bus.subjects import (EVENTS_PREFIX, ObjectKey, encode_token, event_filter, partition_of_subject,
+                                    partitions_setting, trainjob_partition)
+from trainyard.bus.topology import EVENTS_STREAM, durable_name
 from trainyard.compat import DEFAULT_COMPAT, TrainerCompat
 from trainyard.errortext import describe
 from trainyard.kube import resources as r
@@ -25,6 +27,7 @@ from trainyard_services.planner.reconcile import reconcile_trainjob
 log = logging.getLogger(__name__)
 
 ROLE = "planner"
+RUNTIME_LIST_KEPT_S = 30.0  # a runtime event's TrainJob list, shared by the partitions of a process
 
 
 def trainjob_lane(subject: str) -> str:
@@ -44,6 +47,8 @@ class Planner:
     ack_wait_s: float = 30.0
     plugins: tuple[Plugin, ...] = REGISTRY  # + TrainJobStatus when its feature gate is on
     compat: TrainerCompat = DEFAULT_COMPAT  # --trainer-compat
+    partitions: int = field(default_factory=partitions_setting)
+    _runtime_lists: dict[tuple[str, int], asyncio.Future] = field(default_factory=dict)
 
     async def handle(self, delivery: Delivery) -> None:
         try:
@@ -59,18 +64,48 @@ class Planner:
             return
         if event.kind == "TrainJob" and not managed_by_trainer(event.object):
             return  # e.g. a manager's TrainJob that the dispatcher runs on a worker (managedBy is immutable)
-        for namespace, name in await affected_trainjobs(self.bus, event):
+        partition = partition_of_subject(delivery.subject)
+        if partition is None:
+            # A runtime's event reaches every partition: each plans its own TrainJobs (the
+            # TrainJobs referencing it are listed once per process, not once per partition).
+            affected = await self._runtime_affected(event, delivery)
+            affected = [(ns, name) for ns, name in affected
+                        if trainjob_partition(ns, name, self.partitions) in self._owned_partitions(delivery)]
+        else:
+            affected = await affected_trainjobs(self.bus, event)
+        for namespace, name in affected:
             outcome = await reconcile_trainjob(self.bus, self.cluster, namespace, name, event, self.plugins,
                                                self.compat)
             log.debug("planned", extra={"trainjob": f"{namespace}/{name}", "outcome": outcome})
 
-    def consumer_spec(self) -> ConsumerSpec:
-        return ConsumerSpec(EVENTS_STREAM, durable_name(ROLE, self.cluster), [event_filter(self.cluster)],
-                            ack_wait_s=self.ack_wait_s, max_deliver=5, replaces=(ROLE,))
+    def _owned_partitions(self, delivery: Delivery) -> set[int]:
+        """The partition whose consumer delivered this runtime event (its durable's name)."""
+        return {int(delivery.consumer.split("_", 1)[0].rpartition("-p")[2])}
 
-    def consumer(self) -> Consumer:
-        return Consumer(self.bus.js, self.consumer_spec(), self.handle, service="planner",
-                        publisher=self.bus.publisher, key_of=trainjob_lane)
+    async def _runtime_affected(self, event: ObjectEvent, delivery: Delivery) -> list[tuple[str, str]]:
+        from trainyard_services.planner.reconcile import affected_trainjobs
+
+        key = (event.msg_id(), delivery.stream_sequence)
+        pending = self._runtime_lists.get(key)
+        if pending is None:
+            pending = self._runtime_lists[key] = asyncio.ensure_future(affected_trainjobs(self.bus, event))
+            asyncio.get_running_loop().call_later(RUNTIME_LIST_KEPT_S, self._runtime_lists.pop, key, None)
+        return list(await asyncio.shield(pending))
+
+    def subscriptions(self) -> list[Subscription]:
+        cluster = self.cluster
+        return [Subscription(
+            EVENTS_STREAM, ROLE, lambda p: [event_filter(cluster, None, p), event_filter(cluster, None, None)],
+            self.handle, ack_wait_s=self.ack_wait_s, max_deliver=5, key_of=trainjob_lane, coalesce=True,
+            retires=((durable_name(ROLE, cluster), (f"{EVENTS_PREFIX}.{encode_token(cluster)}.*.*.*",)),
+                     (ROLE, (f"{EVENTS_PREFIX}.{encode_token(cluster)}.*.*.*",))),
+        )]
+
+    def subscriber(self) -> PartitionedSubscriber:
+        from trainyard_services.planner.reconcile import forget_partition
+
+        return PartitionedSubscriber(self.bus, ROLE, self.cluster, self.subscriptions(), service="planner",
+                                     partitions=self.partitions, on_release=forget_partition)
 
 
 def webhook_trainjob(bus: BusSession, kube: KubeClient, cluster: str):

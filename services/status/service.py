@@ -13,17 +13,19 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from opentelemetry import trace
 
-from trainyard.bus.consumer import Consumer, Delivery, PermanentError
+from trainyard.bus.consumer import Delivery, PermanentError
 from trainyard.bus.envelopes import ApplyResult, EnvelopeError, ObjectEvent, decode
 from trainyard.bus.kv import applied_key
 from trainyard.bus.session import BusSession
-from trainyard.bus.subjects import RESULTS_PREFIX, ObjectKey, encode_token, event_filter
-from trainyard.bus.topology import EVENTS_STREAM, RESULTS_STREAM, ConsumerSpec, durable_name
+from trainyard.bus.partitions import PartitionedSubscriber, Subscription
+from trainyard.bus.subjects import (EVENTS_PREFIX, RESULTS_PREFIX, ObjectKey, encode_token, event_filter,
+                                    partition_filter, partitions_setting, trainjob_partition)
+from trainyard.bus.topology import EVENTS_STREAM, RESULTS_STREAM, durable_name, partition_durable
 from trainyard.compat import DEFAULT_COMPAT, TrainerCompat
 from trainyard.kube import resources as r
 from trainyard.kube.client import KubeClient, KubeError
@@ -52,6 +54,7 @@ class StatusService:
     cluster: str
     ack_wait_s: float = 30.0
     compat: TrainerCompat = DEFAULT_COMPAT  # --trainer-compat
+    partitions: int = field(default_factory=partitions_setting)
 
     def __post_init__(self) -> None:
         self.lifecycle = Lifecycle(self.kube, self.reconcile_trainjob)
@@ -89,21 +92,33 @@ class StatusService:
             if found is not None:
                 await self.reconcile_trainjob(*found)
 
-    def consumers(self) -> list[Consumer]:
-        events = ConsumerSpec(EVENTS_STREAM, durable_name("status", self.cluster), [
-            event_filter(self.cluster, "TrainJob"), event_filter(self.cluster, "JobSet"),
-            event_filter(self.cluster, "TrainingRuntime"), event_filter(self.cluster, "ClusterTrainingRuntime"),
-        ], ack_wait_s=self.ack_wait_s, max_deliver=5, replaces=("status",))
-        results = ConsumerSpec(RESULTS_STREAM, durable_name("status-results", self.cluster),
-                               [f"{RESULTS_PREFIX}.{encode_token(self.cluster)}.>"],
-                               ack_wait_s=self.ack_wait_s, max_deliver=5, replaces=("status-results",))
+    def subscriptions(self) -> list[Subscription]:
+        cluster, token = self.cluster, encode_token(self.cluster)
+
+        def events(partition: int) -> list[str]:
+            # A TrainJob's and its JobSet's events on its partition; the runtimes' (on "all")
+            # reach every partition, and the runtime's own partition keeps its finalizer.
+            return [event_filter(cluster, "TrainJob", partition), event_filter(cluster, "JobSet", partition),
+                    event_filter(cluster, "TrainingRuntime", None), event_filter(cluster, "ClusterTrainingRuntime", None)]
+
+        legacy_events = tuple(f"{EVENTS_PREFIX}.{token}.{encode_token(kind)}.*.*"
+                              for kind in ("TrainJob", "JobSet", "TrainingRuntime", "ClusterTrainingRuntime"))
+        legacy_results = (f"{RESULTS_PREFIX}.{token}.>",)
         lane = _namespace_name_lane
         return [
-            Consumer(self.bus.js, events, self.handle_event, service="status",
-                     publisher=self.bus.publisher, key_of=lane),
-            Consumer(self.bus.js, results, self.handle_result, service="status",
-                     publisher=self.bus.publisher, key_of=lane),
+            Subscription(EVENTS_STREAM, "status", events, self.handle_event, ack_wait_s=self.ack_wait_s,
+                         max_deliver=5, key_of=lane, coalesce=True,
+                         retires=((durable_name("status", cluster), legacy_events), ("status", legacy_events))),
+            # Not coalesced: each failure result records its own Warning event.
+            Subscription(RESULTS_STREAM, "status-results", lambda p: [partition_filter(RESULTS_PREFIX, cluster, p)],
+                         self.handle_result, ack_wait_s=self.ack_wait_s, max_deliver=5, key_of=lane,
+                         retires=((durable_name("status-results", cluster), legacy_results),
+                                  ("status-results", legacy_results))),
         ]
+
+    def subscriber(self) -> PartitionedSubscriber:
+        return PartitionedSubscriber(self.bus, "status", self.cluster, self.subscriptions(), service="status",
+                                     partitions=self.partitions)
 
     async def handle_event(self, delivery: Delivery) -> None:
         try:
@@ -111,7 +126,10 @@ class StatusService:
         except EnvelopeError as err:
             raise PermanentError(str(err)) from None
         if event.kind in RUNTIME_COMPONENTS:
-            await self.reconcile_runtime(event.kind, event.namespace, event.name, live=True)
+            # Every partition reads it; the runtime's own partition keeps its finalizer.
+            if delivery.consumer == partition_durable("status", self.cluster,
+                                                      trainjob_partition(event.namespace, event.name, self.partitions)):
+                await self.reconcile_runtime(event.kind, event.namespace, event.name, live=True)
             return
         if event.kind == "TrainJob":
             if self._echo_of_own_write(event):
@@ -331,7 +349,7 @@ async def run_status(service: StatusService, stop: asyncio.Event) -> None:
                 *await service.bus.snapshots.list(service.cluster, "TrainingRuntime")]
 
     try:
-        await asyncio.gather(*(consumer.run(stop) for consumer in service.consumers()),
+        await asyncio.gather(service.subscriber().run(stop),
                              trainjob_metrics.keep_state_gauge(trainjobs, stop, list_runtimes=runtimes))
     finally:
         service.lifecycle.close()

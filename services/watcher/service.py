@@ -20,7 +20,7 @@ from trainyard.bus.kv import SKIP, resource_version_newer
 from trainyard.bus.publisher import Outgoing, last_published_ids
 from trainyard.bus.redact import redact
 from trainyard.bus.session import BusSession
-from trainyard.bus.subjects import bus_kind, event_filter, event_subject
+from trainyard.bus.subjects import bus_kind, event_filter, partitions_setting
 from trainyard.bus.topology import EVENTS_STREAM
 from trainyard.errortext import describe
 from trainyard.kube import resources as r
@@ -73,6 +73,7 @@ class EventSink:
         self._bus = bus
         self._cluster = cluster
         self._queue: asyncio.Queue[tuple[ObjectEvent, Any]] = asyncio.Queue(maxsize=queue_size)
+        self._partitions = partitions_setting()
 
     async def put(self, event_type: EventType, obj: dict[str, Any]) -> None:
         # A Secret goes on the bus as a reference (keys and digest), never with its data.
@@ -120,7 +121,7 @@ class EventSink:
 
         await asyncio.gather(*(record(events) for events in by_key.values()))
         await self._bus.publisher.publish_many(
-            Outgoing(event_subject(e.key), e, e.msg_id(), context) for e, context in batch
+            Outgoing(e.subject(self._partitions), e, e.msg_id(), context) for e, context in batch
         )
 
 
@@ -180,7 +181,7 @@ class ResourceFeed:
             meta = obj.get("metadata") or {}
             listed.add((meta.get("namespace") or "", meta.get("name", "")))
             event = ObjectEvent.from_object(self._cluster, "ADDED", redact(obj))
-            if published.get(event_subject(event.key)) == event.msg_id():
+            if published.get(event.subject()) == event.msg_id():
                 continue
             await self._sink.put_event(event)
 

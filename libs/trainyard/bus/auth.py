@@ -23,7 +23,7 @@ from trainyard.bus.subjects import (
     DEAD_LETTER_PREFIX, EVENTS_PREFIX, PLANS_PREFIX, PROGRESS_PREFIX, RESULTS_PREFIX, encode_token,
 )
 from trainyard.bus.topology import (
-    APPLIED_BUCKET, EVENTS_STREAM, OUTCOMES_BUCKET, PLANS_STREAM, PROGRESS_STREAM, RESULTS_STREAM,
+    APPLIED_BUCKET, EVENTS_STREAM, LEASES_BUCKET, OUTCOMES_BUCKET, PLANS_STREAM, PROGRESS_STREAM, RESULTS_STREAM,
     SNAPSHOTS_BUCKET,
 )
 
@@ -137,10 +137,28 @@ def _consumer(grants: Grants, stream: str, durable: str, legacy: str | None = No
         grants.publish += [f"{API}.CONSUMER.INFO.{stream}.{legacy}", f"{API}.CONSUMER.DELETE.{stream}.{legacy}"]
 
 
-def grants_for(role: str, cluster: str, clusters: list[str] | None = None) -> Grants:
+def _partitioned(grants: Grants, role: str, cluster: str, streams: list[tuple[str, str]], partitions: int) -> None:
+    """A partitioned role (trainyard.bus.partitions): one durable per partition and stream
+    (``<name>-p<N>_<cluster>``; NATS cannot wildcard part of a token, so each is named), the
+    release before partitions' durable to retire, and its own entries of the lease bucket."""
+    from trainyard.bus.topology import durable_name, partition_durable
+
+    for stream, name in streams:
+        for partition in range(partitions):
+            _consumer(grants, stream, partition_durable(name, cluster, partition))
+        for legacy in (durable_name(name, cluster), name):
+            grants.publish += [f"{API}.CONSUMER.INFO.{stream}.{legacy}", f"{API}.CONSUMER.DELETE.{stream}.{legacy}"]
+    grants.publish.append(f"{API}.STREAM.INFO.KV_{LEASES_BUCKET}")
+    _kv_write(grants, LEASES_BUCKET, f"{encode_token(role)}.{encode_token(cluster)}.>")
+
+
+def grants_for(role: str, cluster: str, clusters: list[str] | None = None, partitions: int | None = None) -> Grants:
     """Exactly the subjects ``role``'s code uses for ``cluster`` (``clusters``: every cluster of
-    the bus, for the manager's dispatcher and dashboard)."""
+    the bus, for the manager's dispatcher and dashboard; ``partitions``: the bus's partition
+    count, ``$TRAINYARD_PARTITIONS`` when not given)."""
     from trainyard.bus.topology import durable_name
+
+    partitions = partitions or subjects.partitions_setting()
 
     token = encode_token(cluster)
     identity = identity_name(role, cluster)
@@ -157,21 +175,21 @@ def grants_for(role: str, cluster: str, clusters: list[str] | None = None) -> Gr
         grants.publish.append(f"{EVENTS_PREFIX}.{mine}")
         _kv_write(grants, SNAPSHOTS_BUCKET, mine)
     elif role == "planner":
-        _consumer(grants, EVENTS_STREAM, durable_name("planner", cluster), "planner")
+        _partitioned(grants, role, cluster, [(EVENTS_STREAM, "planner")], partitions)
         grants.publish += [f"{PLANS_PREFIX}.{mine}", f"{RESULTS_PREFIX}.{mine}",
                            f"{DEAD_LETTER_PREFIX}.{EVENTS_PREFIX}.{mine}"]
         _kv_read(grants, SNAPSHOTS_BUCKET, mine)
         _kv_write(grants, APPLIED_BUCKET, mine)  # forgets a deleted TrainJob's entry
         _kv_write(grants, OUTCOMES_BUCKET, mine)  # planning errors
     elif role == "applier":
-        _consumer(grants, PLANS_STREAM, durable_name("applier", cluster), "applier")
+        _partitioned(grants, role, cluster, [(PLANS_STREAM, "applier")], partitions)
         grants.publish += [f"{RESULTS_PREFIX}.{mine}", f"{DEAD_LETTER_PREFIX}.{PLANS_PREFIX}.{mine}"]
         _kv_read(grants, SNAPSHOTS_BUCKET, mine)
         _kv_write(grants, APPLIED_BUCKET, mine)  # claims and applied plans (compare-and-set)
         _kv_write(grants, OUTCOMES_BUCKET, mine)  # apply errors
     elif role == "status":
-        _consumer(grants, EVENTS_STREAM, durable_name("status", cluster), "status")
-        _consumer(grants, RESULTS_STREAM, durable_name("status-results", cluster), "status-results")
+        _partitioned(grants, role, cluster, [(EVENTS_STREAM, "status"), (RESULTS_STREAM, "status-results")],
+                     partitions)
         grants.publish += [f"{DEAD_LETTER_PREFIX}.{EVENTS_PREFIX}.{mine}", f"{DEAD_LETTER_PREFIX}.{RESULTS_PREFIX}.{mine}",
                            f"{PROGRESS_PREFIX}.{mine}"]  # the trainers' progress reports it accepted
         for bucket in BUCKETS:
@@ -181,7 +199,7 @@ def grants_for(role: str, cluster: str, clusters: list[str] | None = None) -> Gr
         # its consumer dispatcher_<its --cluster> (any of the bus's cluster names).
         for own in dict.fromkeys([cluster, *(clusters or [])]):
             _consumer(grants, EVENTS_STREAM, durable_name("dispatcher", own))
-        grants.publish.append(f"{DEAD_LETTER_PREFIX}.{EVENTS_PREFIX}.*.{encode_token('TrainJob')}.>")
+        grants.publish.append(f"{DEAD_LETTER_PREFIX}.{EVENTS_PREFIX}.*.*.{encode_token('TrainJob')}.>")
     elif role == "dashboard":
         for other in clusters or [cluster]:
             other_token = encode_token(other)
@@ -191,7 +209,8 @@ def grants_for(role: str, cluster: str, clusters: list[str] | None = None) -> Gr
             # short-lived consumer whose filter the grant binds to this cluster.
             grants.subscribe.append(f"{PROGRESS_PREFIX}.{other_token}.>")
             grants.publish.append(f"{API}.CONSUMER.CREATE.{PROGRESS_STREAM}.*.{PROGRESS_PREFIX}.{other_token}.>")
-        grants.publish += [f"{API}.CONSUMER.INFO.{stream}.*" for stream in (EVENTS_STREAM, PLANS_STREAM, RESULTS_STREAM)]
+        # Backlogs: one listing of each stream's consumers (every partition's at once).
+        grants.publish += [f"{API}.CONSUMER.LIST.{stream}" for stream in (EVENTS_STREAM, PLANS_STREAM, RESULTS_STREAM)]
         grants.publish += [f"{API}.CONSUMER.MSG.NEXT.{PROGRESS_STREAM}.*", f"{API}.CONSUMER.DELETE.{PROGRESS_STREAM}.*"]
     else:
         raise ValueError(f"unknown bus role {role!r}")

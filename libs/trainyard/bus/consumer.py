@@ -45,6 +45,7 @@ class Delivery:
     headers: dict[str, str]
     num_delivered: int
     stream_sequence: int
+    consumer: str = ""  # the durable that delivered it
 
 
 Handler = Callable[[Delivery], Awaitable[None]]
@@ -79,6 +80,7 @@ class Consumer:
         concurrency: int = 32,
         fetch_timeout_s: float = 1.0,
         backlog_interval_s: float = 2.0,
+        coalesce: bool = False,
     ) -> None:
         self._js = js
         self._spec = spec
@@ -107,6 +109,10 @@ class Consumer:
         self._reconcile_time = metrics.RECONCILE_TIME.labels(name)
         self._work_duration = metrics.WORKQUEUE_WORK_DURATION.labels(name)
         self._reconciled: dict[str, Any] = {}
+        # Level-triggered handlers read the current state: of several queued messages for one
+        # subject (one object), only the newest needs a pass (a deletion is always kept).
+        self._coalesce = coalesce
+        self._coalesced = metrics.COALESCED.labels(service, name)
 
     @property
     def name(self) -> str:
@@ -213,9 +219,25 @@ class Consumer:
         lane = self._lanes.get(key)
         if lane is None:
             lane = self._lanes[key] = _Lane()
+        if self._coalesce and len(lane.messages) > 1:
+            self._supersede(lane, msg.subject)
         lane.messages.append(msg)
         if lane.task is None:
             lane.task = asyncio.create_task(self._run_lane(key, lane))
+
+    def _supersede(self, lane: _Lane, subject: str) -> None:
+        """Acknowledges the queued (not started: the first one may be running) messages of
+        ``subject`` that the new one makes redundant."""
+        kept: deque[Msg] = deque([lane.messages[0]])
+        for queued in list(lane.messages)[1:]:
+            msg_id = (queued.headers or {}).get("Nats-Msg-Id", "")
+            if queued.subject == subject and not msg_id.endswith(":DELETED"):
+                asyncio.get_running_loop().create_task(_quietly(queued.ack()))
+                self._coalesced.inc()
+                self._done_one()
+                continue
+            kept.append(queued)
+        lane.messages = kept
 
     async def _run_lane(self, key: str, lane: _Lane) -> None:
         try:
@@ -252,6 +274,7 @@ class Consumer:
             headers=dict(msg.headers or {}),
             num_delivered=meta.num_delivered,
             stream_sequence=meta.sequence.stream,
+            consumer=self._spec.durable,
         )
         started = time.perf_counter()
         self._started[id(msg)] = time.monotonic()

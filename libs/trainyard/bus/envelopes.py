@@ -11,7 +11,8 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from trainyard.bus.subjects import ObjectKey, bus_kind
+from trainyard.bus.subjects import ObjectKey, bus_kind, event_subject, partitions_setting
+from trainyard.pipeline.trainjobs import home_trainjob, partition_of
 
 ENVELOPE_VERSION = 1
 
@@ -72,6 +73,19 @@ class ObjectEvent(Envelope):
     @property
     def key(self) -> ObjectKey:
         return ObjectKey(self.cluster, bus_kind(self.api_version, self.kind), self.namespace, self.name)
+
+    def partition(self, count: int | None = None) -> int | None:
+        """The home partition of the TrainJob this object belongs to (the TrainJob itself, or
+        its owner); None for an object of no TrainJob (a runtime: every partition reads it).
+        ``count``: the partition count (``$TRAINYARD_PARTITIONS`` when not given)."""
+        home = home_trainjob(self.kind, self.object) if self.kind != "TrainJob" else (self.namespace, self.name)
+        if home is None:
+            return None
+        return partition_of(home[0], home[1], count or partitions_setting())
+
+    def subject(self, count: int | None = None) -> str:
+        """The subject this event is published on (its home partition's)."""
+        return event_subject(self.key, self.partition(count))
 
     def msg_id(self) -> str:
         """Same change seen by two watchers (or listed again) -> same id -> stored once."""

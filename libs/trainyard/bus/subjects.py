@@ -18,6 +18,16 @@ DEAD_LETTER_PREFIX = "ty.dead"
 PROGRESS_PREFIX = "ty.progress"
 
 EMPTY_TOKEN = "_"
+
+# Partitions (docs/bus.md, "Partitions and home replicas"): every TrainJob, and everything it
+# owns, is on one partition: ``p<N>``, N a stable hash of the TrainJob's namespace/name modulo
+# the partition count. Objects of no TrainJob (runtimes, PriorityClasses) are on ``all``: every
+# partition's consumers read them. The count is fixed for a bus: every service of a cluster
+# must use the same one.
+PARTITIONS_ENV = "TRAINYARD_PARTITIONS"
+DEFAULT_PARTITIONS = 16
+MAX_PARTITIONS = 256
+ALL_PARTITIONS = "all"
 _PLAIN = re.compile(r"[A-Za-z0-9-]")
 _ESCAPE = re.compile(r"_([0-9A-F]{2})")
 
@@ -94,26 +104,74 @@ class ObjectKey:
         return f"{self.cluster}:{self.kind}:{where}"
 
 
-def event_subject(key: ObjectKey) -> str:
-    """``ty.events.<cluster>.<kind>.<namespace>.<name>``."""
-    return f"{EVENTS_PREFIX}.{key.tokens()}"
+def partitions_setting(env: dict[str, str] | None = None) -> int:
+    """``$TRAINYARD_PARTITIONS`` (1 to 256); 16 when unset."""
+    import os
+
+    raw = (os.environ if env is None else env).get(PARTITIONS_ENV, "").strip() or str(DEFAULT_PARTITIONS)
+    try:
+        count = int(raw)
+    except ValueError:
+        raise ValueError(f"${PARTITIONS_ENV}: expected a number of partitions (1 to {MAX_PARTITIONS}), "
+                         f"got {raw!r}") from None
+    if not 1 <= count <= MAX_PARTITIONS:
+        raise ValueError(f"${PARTITIONS_ENV}: must be between 1 and {MAX_PARTITIONS}, got {count}")
+    return count
 
 
-def event_filter(cluster: str | None = None, kind: str | None = None) -> str:
-    """A filter subject for events of one kind (and cluster), wildcards elsewhere."""
+def partition_token(partition: int | None) -> str:
+    """``p<N>``, or ``all`` (None) for an object of no TrainJob."""
+    return ALL_PARTITIONS if partition is None else f"p{partition}"
+
+
+def partition_of_subject(subject: str) -> int | None:
+    """The partition of an events/plans/results subject (None: ``all``)."""
+    token = subject.split(".")[3]
+    return None if token == ALL_PARTITIONS else int(token[1:])
+
+
+def trainjob_partition(namespace: str, name: str, count: int | None = None) -> int:
+    """The home partition of the TrainJob ``namespace/name`` (``count``: the setting)."""
+    from trainyard.pipeline.trainjobs import partition_of
+
+    return partition_of(namespace, name, count or partitions_setting())
+
+
+def event_subject(key: ObjectKey, partition: int | None) -> str:
+    """``ty.events.<cluster>.<partition>.<kind>.<namespace>.<name>``."""
+    return f"{EVENTS_PREFIX}.{encode_token(key.cluster)}.{partition_token(partition)}." \
+           f"{encode_token(key.kind)}.{encode_token(key.namespace)}.{encode_token(key.name)}"
+
+
+def event_filter(cluster: str | None = None, kind: str | None = None, partition: int | None | str = "*") -> str:
+    """A filter subject for events of one kind (and cluster, and partition: ``"*"`` any, None
+    ``all``), wildcards elsewhere."""
     cluster_token = encode_token(cluster) if cluster is not None else "*"
     kind_token = encode_token(kind) if kind is not None else "*"
-    return f"{EVENTS_PREFIX}.{cluster_token}.{kind_token}.*.*"
+    part = "*" if partition == "*" else partition_token(partition)  # type: ignore[arg-type]
+    return f"{EVENTS_PREFIX}.{cluster_token}.{part}.{kind_token}.*.*"
 
 
-def plan_subject(cluster: str, namespace: str, name: str) -> str:
-    """``ty.desired.<cluster>.TrainJob.<namespace>.<name>``: one subject per TrainJob."""
-    return f"{PLANS_PREFIX}.{ObjectKey(cluster, 'TrainJob', namespace, name).tokens()}"
+def _trainjob_subject(prefix: str, cluster: str, namespace: str, name: str, partition: int | None) -> str:
+    if partition is None:
+        partition = trainjob_partition(namespace, name)
+    return f"{prefix}.{encode_token(cluster)}.p{partition}.TrainJob.{encode_token(namespace)}.{encode_token(name)}"
 
 
-def result_subject(cluster: str, namespace: str, name: str) -> str:
-    """``ty.results.<cluster>.TrainJob.<namespace>.<name>``."""
-    return f"{RESULTS_PREFIX}.{ObjectKey(cluster, 'TrainJob', namespace, name).tokens()}"
+def plan_subject(cluster: str, namespace: str, name: str, partition: int | None = None) -> str:
+    """``ty.desired.<cluster>.p<N>.TrainJob.<namespace>.<name>``: one subject per TrainJob, on
+    its home partition (computed from the setting when not given)."""
+    return _trainjob_subject(PLANS_PREFIX, cluster, namespace, name, partition)
+
+
+def result_subject(cluster: str, namespace: str, name: str, partition: int | None = None) -> str:
+    """``ty.results.<cluster>.p<N>.TrainJob.<namespace>.<name>``."""
+    return _trainjob_subject(RESULTS_PREFIX, cluster, namespace, name, partition)
+
+
+def partition_filter(prefix: str, cluster: str, partition: int | None) -> str:
+    """Everything of one cluster on one partition under ``prefix``."""
+    return f"{prefix}.{encode_token(cluster)}.{partition_token(partition)}.>"
 
 
 def progress_subject(cluster: str, namespace: str, name: str) -> str:
@@ -127,11 +185,12 @@ def dead_letter_subject(original_subject: str) -> str:
 
 
 def key_from_subject(subject: str) -> ObjectKey:
-    """The object key of an events/plans/results subject (the last four tokens)."""
+    """The object key of an events/plans/results subject
+    (``<prefix>.<cluster>.<partition>.<kind>.<namespace>.<name>``)."""
     tokens = subject.split(".")
-    if len(tokens) < 6:
-        raise ValueError(f"subject {subject!r} does not end with cluster.kind.namespace.name")
-    return ObjectKey.from_tokens(".".join(tokens[-4:]))
+    if len(tokens) < 7:
+        raise ValueError(f"subject {subject!r} does not end with cluster.partition.kind.namespace.name")
+    return ObjectKey.from_tokens(".".join([tokens[-5], *tokens[-3:]]))
 
 
 def kv_key(key: ObjectKey) -> str:

@@ -34,6 +34,10 @@ PROGRESS_STREAM = "TY_PROGRESS"
 SNAPSHOTS_BUCKET = "ty_objects"
 APPLIED_BUCKET = "ty_applied"
 OUTCOMES_BUCKET = "ty_outcomes"
+# Replica membership and partition leases (trainyard.bus.partitions): entries live LEASE_TTL_S
+# after their last write (the bucket's max age), so a crashed replica's leases lapse on their own.
+LEASES_BUCKET = "ty_leases"
+LEASE_TTL_S = 3.0
 
 DEDUP_WINDOW_S = 120.0
 
@@ -134,7 +138,18 @@ def bucket_configs(storage: StorageType = StorageType.FILE, replicas: int | None
                        description="last applied plan per TrainJob (compare-and-set)"),
         KeyValueConfig(bucket=OUTCOMES_BUCKET, history=1, storage=storage, replicas=replicas, direct=direct,
                        description="last planning/apply error per TrainJob"),
+        # Read with one batched direct get per heartbeat, whatever the copies: a lagging copy's
+        # answer only delays taking a free partition (every lease write is compare-and-set on
+        # the stream leader). On file like the rest: a bucket that vanished with a restarted
+        # NATS would leave a replica that had not leased yet with nothing to serve.
+        KeyValueConfig(bucket=LEASES_BUCKET, history=1, storage=storage, replicas=replicas, direct=True,
+                       ttl=LEASE_TTL_S, description="replica membership and partition leases (heartbeats)"),
     ]
+
+
+def partition_durable(role: str, cluster: str, partition: int) -> str:
+    """The durable consumer of one partition of a role: ``<role>-p<N>_<cluster token>``."""
+    return durable_name(f"{role}-p{partition}", cluster)
 
 
 def durable_name(role: str, cluster: str) -> str:
@@ -162,6 +177,10 @@ class ConsumerSpec:
     deliver_new_only: bool = False
     # Durable names of earlier releases that this consumer takes over (see retire_consumers).
     replaces: tuple[str, ...] = ()
+    # Durables of earlier releases, with the subjects they read, deleted when they read exactly
+    # those (the one consumer per role before partitions: on a work-queue stream its filter
+    # overlaps the partitions' and the server refuses them while it exists).
+    retires: tuple[tuple[str, tuple[str, ...]], ...] = ()
     extra: dict = field(default_factory=dict)
 
     def config(self) -> ConsumerConfig:
@@ -214,14 +233,15 @@ async def retire_consumers(js: JetStreamContext, spec: ConsumerSpec) -> None:
     ``spec``'s subjects. A work-queue stream refuses two consumers with the same filter, and a
     leftover on an events stream would only pile up, so the old name must go; a consumer with
     another filter (another cluster's, created by hand) is left alone."""
-    for legacy in spec.replaces:
+    wanted = [(legacy, tuple(spec.filter_subjects)) for legacy in spec.replaces] + list(spec.retires)
+    for legacy, filters in wanted:
         try:
             info = await js.consumer_info(spec.stream, legacy)
         except Exception:  # NotFoundError: nothing to retire
             continue
         config = info.config
         legacy_filters = sorted(config.filter_subjects or ([config.filter_subject] if config.filter_subject else []))
-        if legacy_filters == sorted(spec.filter_subjects):
+        if legacy_filters == sorted(filters):
             log.info("retiring consumer %s (replaced by %s)", legacy, spec.durable)
             try:
                 await js.delete_consumer(spec.stream, legacy)

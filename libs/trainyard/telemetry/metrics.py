@@ -24,6 +24,14 @@ PROCESSED_DURATION = Histogram(
 KV_OPERATIONS = Counter(
     "trainyard_kv_operations_total", "KV bucket round trips (reads, writes, listings)", ["bucket", "op"],
 )
+COALESCED = Counter(
+    "trainyard_coalesced_messages_total",
+    "Messages acknowledged unhandled because a newer one for the same object was queued behind them",
+    ["service", "consumer"],
+)
+PARTITIONS_OWNED = Gauge(
+    "trainyard_partitions_owned", "Bus partitions this replica serves (docs/bus.md)", ["role"],
+)
 DEAD_LETTERS = Counter(
     "trainyard_dead_letter_messages_total", "Poison messages moved to the dead letter",
     ["service", "consumer"],

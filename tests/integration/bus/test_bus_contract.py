@@ -13,7 +13,7 @@ from trainyard.bus.envelopes import DeadLetter, ObjectEvent, decode
 from trainyard.bus.kv import AppliedPlan, CasConflict
 from trainyard.bus.publisher import Outgoing
 from trainyard.bus.session import BusSession
-from trainyard.bus.subjects import ObjectKey, event_subject, kv_key
+from trainyard.bus.subjects import ObjectKey, kv_key
 from trainyard.bus.topology import DEAD_LETTER_STREAM, EVENTS_STREAM, ConsumerSpec
 
 pytestmark = pytest.mark.timeout(60)
@@ -32,7 +32,7 @@ def event(name: str, rv: str = "1") -> ObjectEvent:
 
 async def publish_events(bus: BusSession, events: list[ObjectEvent]) -> None:
     await bus.publisher.publish_many(
-        Outgoing(event_subject(e.key), e, e.msg_id()) for e in events
+        Outgoing(e.subject(), e, e.msg_id()) for e in events
     )
 
 
@@ -99,7 +99,7 @@ async def test_topology_is_idempotent_across_replicas(nats_server, bus):
 async def test_same_msg_id_is_stored_once(bus):
     ev = event("job.one")
     acks = await bus.publisher.publish_many(
-        [Outgoing(event_subject(ev.key), ev, ev.msg_id())] * 2
+        [Outgoing(ev.subject(), ev, ev.msg_id())] * 2
     )
     assert [a.duplicate for a in acks] == [None, True] or [bool(a.duplicate) for a in acks] == [False, True]
     info = await bus.js.stream_info(EVENTS_STREAM)

@@ -12,7 +12,6 @@ from trainyard.bus.consumer import Consumer, Delivery
 from trainyard.bus.envelopes import ObjectEvent, decode
 from trainyard.bus.publisher import Outgoing
 from trainyard.bus.session import BusSession
-from trainyard.bus.subjects import event_subject
 from trainyard.bus.topology import EVENTS_STREAM, ConsumerSpec
 
 pytestmark = pytest.mark.timeout(60)
@@ -72,7 +71,7 @@ async def test_backlog_work_in_progress_and_retries_are_measured(bus: BusSession
     assert value("trainyard_dead_letter_messages_total", service="test", consumer=DURABLE) == 0
 
     events = [event(f"job-{i}") for i in range(10)] + [event("flaky")]
-    await bus.publisher.publish_many(Outgoing(event_subject(e.key), e, e.msg_id()) for e in events)
+    await bus.publisher.publish_many(Outgoing(e.subject(), e, e.msg_id()) for e in events)
     stop = asyncio.Event()
     task = asyncio.create_task(consumer.run(stop))
     try:

@@ -55,28 +55,30 @@ def test_anonymous_and_plain_clients_are_refused(secure_nats_server) -> None:
 
 # (identity, cluster, subject it must not publish to)
 FORBIDDEN_PUBLISH = [
-    ("watcher", "default", "ty.desired.default.TrainJob.default.forged"),  # a forged plan
-    ("watcher", "default", "ty.results.default.TrainJob.default.forged"),
-    ("watcher", "default", "ty.events.other.TrainJob.default.x"),  # another cluster's events
+    ("watcher", "default", "ty.desired.default.p0.TrainJob.default.forged"),  # a forged plan
+    ("watcher", "default", "ty.results.default.p0.TrainJob.default.forged"),
+    ("watcher", "default", "ty.events.other.p0.TrainJob.default.x"),  # another cluster's events
     ("watcher", "default", "$KV.ty_applied.default.default.x"),
     ("watcher", "default", "$JS.API.STREAM.CREATE.EVIL"),
     ("watcher", "default", "$JS.API.STREAM.DELETE.TY_EVENTS"),
-    ("planner", "default", "ty.events.default.TrainJob.default.x"),
+    ("planner", "default", "ty.events.default.p0.TrainJob.default.x"),
     ("planner", "default", "$KV.ty_objects.default.TrainJob.default.x"),
-    ("planner", "default", "$JS.API.CONSUMER.CREATE.TY_PLANS.applier_default"),
-    ("planner", "default", "$JS.API.CONSUMER.MSG.NEXT.TY_EVENTS.status_default"),
-    ("applier", "default", "ty.desired.default.TrainJob.default.x"),
-    ("applier", "default", "ty.desired.other.TrainJob.default.x"),
-    ("applier", "default", "$JS.API.CONSUMER.MSG.NEXT.TY_PLANS.applier_other"),  # another cluster's plans
+    ("planner", "default", "$JS.API.CONSUMER.CREATE.TY_PLANS.applier-p0_default"),
+    ("planner", "default", "$KV.ty_leases.applier.default.p.0"),  # another role's lease
+    ("planner", "default", "$JS.API.CONSUMER.MSG.NEXT.TY_EVENTS.status-p0_default"),
+    ("applier", "default", "ty.desired.default.p0.TrainJob.default.x"),
+    ("applier", "default", "ty.desired.other.p0.TrainJob.default.x"),
+    ("applier", "default", "$JS.API.CONSUMER.MSG.NEXT.TY_PLANS.applier-p0_other"),  # another cluster's plans
+    ("applier", "default", "$KV.ty_leases.applier.other.p.0"),  # another cluster's leases
     ("applier", "default", "$KV.ty_applied.other.default.x"),
     ("applier", "default", "$JS.API.STREAM.PURGE.TY_PLANS"),
-    ("status", "default", "ty.results.default.TrainJob.default.x"),
+    ("status", "default", "ty.results.default.p0.TrainJob.default.x"),
     ("status", "default", "$KV.ty_outcomes.default.default.x"),
     ("status", "default", "ty.progress.other.TrainJob.default.x"),  # another cluster's progress
     ("watcher", "default", "ty.progress.default.TrainJob.default.forged"),  # progress: the status endpoint's
-    ("dispatcher", None, "ty.desired.default.TrainJob.default.x"),
+    ("dispatcher", None, "ty.desired.default.p0.TrainJob.default.x"),
     ("dispatcher", None, "$KV.ty_objects.default.TrainJob.default.x"),
-    ("dashboard", None, "ty.events.default.TrainJob.default.x"),
+    ("dashboard", None, "ty.events.default.p0.TrainJob.default.x"),
     ("dashboard", None, "$JS.API.CONSUMER.DELETE.TY_PLANS.applier_default"),
     ("dashboard", None, "ty.progress.default.TrainJob.default.forged"),  # reads progress, never writes it
     ("dashboard", None, "$JS.API.CONSUMER.CREATE.TY_PROGRESS.x.ty.progress.elsewhere.>"),  # only its clusters

@@ -199,7 +199,7 @@ def test_scale_out_newest_generation_wins(chaos, api):
         assert generations == sorted(generations), f"{uids[uid]}: older plan applied after newer {generations}"
         assert generations[-1] == 6
     changes: set[tuple[str, str]] = set()
-    for msg in stream_messages(chaos.nats.url, "TY_EVENTS", "ty.events.default.TrainJob.default.*"):
+    for msg in stream_messages(chaos.nats.url, "TY_EVENTS", "ty.events.default.*.TrainJob.default.*"):
         event = decode(ObjectEvent, msg.data)
         if event.uid in uids and event.type != "DELETED":
             key = (event.name, event.resource_version)

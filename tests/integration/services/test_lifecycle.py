@@ -188,9 +188,14 @@ def test_delete_cascades_and_the_runtime_is_not_held(stack, api, running):
 def test_poison_messages_go_to_the_dead_letter_and_consuming_goes_on(stack, api, running):
     from trainyard.bus.envelopes import DeadLetter, decode
 
+    from trainyard.bus.subjects import trainjob_partition
+    from trainyard.bus.topology import partition_durable
+
+    home = trainjob_partition("default", "poison")  # where the TrainJob default/poison would be
+
     async def publish_garbage(session):
-        await session.js.publish("ty.events.default.TrainJob.default.poison", b"{not json")
-        await session.js.publish("ty.desired.default.TrainJob.default.poison", b'{"v":1}')
+        await session.js.publish(f"ty.events.default.p{home}.TrainJob.default.poison", b"{not json")
+        await session.js.publish(f"ty.desired.default.p{home}.TrainJob.default.poison", b'{"v":1}')
 
     bus_call(stack.nats.url, publish_garbage)
     letters = wait_for(lambda: (lambda msgs: msgs if len(msgs) >= 3 else None)(
@@ -199,10 +204,11 @@ def test_poison_messages_go_to_the_dead_letter_and_consuming_goes_on(stack, api,
     for msg in letters:
         letter = decode(DeadLetter, msg.data)
         by_consumer[letter.consumer] = letter
-    assert set(by_consumer) == {"planner_default", "status_default", "applier_default"}
-    assert by_consumer["planner_default"].subject == "ty.events.default.TrainJob.default.poison"
-    assert by_consumer["planner_default"].error.startswith("invalid ObjectEvent")
-    assert by_consumer["applier_default"].error.startswith("invalid PlanMessage: ")
+    planner, status, applier = (partition_durable(role, "default", home) for role in ("planner", "status", "applier"))
+    assert set(by_consumer) == {planner, status, applier}
+    assert by_consumer[planner].subject == f"ty.events.default.p{home}.TrainJob.default.poison"
+    assert by_consumer[planner].error.startswith("invalid ObjectEvent")
+    assert by_consumer[applier].error.startswith("invalid PlanMessage: ")
     # The services keep consuming.
     api.create(TRAINJOBS.format(ns="default"), trainjob("after-poison"))
     wait_for(lambda: api.get(JOBSETS.format(ns="default") + "/after-poison"), what="JobSet after poison")

@@ -60,8 +60,12 @@ def test_grants_follow_the_code() -> None:
     assert "ty.events.c1.>" in watcher["publish"]["allow"]
     assert not any(s.startswith(("ty.desired", "ty.results", "$KV.ty_applied")) for s in watcher["publish"]["allow"])
     assert watcher["subscribe"]["allow"] == ["_INBOX_watcher-c1.>"]
-    applier = grants_for("applier", "c1").as_config()["publish"]["allow"]
-    assert "$JS.API.CONSUMER.MSG.NEXT.TY_PLANS.applier_c1" in applier
+    applier = grants_for("applier", "c1", partitions=4).as_config()["publish"]["allow"]
+    # One durable per partition, its own leases, nothing of another cluster or role.
+    assert {f"$JS.API.CONSUMER.MSG.NEXT.TY_PLANS.applier-p{p}_c1" for p in range(4)} <= set(applier)
+    assert "$JS.API.CONSUMER.MSG.NEXT.TY_PLANS.applier-p4_c1" not in applier
+    assert "$KV.ty_leases.applier.c1.>" in applier
+    assert not any(s.startswith("$KV.ty_leases.") and not s.startswith("$KV.ty_leases.applier.c1.") for s in applier)
     assert not any("applier_c2" in s or ".c2." in s for s in applier)
     assert not any(s.startswith("$JS.API.STREAM.CREATE") or s == "$JS.API.>" for s in applier)
     assert grants_for("bootstrap", "c1").as_config()["publish"]["allow"] == ["$JS.API.>"]

@@ -1,0 +1,271 @@
+"""Home replicas: each replica of a role consumes a balanced share of the partitions.
+
+Every TrainJob and everything it owns is published on one partition (``subjects``: a stable
+hash of the TrainJob's namespace/name). Each partition has one durable pull consumer per
+role and stream (``<role>-p<N>_<cluster>``), so its position survives any change of the
+replica that reads it. Which replica reads it is decided on the bus, in the ``ty_leases``
+bucket (entries vanish ``LEASE_TTL_S`` after their last write):
+
+* ``<role>.<cluster>.m.<replica>``: a replica's heartbeat, written every ``heartbeat_s``.
+* ``<role>.<cluster>.p.<N>``: the lease of partition N, created (compare-and-set on "no
+  entry") by the replica that takes it, renewed with compare-and-set on its revision.
+
+Each heartbeat a replica reads the role's entries (one batched direct get), counts the live
+replicas, and aims at its share (partitions / replicas, the first ones in name order taking one
+more of the remainder): above it, it releases partitions (stop fetching, let the running
+handlers finish, ``nak`` what was fetched and not started, then delete the lease); below it,
+it creates leases of free partitions. A replica that stops is gone from the count after the
+lease time; its leases lapse with it, so its partitions are free within ``LEASE_TTL_S`` plus
+a heartbeat. A lease is a performance property: the ``ty_applied`` compare-and-set claims
+and resourceVersion preconditions keep two replicas that both think they own a partition
+correct (docs/bus.md, "Partitions and home replicas").
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import uuid
+from dataclasses import dataclass, field
+from typing import Callable
+
+from nats.js.errors import KeyWrongLastSequenceError
+from nats.js.kv import KeyValue
+
+from trainyard.bus.consumer import Consumer, Handler, subject_key
+from trainyard.bus.kv import BucketRequests, BucketRequestError, _put
+from trainyard.bus.session import BusSession
+from trainyard.bus.subjects import encode_token, partitions_setting
+from trainyard.bus.topology import LEASE_TTL_S, LEASES_BUCKET, ConsumerSpec, partition_durable
+from trainyard.telemetry import metrics
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Subscription:
+    """One stream a role reads, as one durable consumer per partition."""
+
+    stream: str
+    name: str  # the durable's role part: ``planner``, ``status-results``
+    filters: Callable[[int], list[str]]  # the subjects partition N reads
+    handler: Handler
+    ack_wait_s: float = 30.0
+    max_deliver: int = 5
+    key_of: Callable[[str], str] = subject_key
+    coalesce: bool = False
+    # The one durable per role of the release before partitions: (name, its subjects).
+    retires: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    def spec(self, cluster: str, partition: int) -> ConsumerSpec:
+        return ConsumerSpec(self.stream, partition_durable(self.name, cluster, partition), self.filters(partition),
+                            ack_wait_s=self.ack_wait_s, max_deliver=self.max_deliver, retires=self.retires)
+
+
+def share(partitions: int, members: list[str], me: str) -> int:
+    """How many partitions ``me`` should hold among ``members`` (sorted by name)."""
+    ordered = sorted(set(members) | {me})
+    base, extra = divmod(partitions, len(ordered))
+    return base + (1 if ordered.index(me) < extra else 0)
+
+
+def preference(replica: str, partition: int) -> int:
+    """Rendezvous order: a replica takes the free partitions it ranks first, so replicas that
+    start together seldom race for the same lease."""
+    import hashlib
+
+    return int.from_bytes(hashlib.blake2b(f"{replica}/{partition}".encode(), digest_size=8).digest(), "big")
+
+
+@dataclass
+class _Held:
+    revision: int
+    stop: asyncio.Event
+    tasks: list[asyncio.Task]
+    releasing: bool = False
+
+
+@dataclass
+class PartitionedSubscriber:
+    """Runs ``subscriptions`` for the partitions this replica holds, and the leases."""
+
+    bus: BusSession
+    role: str
+    cluster: str
+    subscriptions: list[Subscription]
+    service: str = ""
+    partitions: int = field(default_factory=partitions_setting)
+    replica: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    heartbeat_s: float = LEASE_TTL_S / 3
+    # Called when a partition comes or goes: per-partition state is dropped on release.
+    on_acquire: Callable[[int], None] | None = None
+    on_release: Callable[[int], None] | None = None
+    consumer_options: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._held: dict[int, _Held] = {}
+        self._kv: KeyValue | None = None
+        self._prefix = f"{encode_token(self.role)}.{encode_token(self.cluster)}"
+        self.changes = 0  # acquisitions and releases (tests and benchmarks read it)
+
+    @property
+    def owned(self) -> set[int]:
+        """The partitions this replica serves now (not those it is handing over)."""
+        return {p for p, held in self._held.items() if not held.releasing}
+
+    def _lease_key(self, partition: int) -> str:
+        return f"{self._prefix}.p.{partition}"
+
+    def _member_key(self) -> str:
+        return f"{self._prefix}.m.{encode_token(self.replica)}"
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Holds a share of the partitions until ``stop``, then hands every one over."""
+        self._kv = await self._open(stop)
+        if self._kv is None:
+            return
+        try:
+            while not stop.is_set():
+                try:
+                    await self._tick()
+                except asyncio.CancelledError:
+                    raise
+                except Exception as err:  # NATS away: the leases lapse; next heartbeat retries
+                    log.warning("partition heartbeat of %s failed: %s", self.role, err or type(err).__name__)
+                try:
+                    await asyncio.wait_for(stop.wait(), timeout=self.heartbeat_s)
+                except asyncio.TimeoutError:
+                    pass
+        finally:
+            await self._release_all()
+
+    async def _open(self, stop: asyncio.Event) -> KeyValue | None:
+        attempt = 0
+        while not stop.is_set():
+            try:
+                return await self.bus.js.key_value(LEASES_BUCKET)
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:  # created by the bootstrap identity on a secured bus
+                attempt += 1
+                log.warning("bucket %s not ready (%s); retrying", LEASES_BUCKET, err or type(err).__name__)
+                try:
+                    await asyncio.wait_for(stop.wait(), timeout=min(0.2 * attempt, 2.0))
+                except asyncio.TimeoutError:
+                    pass
+        return None
+
+    async def _view(self) -> tuple[list[str], dict[int, tuple[str, int]]]:
+        """The live replicas of the role and the held leases (partition -> holder, revision)."""
+        assert self._kv is not None
+        requests = BucketRequests.of(self._kv)
+        request = json.dumps({"multi_last": [f"$KV.{LEASES_BUCKET}.{self._prefix}.>"], "batch": 4096})
+        found, _ = await requests._ask(requests._api, request.encode(), 1)
+        members: list[str] = []
+        leases: dict[int, tuple[str, int]] = {}
+        for key, (value, revision) in found.items():
+            rest = key[len(self._prefix) + 1:]
+            kind, _, ident = rest.partition(".")
+            if kind == "m":
+                members.append(value.decode())
+            elif kind == "p" and ident.isdigit():
+                leases[int(ident)] = (value.decode(), revision)
+        return members, leases
+
+    async def _tick(self) -> None:
+        assert self._kv is not None
+        requests = BucketRequests.of(self._kv)
+        await self._kv.put(self._member_key(), self.replica.encode())
+        for partition, held in list(self._held.items()):
+            try:
+                held.revision = await requests.put_if(self._lease_key(partition), self.replica.encode(),
+                                                      held.revision, None)
+            except KeyWrongLastSequenceError:
+                if not held.releasing:
+                    log.warning("lease of partition %d of %s lost; stopping it", partition, self.role)
+                    self._stop(partition, delete_lease=False)
+        try:
+            members, leases = await self._view()
+        except BucketRequestError as err:
+            log.debug("lease view of %s: %s", self.role, err)
+            return
+        target = share(self.partitions, members, self.replica)
+        owned = sorted(self.owned, key=lambda p: preference(self.replica, p), reverse=True)
+        if len(owned) > target:
+            for partition in owned[: len(owned) - target]:  # the ones it ranks last
+                self._stop(partition, delete_lease=True)
+            return
+        free = [p for p in range(self.partitions) if p not in leases and p not in self._held]
+        free.sort(key=lambda p: preference(self.replica, p))
+        for partition in free[: max(target - len(owned), 0)]:
+            try:
+                revision = await _put(self._kv, self._lease_key(partition), self.replica.encode(), None, None)
+            except KeyWrongLastSequenceError:
+                continue  # another replica took it first
+            self._start(partition, revision)
+
+    def _start(self, partition: int, revision: int) -> None:
+        stop = asyncio.Event()
+        tasks = []
+        for subscription in self.subscriptions:
+            consumer = Consumer(self.bus.js, subscription.spec(self.cluster, partition), subscription.handler,
+                                service=self.service or self.role, publisher=self.bus.publisher,
+                                key_of=subscription.key_of, coalesce=subscription.coalesce,
+                                **self.consumer_options)
+            tasks.append(asyncio.create_task(consumer.run(stop)))
+        self._held[partition] = _Held(revision, stop, tasks)
+        self.changes += 1
+        metrics.PARTITIONS_OWNED.labels(self.role).set(len(self.owned))
+        log.info("partition acquired", extra={"role": self.role, "partition": partition, "replica": self.replica})
+        if self.on_acquire is not None:
+            self.on_acquire(partition)
+
+    def _stop(self, partition: int, *, delete_lease: bool) -> asyncio.Task:
+        held = self._held[partition]
+        held.releasing = True
+        held.stop.set()
+        metrics.PARTITIONS_OWNED.labels(self.role).set(len(self.owned))
+        return asyncio.create_task(self._finish_release(partition, held, delete_lease))
+
+    async def _finish_release(self, partition: int, held: _Held, delete_lease: bool) -> None:
+        """After the partition's consumers drained: forget its state, then free the lease
+        (renewed meanwhile by the heartbeat, so it does not lapse while handlers finish)."""
+        await asyncio.gather(*held.tasks, return_exceptions=True)
+        if self.on_release is not None:
+            self.on_release(partition)
+        if delete_lease and self._kv is not None:
+            try:
+                await self._kv.delete(self._lease_key(partition), last=held.revision)
+            except Exception as err:  # renewed concurrently, or lost: it lapses anyway
+                log.debug("deleting lease %d of %s: %s", partition, self.role, err)
+        self._held.pop(partition, None)
+        self.changes += 1
+        log.info("partition released", extra={"role": self.role, "partition": partition, "replica": self.replica})
+
+    async def _release_all(self) -> None:
+        """Graceful stop: every partition handed over, then the heartbeat removed, so the
+        other replicas take the partitions at their next heartbeat."""
+        pending = [self._stop(p, delete_lease=True) for p, held in self._held.items() if not held.releasing]
+        releasing = [held.tasks for held in self._held.values()]
+        renew = asyncio.create_task(self._renew_while(pending))
+        await asyncio.gather(*pending, *(t for tasks in releasing for t in tasks), return_exceptions=True)
+        renew.cancel()
+        await asyncio.gather(renew, return_exceptions=True)
+        if self._kv is not None:
+            try:
+                await self._kv.delete(self._member_key())
+            except Exception as err:
+                log.debug("removing heartbeat of %s: %s", self.role, err)
+
+    async def _renew_while(self, tasks: list[asyncio.Task]) -> None:
+        """Keeps the leases of partitions still draining at shutdown."""
+        assert self._kv is not None
+        requests = BucketRequests.of(self._kv)
+        while any(not t.done() for t in tasks):
+            await asyncio.sleep(self.heartbeat_s)
+            for partition, held in list(self._held.items()):
+                try:
+                    held.revision = await requests.put_if(self._lease_key(partition), self.replica.encode(),
+                                                          held.revision, None)
+                except Exception:
+                    pass
