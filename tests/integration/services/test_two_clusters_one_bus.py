@@ -81,12 +81,19 @@ def test_two_clusters_share_one_nats_without_cross_talk(nats_server, clusters, t
 
         def settled():
             found = bus_call(nats_server.url, consumers)
-            wanted = {f"{role}_{name}" for role in ("planner", "applier", "status", "status-results")
-                      for name in SIZES}
+            from trainyard.bus.subjects import partitions_setting
+            from trainyard.bus.topology import partition_durable
+
+            # One consumer per partition of each role, under each cluster's name.
+            wanted = {partition_durable(role, name, partition)
+                      for role in ("planner", "applier", "status", "status-results")
+                      for name in SIZES for partition in range(partitions_setting())}
             return found if wanted <= set(found) and all(found[n] == (0, 0) for n in wanted) else None
 
         found = wait_for(settled, timeout=60, what="every consumer drained")
         assert not {"planner", "applier", "status", "status-results"} & set(found)
+        assert not {f"{role}_{name}" for role in ("planner", "applier", "status", "status-results")
+                    for name in SIZES} & set(found)
 
         # Nothing was dead-lettered: no cluster's service rejected the other's messages.
         async def dead_letters(session):
