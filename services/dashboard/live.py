@@ -33,6 +33,7 @@ from trainyard.clock import parse_epoch
 from trainyard.errortext import describe
 from trainyard.kube import resources as r
 from trainyard.kube.client import KubeClient, KubeError
+from trainyard.multicluster.delegation import WORKER_ANNOTATION
 from trainyard.multicluster.placement import node_allocatable, pods_in_use
 from trainyard.pipeline.trainjobs import finished_condition, owner_reference, state_of
 from trainyard.telemetry.charts import Lifetime, progress_point, stack_series, worker_row
@@ -114,6 +115,8 @@ def row_of(cluster: str, trainjob: dict[str, Any], runtime: dict[str, Any] | Non
         "failed": sum(int(j.get("failed") or 0) for j in jobs),
         "progress": progress,
         "message": (finished_condition(status) or {}).get("message", ""),
+        # A manager's delegated TrainJob: the worker whose copy trains (and reports progress).
+        "worker": (meta.get("annotations") or {}).get(WORKER_ANNOTATION, ""),
     }
 
 
@@ -293,12 +296,19 @@ class Live:
                                 "point": progress_point(report)})
 
     async def progress(self, cluster: str, namespace: str, name: str) -> dict[str, Any] | None:
-        """One TrainJob's progress history as kept on the bus (None: no such TrainJob)."""
+        """One TrainJob's progress history as kept on the bus (None: no such TrainJob).
+
+        A manager's delegated TrainJob trains as a copy on its worker (same namespace and name,
+        its own uid), whose trainer reports to the worker's endpoint: its history is the copy's.
+        ``source`` and ``source_uid`` say whose reports these are, for the live ones to match."""
         row = self.rows.get(f"{cluster}/{namespace}/{name}")
         if row is None:
             return None
-        reports = await read_history(self.bus.js, cluster, namespace, name, uid=row["uid"] or None)
-        return {"key": row["key"], "uid": row["uid"], "points": [progress_point(report) for report in reports]}
+        source = self.rows.get(f"{row['worker']}/{namespace}/{name}") if row.get("worker") else None
+        source = source or row
+        reports = await read_history(self.bus.js, source["cluster"], namespace, name, uid=source["uid"] or None)
+        return {"key": row["key"], "uid": row["uid"], "source": source["key"], "source_uid": source["uid"],
+                "points": [progress_point(report) for report in reports]}
 
     # -- the stack and its workers ------------------------------------------------------------
 

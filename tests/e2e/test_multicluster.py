@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from fixtures.stack import KUBECTL, RunningStack, skip_unless_stack_available, start_stack
+from fixtures.trainers import chart_points, reporting_command
 from integration.services.conftest import wait_for as poll
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]
@@ -262,8 +263,15 @@ def test_the_dashboard_shows_each_workers_state_capacity_and_trainjobs(stack, cl
     node = json.loads(clusters.kubectl("worker-1", "get", "nodes", "-o", "json").stdout)["items"][0]
     cpus = int(node["status"]["allocatable"]["cpu"])
     big = f"{int(cpus * 1000 * 0.75)}m"  # one per worker: the least-loaded placement spreads them
+    reporting = runtime("mc-report", "true")
+    reporting["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"][
+        "containers"][0]["command"] = reporting_command(4)
     for cluster in clusters.kubeconfigs:
-        clusters.apply(cluster, runtime("mc-big", "sleep 600", cpu=big))
+        clusters.apply(cluster, runtime("mc-big", "sleep 600", cpu=big), reporting)
+    # A delegated TrainJob whose trainer (on a worker) reports 4 times: the manager's row charts
+    # its worker copy's reports.
+    clusters.apply("manager", delegated("mc-dash-curve", "mc-report"))
+    wait_for(lambda: is_true(clusters.get("manager", "trainjob", "mc-dash-curve"), "Complete"), what="mc-dash-curve")
     names = ("mc-dash-a", "mc-dash-b")
     clusters.apply("manager", *(delegated(name, "mc-big") for name in names))
     for worker in WORKERS:
@@ -294,6 +302,9 @@ def test_the_dashboard_shows_each_workers_state_capacity_and_trainjobs(stack, cl
                 }""")
                 assert chart == {"workers": list(WORKERS), "used": [cpus * 0.75] * 2, "free": [cpus * 0.25] * 2}
                 page.locator("#workers").screenshot(path=str(shots / "dashboard-workers.png"))
+                page.locator('#trainjobs tr[data-key="manager/default/mc-dash-curve"]').click()
+                expect(page.locator("#progress-count")).to_have_text("4 reports", timeout=20_000)
+                assert chart_points(page, "chart-trainjob", "loss") == {"data": 4, "drawn": 4}
                 if os.environ.get("TRAINYARD_UPDATE_SCREENSHOT") == "1":
                     (REPO / "docs" / "images").mkdir(exist_ok=True)
                     (REPO / "docs" / "images" / "dashboard-workers.png").write_bytes(
@@ -301,7 +312,7 @@ def test_the_dashboard_shows_each_workers_state_capacity_and_trainjobs(stack, cl
             finally:
                 browser.close()
     finally:
-        for name in names:
+        for name in (*names, "mc-dash-curve"):
             clusters.kubectl("manager", "delete", "trainjob", name, "-n", "default", "--wait=true", "--timeout=60s")
 
 

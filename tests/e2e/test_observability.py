@@ -24,6 +24,7 @@ import pytest
 import yaml
 
 from fixtures.stack import REPO, RunningStack, skip_unless_stack_available, start_stack
+from fixtures.trainers import chart_points, reporting_command
 from trainyard.supervisor.ports import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
@@ -537,26 +538,6 @@ def test_the_web_dashboard_shows_a_new_trainjob_turn_complete_without_reload(obs
 
 REPORTING_RUNTIME = "obs-reporting"
 REPORTS = 5
-# A trainer that reports its progress and loss REPORTS times through the status endpoint, as
-# the Kubeflow SDK's update_trainjob_status does (standard library only); a refused report
-# fails the pod, hence the TrainJob.
-REPORTER = """
-import json, os, ssl, time, urllib.request
-from datetime import datetime, timezone
-url = os.environ["KUBEFLOW_TRAINER_SERVER_URL"]
-token = open(os.environ["KUBEFLOW_TRAINER_SERVER_TOKEN"]).read().strip()
-context = ssl.create_default_context(cafile=os.environ["KUBEFLOW_TRAINER_SERVER_CA_CERT"])
-for step in range(1, REPORTS + 1):
-    loss = 1.0 / step
-    status = {"progressPercentage": step * 100 // REPORTS, "estimatedRemainingSeconds": REPORTS - step,
-              "metrics": [{"name": "loss", "value": f"{loss:.4f}"}],
-              "lastUpdatedTime": datetime.now(timezone.utc).isoformat()}
-    request = urllib.request.Request(url, data=json.dumps({"trainerStatus": status}).encode(), method="POST",
-                                     headers={"Authorization": "Bearer " + token, "Content-Type": "application/json"})
-    urllib.request.urlopen(request, context=context, timeout=10).close()
-    print(f"step {step} loss {loss:.4f}", flush=True)
-    time.sleep(0.5)
-""".replace("REPORTS", str(REPORTS))
 
 
 def reporting_runtime() -> dict[str, Any]:
@@ -564,20 +545,8 @@ def reporting_runtime() -> dict[str, Any]:
     runtime["metadata"]["name"] = REPORTING_RUNTIME
     container = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"][
         "containers"][0]
-    container["command"] = ["python3", "-c", REPORTER]
+    container["command"] = reporting_command(REPORTS)
     return runtime
-
-
-def chart_points(page: Any, chart: str, trace: str) -> dict[str, int]:
-    """How many points one trace of a plotly chart has: in its data, and drawn (SVG markers)."""
-    return page.evaluate("""([chart, trace]) => {
-        const element = document.getElementById(chart);
-        const index = (element.data || []).findIndex((t) => t.name === trace);
-        if (index < 0) return {data: -1, drawn: -1};
-        const drawn = element.querySelectorAll(".scatterlayer .trace")[index];
-        return {data: element.data[index].x.length,
-                drawn: drawn ? drawn.querySelectorAll(".points path.point").length : -1};
-    }""", [chart, trace])
 
 
 def restart_dashboard(stack: RunningStack, timeout: float = 60) -> None:

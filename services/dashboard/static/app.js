@@ -8,8 +8,9 @@ const rows = new Map();
 let selected = null;
 let services = { services: [], consumers: [] };
 // The selected TrainJob's progress reports by resourceVersion (a report delivered twice, or
-// both in the history and as a live event, is one point).
-let reports = { key: null, uid: null, points: new Map() };
+// both in the history and as a live event, is one point). "source"/"sourceUid": whose reports
+// they are (a manager's delegated TrainJob shows its worker copy's).
+let reports = { key: null, uid: null, source: null, sourceUid: null, points: new Map() };
 
 const $ = (sel) => document.querySelector(sel);
 const esc = (text) => String(text ?? "").replace(/[&<>"']/g, (c) => ({
@@ -84,13 +85,15 @@ function renderProgress() {
 }
 
 async function loadProgress(row) {
-  reports = { key: row.key, uid: row.uid, points: new Map() };
+  const copy = row.worker ? rows.get(`${row.worker}/${row.namespace}/${row.name}`) : null;
+  reports = { key: row.key, uid: row.uid, source: (copy || row).key, sourceUid: (copy || row).uid, points: new Map() };
   renderProgress();
   try {
     const answer = await fetch(`/api/trainjobs/${apiPath(row.key)}/progress`);
     if (!answer.ok || reports.key !== row.key) return;
     const stored = await answer.json();
     if (stored.uid !== reports.uid) return;
+    reports.source = stored.source; reports.sourceUid = stored.source_uid;
     stored.points.forEach((point) => reports.points.set(point.rv, point));
     renderProgress();
   } catch (err) {
@@ -173,7 +176,7 @@ function connect() {
   });
   source.addEventListener("progress", (event) => {
     const data = JSON.parse(event.data);
-    if (data.key !== reports.key || data.uid !== reports.uid) return;
+    if (data.key !== reports.source || data.uid !== reports.sourceUid) return;
     reports.points.set(data.point.rv, data.point);
     renderProgress();
   });
