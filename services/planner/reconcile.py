@@ -20,6 +20,7 @@ from trainyard.pipeline.lifecycle import deadline_exceeded, is_finished
 from trainyard.pipeline.framework import Plugin
 from trainyard.pipeline.planning import plan, plan_hash
 from trainyard.pipeline.plugins import REGISTRY
+from trainyard.pipeline.snapshot import snapshot_name
 from trainyard.pipeline.curve_keys import deferred_curve_key
 from trainyard.pipeline.ssh_keys import defer_generated_secrets, deferred_ssh_key
 from trainyard.pipeline.trainjobs import REASON_CREATION_FAILED, managed_by_trainer, owner_reference
@@ -108,7 +109,15 @@ def observed_keys(cluster: str, trainjob: dict[str, Any]) -> list[ObjectKey]:
         keys.append(ObjectKey(cluster, runtime_kind, runtime_ns, ref["name"]))
     keys.extend(ObjectKey(cluster, bus_kind(api_version, kind), namespace, name + suffix)
                 for api_version, kind, suffix in CHILD_KINDS)
+    keys.append(snapshot_key(cluster, namespace, name))
     return keys
+
+
+def snapshot_key(cluster: str, namespace: str, name: str) -> ObjectKey:
+    """The TrainJob's runtime snapshot (v2.3.0): read whoever owns it, since planning answers a
+    snapshot owned by another object with upstream's error. Not among CHILD_KINDS: planning that
+    leaves the children out (``owned_refs``) still plans from it."""
+    return ObjectKey(cluster, "ConfigMap", namespace, snapshot_name(name))
 
 
 @dataclass(frozen=True)
@@ -131,10 +140,12 @@ async def observed_objects(bus: BusSession, cluster: str, trainjob: dict[str, An
         # One batched read (most of these do not exist) instead of one round trip per object.
         objects = await bus.snapshots.get_many(keys)
     found: list[dict[str, Any]] = []
+    snapshot_at = snapshot_key(cluster, meta.get("namespace") or "", meta["name"])
     for key, obj in zip(keys, objects):
         if obj is None:
             continue
-        if key.kind in ("TrainingRuntime", "ClusterTrainingRuntime") or _owned_by(obj, meta.get("uid")):
+        if key.kind in ("TrainingRuntime", "ClusterTrainingRuntime") or key == snapshot_at \
+                or _owned_by(obj, meta.get("uid")):
             found.append(obj)
     if _uses_volcano(found[0] if found else None):
         found.extend(await bus.snapshots.list(cluster, "PriorityClass", ""))

@@ -34,7 +34,8 @@ def trainjob_lane(subject: str) -> str:
     """Lane key: namespace + name. Children share their TrainJob's name (a JobSet, PodGroups),
     so one TrainJob's events are handled in order."""
     namespace, name = subject.split(".")[-2:]
-    for suffix in ("-mpi-ssh-auth", "-mpi-hostfile", "-tls-config", "-flux-entrypoint", "-flux-curve"):  # encoded tokens keep "-" and letters
+    for suffix in ("-mpi-ssh-auth", "-mpi-hostfile", "-tls-config", "-flux-entrypoint", "-flux-curve",
+                   "-runtime-snapshot"):  # encoded tokens keep "-" and letters
         if name.endswith(suffix):
             name = name[: -len(suffix)]
     return f"{namespace}.{name}"

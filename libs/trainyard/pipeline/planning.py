@@ -19,6 +19,7 @@ from trainyard.apimachinery.quantity import QuantityError
 from .resolution import ResolvedRuntime, RuntimeLookupError, SUPPORTED_KEYS, lookup_runtime, \
     registry_key, unsupported_runtime_message
 from .curve_keys import CurveKeyFactory, new_curve_key_pair
+from .snapshot import RuntimeSnapshot, read_snapshot, snapshot_config_map, snapshot_text
 from .ssh_keys import new_ssh_key_pair
 
 
@@ -83,6 +84,17 @@ def plan(trainjob: Any, runtime: Any | None = None, observed: Iterable[Any] | Ob
     """
     job = trainjob_with_defaults(as_document(trainjob))
     state = observed if isinstance(observed, ObservedState) else ObservedState.of(observed)
+    stored: RuntimeSnapshot | None = None
+    if compat.v2_3 and unsupported_runtime_message(job) is None:
+        # v2.3.0: the runtime as first planned, whatever became of it since (KEP-2599).
+        stored = read_snapshot(job, state)
+        if stored is not None:
+            runtime = stored.document
+        elif runtime is None:
+            try:
+                runtime = lookup_runtime(job, state)
+            except RuntimeLookupError as err:
+                raise err.planning_error() from None
     resolved = resolve(job, state, runtime)
     try:
         info = build_info(job, resolved.spec, compat)
@@ -91,6 +103,11 @@ def plan(trainjob: Any, runtime: Any | None = None, observed: Iterable[Any] | Ob
         objects = run_planning(plugins, ctx)
     except QuantityError as err:
         raise PlanningError(str(err)) from None
+    if compat.v2_3:
+        # Written first, in every plan (the same text once stored: applying it again changes
+        # nothing), so it is among the objects the TrainJob owns.
+        text = stored.text if stored is not None else snapshot_text(as_document(runtime), resolved.kind)
+        objects.insert(0, snapshot_config_map(job, text, ctx.owner_reference()))
     generation = dig(job, "metadata", "generation")
     return Plan(
         trainjob=(ctx.namespace, ctx.name),

@@ -29,3 +29,51 @@ def test_v2_1_keeps_the_runtime_in_use_finalizer(stack, api):
     assert api.get(CTR + "/held")["metadata"].get("deletionTimestamp")
     api.delete(TRAINJOBS.format(ns="default") + "/held-job")
     wait_for(lambda: api.get(CTR + "/held") is None, what="runtime released and deleted")
+
+
+def node_command(jobset: dict | None) -> list[str] | None:
+    if not jobset:
+        return None
+    pod = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    return pod["containers"][0].get("command")
+
+
+@pytest.mark.parametrize("level, resumed_with", [
+    pytest.param("v2.3", "echo v1", id="v2.3-snapshot-keeps-the-runtime-as-first-planned"),
+    pytest.param("v2.1", "echo v2", id="v2.1-reads-the-runtime-live"),
+])
+def test_a_runtime_edit_and_a_trainjob_that_already_uses_it(stack, api, level, resumed_with):
+    """A TrainJob planned before its runtime is edited: at v2.3 its JobSet keeps the runtime as
+    first planned (the snapshot ConfigMap), even when the JobSet is applied again on resume; a
+    TrainJob created after the edit gets it. v2.1.0 re-reads the runtime on every reconcile."""
+    start_at(stack, level)
+    runtime = small_runtime("editable")
+    runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"][
+        "containers"][0]["command"] = ["/bin/sh", "-c", "echo v1"]
+    api.create(CTR, runtime)
+    api.create(TRAINJOBS.format(ns="default"), trainjob("before", runtime="editable", suspend=True))
+    jobset = wait_for(lambda: api.get(JOBSETS.format(ns="default") + "/before"), what="JobSet of 'before'")
+    assert node_command(jobset) == ["/bin/sh", "-c", "echo v1"] and jobset["spec"]["suspend"] is True
+    snapshot_path = "/api/v1/namespaces/default/configmaps/before-runtime-snapshot"
+    if level == "v2.3":
+        snapshot = wait_for(lambda: api.get(snapshot_path), what="runtime snapshot")
+        owner = snapshot["metadata"]["ownerReferences"][0]
+        assert (owner["kind"], owner["name"], owner["controller"]) == ("TrainJob", "before", True)
+        assert "echo v1" in snapshot["data"]["runtime"]
+
+    edited = runtime["spec"]["template"]
+    edited["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]["command"] = \
+        ["/bin/sh", "-c", "echo v2"]
+    api.merge_patch(CTR + "/editable", {"spec": {"template": edited}})
+    # A TrainJob created after the edit gets it (so the planner has seen the edit).
+    api.create(TRAINJOBS.format(ns="default"), trainjob("after", runtime="editable", suspend=True))
+    wait_for(lambda: node_command(api.get(JOBSETS.format(ns="default") + "/after")) == ["/bin/sh", "-c", "echo v2"],
+             what="JobSet of 'after' with the edit")
+
+    # Resuming applies the JobSet of 'before' again, planned from the runtime of its level.
+    api.merge_patch(TRAINJOBS.format(ns="default") + "/before", {"spec": {"suspend": False}})
+    resumed = wait_for(lambda: (lambda j: j if j and j["spec"]["suspend"] is False else None)(
+        api.get(JOBSETS.format(ns="default") + "/before")), what="resumed JobSet of 'before'")
+    assert node_command(resumed) == ["/bin/sh", "-c", resumed_with]
+    if level == "v2.1":
+        assert api.get(snapshot_path) is None

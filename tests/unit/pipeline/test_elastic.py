@@ -9,7 +9,9 @@ import pytest
 
 from fixtures.pipeline_builders import (container, container_of, env_of, find, job, pod_spec, replicated_job,
                                         runtime, trainjob)
-from trainyard.pipeline import plan, validate_trainjob
+from trainyard.pipeline import validate_trainjob
+from fixtures.pipeline_builders import plan_past_snapshot as plan  # the plugins' objects (test_snapshot.py)
+
 
 RANK = {"fieldRef": {"fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}
 HPA = "autoscaling/v2"

@@ -13,7 +13,9 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from fixtures.pipeline_builders import container, find, job, pod_spec, runtime, trainjob
-from trainyard.pipeline import plan, validate_trainjob
+from trainyard.pipeline import validate_trainjob
+from fixtures.pipeline_builders import plan_past_snapshot as plan  # the plugins' objects (test_snapshot.py)
+
 from trainyard.pipeline.curve_keys import (
     Z85_ALPHABET, curve_certificate, deferred_curve_key, new_curve_key_pair, z85_encode,
 )

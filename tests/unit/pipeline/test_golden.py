@@ -67,5 +67,5 @@ def test_golden_plan(release: str, stem: str) -> None:
 
 def test_spec_worked_example_transcribed_by_hand() -> None:
     case = yaml.safe_load((GOLDEN / "worked_example_9_2.yaml").read_text())
-    planned = plan(case["trainjob"], case["runtime"])
+    planned = plan(case["trainjob"], case["runtime"], compat=TrainerCompat.V2_1)  # the spec describes v2.1.0
     assert list(planned.objects) == case["expected"]  # dict equality: key order does not matter

@@ -8,7 +8,9 @@ import pytest
 from fixtures.pipeline_builders import (container, container_of, default_jobs, env_of, find, job, pod_spec,
                                         replicated_job, runtime, torch_runtime, trainjob)
 from trainyard.compat import TrainerCompat
-from trainyard.pipeline import ObservedState, PlanningError, plan, validate_trainjob
+from trainyard.pipeline import ObservedState, PlanningError, validate_trainjob
+from fixtures.pipeline_builders import plan_past_snapshot as plan  # the plugins' objects (test_snapshot.py)
+
 
 JOBSET = ("jobset.x-k8s.io/v1alpha2", "JobSet", "default", "test-job")
 

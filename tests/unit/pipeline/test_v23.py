@@ -8,7 +8,9 @@ from typing import Any
 import pytest
 
 from fixtures.pipeline_builders import container, env_of, find, job, runtime, torch_runtime, trainjob
-from trainyard.pipeline import PlanningError, plan, validate_runtime, validate_trainjob
+from trainyard.pipeline import PlanningError, validate_runtime, validate_trainjob
+from fixtures.pipeline_builders import plan_past_snapshot as plan  # the plugins' objects (test_snapshot.py)
+
 
 KUEUE = "kueue.x-k8s.io/manager"
 

@@ -58,9 +58,31 @@ def test_a_kept_flux_curve_secret_stays_owned_and_unplanned():
                            "ownerReferences": [{"kind": "TrainJob", "uid": "u1", "name": "job"}]}}
     observed = [flux, secret]
     planned = plan(job, None, observed)
-    assert [o["kind"] for o in planned.objects] == ["PodGroup", "ConfigMap", "JobSet"]
+    assert [(o["kind"], o["metadata"]["name"]) for o in planned.objects] == [
+        ("ConfigMap", "job-runtime-snapshot"), ("PodGroup", "job"), ("ConfigMap", "job-flux-entrypoint"),
+        ("JobSet", "job")]
     owned = {(r.kind, r.name) for r in owned_refs_for(job, observed, list(planned.objects))}
     assert ("Secret", "job-flux-curve") in owned and ("ConfigMap", "job-flux-entrypoint") in owned
+    assert ("ConfigMap", "job-runtime-snapshot") in owned
+
+
+def test_the_runtime_snapshot_is_read_and_stays_owned_once_children_exist():
+    """The snapshot is among the keys planning reads (whoever owns it: planning reports one owned by
+    another object), and it stays owned when the owned objects are planned without the children."""
+    from trainyard.pipeline.planning import plan
+    from trainyard_services.planner.reconcile import observed_keys
+
+    assert ("ConfigMap", "ns", "job-runtime-snapshot") in {(k.kind, k.namespace, k.name)
+                                                          for k in observed_keys("c", trainjob())}
+    first = plan(trainjob(), None, [RUNTIME]).objects
+    snapshot = first[0]
+    edited = {**RUNTIME, "spec": {**RUNTIME["spec"], "mlPolicy": {"numNodes": 7}}}
+    jobset = next(o for o in first if o["kind"] == "JobSet")
+    observed = [edited, snapshot, jobset]
+    again = plan(trainjob(), None, observed).objects
+    assert again[0] == snapshot
+    owned = {(r.kind, r.name) for r in owned_refs_for(trainjob(), observed, list(again))}
+    assert ("ConfigMap", "job-runtime-snapshot") in owned and ("JobSet", "job") in owned
 
 
 def test_first_plan_owns_exactly_what_it_applies():
