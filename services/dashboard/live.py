@@ -67,7 +67,33 @@ class Timeline:
         return True
 
     def note(self, stage: str, at: float | None = None, detail: str = "") -> None:
-        self.notes.append({"stage": stage, "at": at if at is not None else time.time(), "detail": detail})
+        self.notes.append({"stage": stage, "at": at if at is not None else time.time(), "detail": detail,
+                           "step": None})
+
+    def note_step(self, trainer_status: dict[str, Any]) -> bool:
+        """The training step of the last suspended/resumed note, from the trainer's reports: the
+        step it stopped at (metric ``step``; the report sent while stopping may come after the
+        condition) and the step a resumed run went on from (``resumedFromStep``, reported by a
+        checkpoint-aware trainer after the resume; docs/preemption.md). True when it changed."""
+        last = self.notes[-1] if self.notes else None
+        metrics = {m.get("name"): m.get("value") for m in trainer_status.get("metrics") or []
+                   if isinstance(m, dict)}
+        if last is None:
+            return False
+        if last["stage"] == "suspended":
+            step = _int(metrics.get("step"))
+            if step is None or step == last["step"]:
+                return False
+            last["step"], last["detail"] = step, f"at step {step}"
+            return True
+        if last["stage"] == "resumed" and last["step"] is None:
+            step = _int(metrics.get("resumedFromStep"))
+            reported = parse_epoch(trainer_status.get("lastUpdatedTime"))
+            if step is None or reported is None or reported < last["at"] - 1:
+                return False  # no report yet from the resumed run
+            last["step"], last["detail"] = step, f"from step {step}"
+            return True
+        return False
 
     def lifetime(self) -> Lifetime:
         return Lifetime(created=self.stages.get("created"),
@@ -87,8 +113,16 @@ class Timeline:
             previous = at
         for note in self.notes:
             index = next((i for i, entry in enumerate(out) if entry["at"] > note["at"]), len(out))
-            out.insert(index, {"stage": note["stage"], "at": note["at"], "hop_s": None, "detail": note["detail"]})
+            out.insert(index, {"stage": note["stage"], "at": note["at"], "hop_s": None, "detail": note["detail"],
+                               "step": note["step"]})
         return out
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
 
 
 def suspended_since(status: dict[str, Any]) -> float | None:
@@ -211,6 +245,7 @@ class Live:
         if finished is not None:
             timeline.mark("finished", parse_epoch(finished.get("lastTransitionTime")) or observed_at, live=live)
         self._note_transition(timeline, row["uid"], row["state"], status, observed_at if live else None)
+        timeline.note_step(status.get("trainerStatus") or {})
         row["timeline"] = timeline.to_json()
         if self.rows.get(row["key"]) != row:
             self.rows[row["key"]] = row
