@@ -37,6 +37,14 @@ class DataDirError(Exception):
     """The data dir is corrupt or belongs to something else: never reset it silently."""
 
 
+class StaleWrite(Exception):
+    """A compare-and-swap commit found the object changed (``current``) or gone (None)."""
+
+    def __init__(self, current: StoredObject | None) -> None:
+        super().__init__("the object changed since it was read" if current is not None else "the object is gone")
+        self.current = current
+
+
 class StoredObject(NamedTuple):
     rv: int
     raw: bytes  # the object's compact JSON
@@ -217,10 +225,18 @@ class Store:
 
     # ---- writes (called on the event loop; never block)
 
-    def put(self, key: Key, namespace: str, name: str, obj: dict[str, Any]) -> StoredObject:
-        """Store ``obj`` under the next resourceVersion (set into ``obj``) and record the change."""
+    def put(self, key: Key, namespace: str, name: str, obj: dict[str, Any], expect_rv: int | None = None
+            ) -> StoredObject:
+        """Store ``obj`` under the next resourceVersion (set into ``obj``) and record the change.
+
+        ``expect_rv``: compare-and-swap, as kube-apiserver's storage commits: only if the stored
+        object is still at that resourceVersion (0: only if there is none), else ``StaleWrite``.
+        The check and the write happen without yielding to the event loop, so every writer
+        (requests, the garbage collector, the namespace controller) gets one order per object."""
         bucket = self._objects.setdefault(key, {})
         old = bucket.get((namespace, name))
+        if expect_rv is not None and (old.rv if old is not None else 0) != expect_rv:
+            raise StaleWrite(old)
         self.rv += 1
         self._changed[key] = self.rv
         obj.setdefault("metadata", {})["resourceVersion"] = str(self.rv)

@@ -14,11 +14,11 @@ from __future__ import annotations
 import copy
 from typing import Any, Awaitable, Callable
 
-from .. import machinery, naming
+from .. import errors, machinery, naming
 from ..builtin_fields import update_causes
 from ..registry import Registry, ResourceType
 from ..schema import SchemaProcessor
-from ..storage import Store
+from ..storage import StaleWrite, Store
 from .admission import Admission
 from .options import WriteOptions
 from .strategies import Strategies, initial_status, invalid
@@ -92,7 +92,17 @@ class WriteChain:
         if opts.dry_run:
             return obj
         ns = meta.get("namespace", "") if rt.namespaced else ""
-        self.store.put(rt.storage_key, ns, name, obj)
+        expected = int(old["metadata"].get("resourceVersion") or 0) if old is not None else 0
+        try:
+            self.store.put(rt.storage_key, ns, name, obj, expect_rv=expected)
+        except StaleWrite as stale:
+            # another writer got there while this one was in admission: an update finds the
+            # object changed (409) or gone (404), a create finds it made (409 AlreadyExists)
+            if old is None:
+                raise errors.already_exists(rt.qualified_resource, name, rt.group, rt.resource) from stale
+            if stale.current is None:
+                raise errors.not_found(rt.qualified_resource, name, rt.group, rt.resource) from stale
+            raise errors.conflict(rt.qualified_resource, name, rt.group, rt.resource) from stale
         self.strategies.of(rt).after_commit(obj)
         await self.store.durable(self.store.rv)
         return obj

@@ -15,7 +15,7 @@ from typing import Any
 from .. import errors
 from ..clock import rfc3339_in
 from ..registry import ResourceType
-from ..storage import Store, StoredObject
+from ..storage import StaleWrite, Store, StoredObject
 from .chain import WriteChain
 from .controllers import FOREGROUND, GarbageCollector, NamespaceController
 from .options import WriteOptions
@@ -87,7 +87,12 @@ class Deletion:
                 marked.setdefault("status", {})["phase"] = "Terminating"
             if opts.dry_run:
                 return marked, True
-            self.store.put(rt.storage_key, namespace or "", name, marked)
+            try:  # compare-and-swap: a write made while this delete was in admission wins
+                self.store.put(rt.storage_key, namespace or "", name, marked, expect_rv=stored.rv)
+            except StaleWrite as stale:
+                if stale.current is None:
+                    raise errors.not_found(rt.qualified_resource, name, rt.group, rt.resource) from stale
+                raise errors.conflict(rt.qualified_resource, name, rt.group, rt.resource) from stale
             if policy == "Orphan":
                 await self.gc.orphan_dependents(marked)
             if FOREGROUND in finalizers:

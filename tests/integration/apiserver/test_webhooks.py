@@ -154,6 +154,69 @@ async def test_writes_with_one_resource_version_store_exactly_one_while_a_webhoo
         assert {f"k{i}" for i in range(6)} <= set((await c.get(f"{CM}/race")).json()["data"])
 
 
+@pytest.fixture
+async def holding_webhook(tmp_path):
+    """An HTTPS validating webhook that admits, but only once the test opens ``gate``; ``held``
+    gets each request as it arrives (so a test knows a write is inside admission)."""
+    creds = ensure_credentials(tmp_path / "hold")
+    gate, held = asyncio.Event(), asyncio.Queue()
+
+    async def hold(request: web.Request) -> web.Response:
+        review = await request.json()
+        await held.put(review["request"])
+        await gate.wait()
+        return web.json_response({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                                  "response": {"uid": review["request"]["uid"], "allowed": True}})
+
+    app = web.Application()
+    app.router.add_post("/hold", hold)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(creds.server_cert, creds.server_key)
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=ctx)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    try:
+        yield f"https://127.0.0.1:{port}/hold", base64.b64encode(creds.ca_cert.read_bytes()).decode(), gate, held
+    finally:
+        gate.set()
+        await runner.cleanup()
+
+
+async def test_garbage_collection_during_a_slow_webhook_is_not_undone(devcluster, holding_webhook):
+    """The store keeps one write order per object for every writer, the server's own garbage
+    collector included: a dependent the collector deletes while an update of it waits in a
+    webhook is not brought back by that update's commit (kube-apiserver's storage compares the
+    resourceVersion at commit, and the update finds the object gone: 404)."""
+    url, ca, gate, held = holding_webhook
+    ctx = ssl.create_default_context(cafile=str(devcluster.ca_cert))
+    async with httpx.AsyncClient(base_url=devcluster.url, verify=ctx, timeout=30,
+                                 headers={"Authorization": f"Bearer {devcluster.token}"}) as c:
+        hook = _hook("hold.example.com", url, ca, selector={"matchLabels": {"race": "yes"}})
+        hook["rules"][0]["operations"] = ["UPDATE"]
+        hook["timeoutSeconds"] = 30
+        vwc = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+               "metadata": {"name": "hold"}, "webhooks": [hook]}
+        assert (await c.post("/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
+                             json=vwc)).status_code == 201
+        owner = (await c.post(CM, json={"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "owner"}})).json()
+        ref = {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner["metadata"]["uid"]}
+        dependent = await c.post(CM, json={"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
+            "name": "dependent", "labels": {"race": "yes"}, "ownerReferences": [ref]}})
+        assert dependent.status_code == 201, dependent.text
+
+        update = asyncio.ensure_future(c.patch(f"{CM}/dependent", content=json.dumps({"data": {"late": "1"}}),
+                                               headers={"Content-Type": "application/merge-patch+json"}))
+        assert (await held.get())["name"] == "dependent"  # the patch waits inside admission
+        assert (await c.delete(f"{CM}/owner")).status_code == 200  # the collector deletes the dependent now
+        assert (await c.get(f"{CM}/dependent")).status_code == 404
+        gate.set()
+        late = await update
+        assert late.status_code == 404, late.text
+        assert (await c.get(f"{CM}/dependent")).status_code == 404
+
+
 async def _serve_review(tmp_path, bundle, name: str):
     """An HTTPS webhook on a free port allowing everything, presenting ``bundle``'s certificate."""
     calls: list[str] = []
