@@ -47,7 +47,7 @@ def test_a_note_carries_a_detail_and_sorts_among_the_stages() -> None:
     timeline.note("resumed", 105.0, detail="from step 120")
     assert timeline.to_json() == [
         {"stage": "created", "at": 100.0, "hop_s": None},
-        {"stage": "resumed", "at": 105.0, "hop_s": None, "detail": "from step 120"},
+        {"stage": "resumed", "at": 105.0, "hop_s": None, "detail": "from step 120", "step": None},
         {"stage": "running", "at": 110.0, "hop_s": 10.0}]
 
 
