@@ -4,7 +4,8 @@ The certificate lives in Secret ``kubeflow-trainer-webhook-cert`` (namespace fro
 ``--webhook-namespace``) so all planner replicas serve one certificate. Every check interval
 each replica re-reads the Secret: a rotation made by another replica is loaded; a certificate in
 the last fifth of its life is rotated here (optimistic concurrency on the Secret decides which
-replica wins). The ValidatingWebhookConfiguration is server-side applied after every change.
+replica wins). The ValidatingWebhookConfiguration (and, at the v2.3 level, v2.3.0's
+MutatingWebhookConfiguration) is server-side applied after every change.
 """
 from __future__ import annotations
 
@@ -12,13 +13,14 @@ import asyncio
 import logging
 from typing import Any
 
+from trainyard.compat import DEFAULT_COMPAT, TrainerCompat
 from trainyard.errortext import describe
 from trainyard.kube import resources as r
 from trainyard.kube.client import KubeClient, KubeError
 from trainyard.kube.resources import Resource
 
 from trainyard_services.planner import certs
-from trainyard_services.planner.webhook import TlsFiles, webhook_configuration
+from trainyard_services.planner.webhook import TlsFiles, mutating_webhook_configuration, webhook_configuration
 
 log = logging.getLogger(__name__)
 
@@ -29,8 +31,9 @@ WEBHOOK_FIELD_MANAGER = "trainyard-planner"
 class CertManager:
     def __init__(self, kube: KubeClient, tls: TlsFiles, *, namespace: str, hosts: list[str],
                  url_base: str | None, service: tuple[str, str] | None,
-                 check_interval_s: float = 60.0) -> None:
+                 check_interval_s: float = 60.0, compat: TrainerCompat = DEFAULT_COMPAT) -> None:
         self._kube = kube
+        self._compat = compat
         self._tls = tls
         self._namespace = namespace
         self._hosts = hosts
@@ -66,6 +69,11 @@ class CertManager:
             webhook_configuration(bundle.ca_bundle_pem, url_base=self.url_base, service=self._service),
             field_manager=WEBHOOK_FIELD_MANAGER,
         )
+        if self._compat.v2_3:  # v2.1.0 has no mutating webhook
+            await self._kube.apply(
+                mutating_webhook_configuration(bundle.ca_bundle_pem, url_base=self.url_base, service=self._service),
+                field_manager=WEBHOOK_FIELD_MANAGER,
+            )
         self.current = bundle
         self.ready = True
         return bundle

@@ -6,7 +6,7 @@ import os
 
 from trainyard.errortext import describe
 
-HELP = "Plan TrainJobs (runtime + plugins -> desired objects) and serve the validating webhooks."
+HELP = "Plan TrainJobs (runtime + plugins -> desired objects) and serve the admission webhooks."
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -103,7 +103,8 @@ def run(args: argparse.Namespace) -> int:
                          f"{args.webhook_service}.{args.webhook_namespace}.svc.cluster.local"] \
                     if service else [host if host not in ("0.0.0.0", "::") else "127.0.0.1", "localhost"]
                 manager = CertManager(runtime.kube, tls, namespace=args.webhook_namespace, hosts=hosts,
-                                      url_base=None, service=service, check_interval_s=check_interval)
+                                      url_base=None, service=service, check_interval_s=check_interval,
+                                      compat=compat)
                 # The TLS files must exist before the server loads them; the URL needs the port.
                 from trainyard_services.planner import certs
                 bootstrap = certs.issue(hosts)

@@ -15,6 +15,7 @@ import socket
 import ssl
 import tempfile
 import time
+from datetime import datetime, timezone
 from typing import Any, Awaitable, Callable
 
 from fastapi import FastAPI, Request
@@ -22,6 +23,8 @@ from fastapi.responses import JSONResponse
 
 from trainyard.pipeline.errors import aggregate_message
 from trainyard.compat import DEFAULT_COMPAT, TrainerCompat
+from trainyard.pipeline.defaulting import (DEFAULTER_CONFIGURATION, DEFAULTER_PATH, DEFAULTER_WEBHOOK,
+                                          runtime_patch_times)
 from trainyard.pipeline.validation import (ValidationResult, validate_runtime, validate_trainjob,
                                           validate_trainjob_scale)
 from trainyard.telemetry import metrics
@@ -223,6 +226,24 @@ def build_app(observed_for: ObservedLookup, trainjob_for: TrainJobLookup | None 
         metrics.WEBHOOK_REQUESTS.labels(resource, str(result.allowed).lower()).inc()
         return JSONResponse(review_response(uid, result))
 
+    @app.post(DEFAULTER_PATH)
+    async def trainjob_defaulter(request: Request):
+        """v2.3.0's TrainJob mutating webhook: ``runtimePatches[].time`` (registered only at the
+        v2.3 level; at v2.1 it answers without a patch, as if it were not there)."""
+        parsed = await read_review(request, "TrainJob")
+        if isinstance(parsed, JSONResponse):
+            return parsed
+        review, uid = parsed
+        response: dict[str, Any] = {"uid": uid, "allowed": True}
+        if compat.v2_3:
+            old = review.get("oldObject") if review.get("operation") == "UPDATE" else None
+            operations = runtime_patch_times(review["object"], old if isinstance(old, dict) else None,
+                                             datetime.now(timezone.utc))
+            if operations:
+                response["patchType"] = "JSONPatch"
+                response["patch"] = base64.b64encode(json.dumps(operations).encode()).decode("ascii")
+        return JSONResponse({"apiVersion": REVIEW_API_VERSION, "kind": "AdmissionReview", "response": response})
+
     @app.post(WEBHOOKS[0][1])
     async def cluster_training_runtime(request: Request):
         return await runtime(request, "clustertrainingruntimes")
@@ -259,6 +280,24 @@ def webhook_configuration(ca_bundle: bytes, *, url_base: str | None, service: tu
         })
     return {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
             "metadata": {"name": CONFIGURATION_NAME}, "webhooks": webhooks}
+
+
+def mutating_webhook_configuration(ca_bundle: bytes, *, url_base: str | None, service: tuple[str, str] | None,
+                                   service_port: int = 443) -> dict[str, Any]:
+    """v2.3.0's MutatingWebhookConfiguration (``defaulter.trainer.kubeflow.org``): TrainJob creates
+    and updates, answered by the same planner replicas as the validating webhooks."""
+    client: dict[str, Any] = {"caBundle": base64.b64encode(ca_bundle).decode("ascii")}
+    if url_base:
+        client["url"] = url_base.rstrip("/") + DEFAULTER_PATH
+    elif service:
+        client["service"] = {"name": service[0], "namespace": service[1], "path": DEFAULTER_PATH,
+                             "port": service_port}
+    return {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+            "metadata": {"name": DEFAULTER_CONFIGURATION},
+            "webhooks": [{"name": DEFAULTER_WEBHOOK, "admissionReviewVersions": ["v1"], "clientConfig": client,
+                          "failurePolicy": "Fail", "sideEffects": "None",
+                          "rules": [{"apiGroups": [GROUP], "apiVersions": ["v1alpha1"],
+                                     "operations": ["CREATE", "UPDATE"], "resources": ["trainjobs"]}]}]}
 
 
 class TlsFiles:

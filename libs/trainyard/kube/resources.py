@@ -50,11 +50,15 @@ VALIDATING_WEBHOOK_CONFIGURATION = Resource(
     "admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations",
     "ValidatingWebhookConfiguration", False,
 )
+MUTATING_WEBHOOK_CONFIGURATION = Resource(
+    "admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations",
+    "MutatingWebhookConfiguration", False,
+)
 
 KNOWN = [
     TRAINJOB, TRAINING_RUNTIME, CLUSTER_TRAINING_RUNTIME, JOBSET, COSCHEDULING_PODGROUP,
     VOLCANO_PODGROUP, SECRET, CONFIGMAP, PRIORITY_CLASS, EVENT, VALIDATING_WEBHOOK_CONFIGURATION,
-    NAMESPACE, NODE, POD, MULTIKUEUE_CLUSTER, HORIZONTAL_POD_AUTOSCALER,
+    MUTATING_WEBHOOK_CONFIGURATION, NAMESPACE, NODE, POD, MULTIKUEUE_CLUSTER, HORIZONTAL_POD_AUTOSCALER,
 ]
 
 

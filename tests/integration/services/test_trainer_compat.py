@@ -2,6 +2,7 @@
 v2.1.0 behaviour under ``--trainer-compat v2.1`` (docs/compatibility.md)."""
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -45,7 +46,8 @@ def node_command(jobset: dict | None) -> list[str] | None:
 def test_a_runtime_edit_and_a_trainjob_that_already_uses_it(stack, api, level, resumed_with):
     """A TrainJob planned before its runtime is edited: at v2.3 its JobSet keeps the runtime as
     first planned (the snapshot ConfigMap), even when the JobSet is applied again on resume; a
-    TrainJob created after the edit gets it. v2.1.0 re-reads the runtime on every reconcile."""
+    TrainJob created after the edit gets it. v2.1.0 re-reads the runtime on every reconcile.
+    The TrainJob created after carries a runtime patch, which v2.3.0's defaulter stamps."""
     start_at(stack, level)
     runtime = small_runtime("editable")
     runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"][
@@ -66,9 +68,18 @@ def test_a_runtime_edit_and_a_trainjob_that_already_uses_it(stack, api, level, r
         ["/bin/sh", "-c", "echo v2"]
     api.merge_patch(CTR + "/editable", {"spec": {"template": edited}})
     # A TrainJob created after the edit gets it (so the planner has seen the edit).
-    api.create(TRAINJOBS.format(ns="default"), trainjob("after", runtime="editable", suspend=True))
+    patch = {"manager": "kueue.x-k8s.io/manager",
+             "trainingRuntimeSpec": {"template": {"metadata": {"labels": {"team": "a"}}}}}
+    api.create(TRAINJOBS.format(ns="default"), trainjob("after", runtime="editable", suspend=True,
+                                                        runtimePatches=[patch]))
     wait_for(lambda: node_command(api.get(JOBSETS.format(ns="default") + "/after")) == ["/bin/sh", "-c", "echo v2"],
              what="JobSet of 'after' with the edit")
+    # v2.3.0's mutating webhook stamped the patch (B3); v2.1.0 has none.
+    (stored,) = api.get(TRAINJOBS.format(ns="default") + "/after")["spec"]["runtimePatches"]
+    if level == "v2.3":
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", stored["time"])
+    else:
+        assert "time" not in stored
 
     # Resuming applies the JobSet of 'before' again, planned from the runtime of its level.
     api.merge_patch(TRAINJOBS.format(ns="default") + "/before", {"spec": {"suspend": False}})

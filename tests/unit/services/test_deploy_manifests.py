@@ -72,6 +72,21 @@ def test_webhook_configuration_matches_what_the_planner_registers():
     assert shipped["metadata"]["name"] == generated["metadata"]["name"] == "validator.trainer.kubeflow.org"
 
 
+def test_mutating_webhook_configuration_matches_what_the_planner_registers():
+    from trainyard_services.planner.webhook import mutating_webhook_configuration
+
+    shipped = next(doc for _, doc in documents() if doc["kind"] == "MutatingWebhookConfiguration")
+    generated = mutating_webhook_configuration(b"CA", url_base=None,
+                                               service=("kubeflow-trainer-controller-manager", "kubeflow-system"))
+    strip = lambda hooks: [{**h, "clientConfig": {**h["clientConfig"], "caBundle": None,
+                                                   "service": {**h["clientConfig"]["service"], "port": 443}}}
+                           for h in hooks]
+    assert strip(shipped["webhooks"]) == strip(generated["webhooks"])
+    # v2.3.0's names (manifests/base/webhook at the tag).
+    assert shipped["metadata"]["name"] == generated["metadata"]["name"] == "defaulter.trainer.kubeflow.org"
+    assert [h["name"] for h in shipped["webhooks"]] == ["defaulter.trainjob.trainer.kubeflow.org"]
+
+
 def test_compose_runs_nats_and_the_four_services():
     compose = yaml.safe_load((REPO / "docker-compose.yml").read_text())
     services = compose["services"]

@@ -160,3 +160,102 @@ def test_only_an_update_reads_the_existing_jobset_and_its_active_jobs_still_refu
     assert not answer["allowed"]
     assert "PodTemplateOverrides cannot be modified when the JobSet's ReplicatedJob node is still active" \
         in answer["status"]["message"]
+
+
+# --- v2.3.0's TrainJob defaulter: runtimePatches[].time (upstream's TestDefault cases) ------
+
+def patched(*patches):
+    job = trainjob()
+    job["spec"]["runtimePatches"] = [dict(p) for p in patches]
+    return job
+
+
+def one(time=None, pod=None):
+    patch = {"manager": "acme.io/one"}
+    if pod is not None:
+        patch["trainingRuntimeSpec"] = {"template": {"spec": {"replicatedJobs": [
+            {"name": "node", "template": {"spec": {"template": {"spec": pod}}}}]}}}
+    if time is not None:
+        patch["time"] = time
+    return patch
+
+
+OLD = "2025-01-01T00:00:00Z"
+
+
+def stamped(client, new, operation="CREATE", old=None):
+    """The TrainJob after the answer's JSON Patch, and the time the request was made."""
+    import base64
+    import json
+    from datetime import datetime, timezone
+
+    from trainyard.apimachinery.json_patch import apply_json_patch
+
+    before = datetime.now(timezone.utc).replace(microsecond=0)
+    answer = client.post("/mutate-trainer-kubeflow-org-v1alpha1-trainjob", json=review(new, operation, old))
+    assert answer.status_code == 200 and answer.json()["response"]["allowed"] is True
+    response = answer.json()["response"]
+    if "patch" not in response:
+        return new, before
+    assert response["patchType"] == "JSONPatch"
+    return apply_json_patch(new, json.loads(base64.b64decode(response["patch"]))), before
+
+
+def times(job):
+    return [p.get("time") for p in job["spec"]["runtimePatches"]]
+
+
+def is_now(value, before):
+    from datetime import datetime, timedelta, timezone
+
+    moment = datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+    return before <= moment <= datetime.now(timezone.utc) + timedelta(seconds=1)
+
+
+def test_create_stamps_every_patch(client):
+    job, before = stamped(client, patched({"manager": "acme.io/one"}, {"manager": "acme.io/two"}))
+    assert all(is_now(t, before) for t in times(job))
+
+
+def test_create_keeps_a_time_the_client_set(client):
+    job, before = stamped(client, patched(one(time=OLD), {"manager": "acme.io/two"}))
+    assert times(job)[0] == OLD and is_now(times(job)[1], before)
+
+
+@pytest.mark.parametrize("old_patch, new_patch, kept", [
+    pytest.param(one(OLD, {"nodeSelector": {"a": "b"}}), one(None, {"nodeSelector": {"a": "b"}}), True,
+                 id="unchanged-time-preserved"),
+    pytest.param(one(OLD, {"nodeSelector": {"a": "b"}}), one(None, {"nodeSelector": {"a": "c"}}), False,
+                 id="changed-time-updated"),
+    pytest.param(one(OLD, {"nodeSelector": {"a": "b"}}), one(OLD, {"nodeSelector": {"a": "c"}}), False,
+                 id="changed-with-pre-existing-time-updated"),
+])
+def test_update_keeps_the_time_of_an_unchanged_patch(client, old_patch, new_patch, kept):
+    job, before = stamped(client, patched(new_patch), "UPDATE", patched(old_patch))
+    assert times(job)[0] == OLD if kept else is_now(times(job)[0], before)
+
+
+@pytest.mark.parametrize("new_time, expect_old", [
+    pytest.param(None, False, id="new-patch-stamped"),
+    pytest.param(OLD, True, id="new-patch-with-externally-set-time-preserved"),
+])
+def test_update_with_a_new_patch_beside_an_unchanged_one(client, new_time, expect_old):
+    old = patched({"manager": "acme.io/existing", "time": OLD})
+    added = {"manager": "acme.io/new", **({"time": new_time} if new_time else {})}
+    job, before = stamped(client, patched({"manager": "acme.io/existing"}, added), "UPDATE", old)
+    assert times(job)[0] == OLD
+    assert times(job)[1] == OLD if expect_old else is_now(times(job)[1], before)
+
+
+def test_without_patches_nothing_changes_and_v2_1_never_stamps(client):
+    from trainyard.compat import TrainerCompat
+
+    job, _ = stamped(client, trainjob())
+    assert "runtimePatches" not in job["spec"]
+
+    async def observed(_, **__):
+        return [RUNTIME]
+
+    v21 = TestClient(build_app(observed, compat=TrainerCompat.V2_1))
+    job, _ = stamped(v21, patched({"manager": "acme.io/one"}))
+    assert times(job) == [None]
