@@ -15,8 +15,12 @@ TrainJob: NATS messages per service (nats-server's /connz), KV round trips per s
 bucket (``trainyard_kv_operations_total``) and API requests by verb and resource (devcluster's
 ``apiserver_request_total``). ``--profile DIR`` records every Python process with py-spy during
 the sustained run (and the devcluster during the raw phase) and prints its top frames. ``--replicas planner=4,applier=4`` runs that many
-replicas of those services; ``--table planner,applier`` runs the sustained and raw phases with
-1, 2 and 4 replicas of the named services and prints a throughput table.
+replicas of those services; ``--table planner,applier`` runs the sustained (and raw) phases with
+1, 2, 4 and 8 replicas (``--counts``) of the named services and prints a table: throughput, CPU
+per TrainJob of each service, KV round trips and NATS messages per TrainJob, the busiest
+process, and the target (CPU per TrainJob of each service at 4 replicas <= 1.2x its 1-replica
+figure). Before the sustained run it waits until every replica holds its share of the bus
+partitions (docs/bus.md).
 
 Usage: .venv/bin/python bench/e2e.py [--duration 3] [--sustained 300] [--concurrency 16]
        [--generators 4] [--replicas planner=2,...] [--profile DIR] [--skip-paced] [--table planner,...]
@@ -397,6 +401,19 @@ class Counters:
         return snap
 
     @staticmethod
+    def per(before: dict, after: dict, section: str, count: int) -> dict:
+        """``section``'s counts per TrainJob between two snapshots."""
+        out = {}
+        for key in set(before[section]) | set(after[section]):
+            a, b = after[section].get(key), before[section].get(key)
+            if isinstance(a, list):
+                b = b or [0, 0]
+                out[key] = [(a[0] - b[0]) / count, (a[1] - b[1]) / count]
+            elif (a or 0) - (b or 0):
+                out[key] = ((a or 0) - (b or 0)) / count
+        return out
+
+    @staticmethod
     def report(before: dict, after: dict, count: int) -> list[str]:
         def per(section: str) -> dict:
             keys = set(before[section]) | set(after[section])
@@ -535,6 +552,7 @@ class Stack:
                                                        self.workdir, replica)))
         for name, proc in self.procs:
             self.ports.setdefault(name, []).append(wait_ready(proc, name))
+        asyncio.run(wait_balanced(self.nats.url, self.replicas))
 
     def restart(self, name: str) -> tuple[float, float]:
         """Stops the first replica of ``name`` (SIGTERM) and starts a new one; returns the
@@ -572,6 +590,45 @@ class Stack:
         if self.cluster is not None:
             self.cluster.stop()
         self.nats.stop()
+
+
+async def wait_balanced(url: str, replicas: dict[str, int], timeout_s: float = 60.0) -> None:
+    """Until every partitioned role's replicas hold all partitions between them, each its
+    share (docs/bus.md); a release before partitions has no lease bucket: nothing to wait for."""
+    import nats
+
+    try:
+        from trainyard.bus.subjects import partitions_setting
+        from trainyard.bus.topology import LEASES_BUCKET
+    except ImportError:
+        return
+    count = partitions_setting()
+    nc = await nats.connect(url)
+    try:
+        kv = await nc.jetstream().key_value(LEASES_BUCKET)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                keys = await kv.keys()
+            except Exception:  # no keys yet
+                keys = []
+            holders: dict[str, dict[str, int]] = {}
+            for key in keys:
+                role, _, kind, _ = key.split(".", 3)
+                if kind == "p":
+                    holder = (await kv.get(key)).value.decode()
+                    holders.setdefault(role, {}).setdefault(holder, 0)
+                    holders[role][holder] += 1
+            balanced = all(
+                len(holders.get(role, {})) == replicas[role] and sum(holders[role].values()) == count
+                and max(holders[role].values()) - min(holders[role].values()) <= 1
+                for role in ("planner", "applier", "status"))
+            if balanced:
+                return
+            await asyncio.sleep(0.5)
+        print(f"warning: partitions not balanced after {timeout_s:.0f} s: {holders}", flush=True)
+    finally:
+        await nc.close()
 
 
 def process_names(pids: dict[str, list[int]]) -> dict[str, int]:
@@ -641,6 +698,10 @@ async def bench(stack: Stack, args) -> dict:
             members = [n for n in flat if n == name or n.startswith(f"{name}-") and n[len(name) + 1:].isdigit()]
             cpu[name] = sum(cpu_each[m] for m in members) * 1000 / args.sustained
 
+        if args.skip_raw:
+            await watch.stop()
+            return await _summary(args, figures, cpu_each, wall, created, load_before, sustained, cpu, before, after,
+                                  None, None, (1000 * creators.cpu_s / args.sustained, 0.0))
         # The same JobSets applied straight to the API server (field manager trainer, forced).
         sample = (await client.get(JOBSETS.format(ns="bench-sustained") + "/s-0")).json()
         appliers = Generators(cluster, "apply", "bench-raw", names, args.generators, args.concurrency,
@@ -658,13 +719,21 @@ async def bench(stack: Stack, args) -> dict:
         dev_raw_pct = 100 * (cpu_seconds(cluster.pid) - dev_before) / elapsed
         generator_ms = (1000 * creators.cpu_s / args.sustained, 1000 * appliers.cpu_s / args.sustained)
         await watch.stop()
+    return await _summary(args, figures, cpu_each, wall, created, load_before, sustained, cpu, before, after,
+                          raw, dev_raw_pct, generator_ms)
+
+
+async def _summary(args, figures: dict, cpu_each: dict, wall: float, created: float, load_before: str,
+                   sustained: float, cpu: dict, before: dict, after: dict, raw: float | None,
+                   dev_raw_pct: float | None, generator_ms: tuple[float, float]) -> dict:
     percent = {name: 100 * used / wall for name, used in cpu_each.items()}
     busiest = max(percent, key=percent.get)
     print(f"sustained: {sustained:.1f} TrainJobs/s (create -> JobSet applied, {args.sustained} TrainJobs, "
           f"concurrency {args.concurrency}, {args.generators} generator processes, every create answered "
           f"after {created:.1f} s of {wall:.1f} s; load average before {load_before}, after {loadavg()})")
-    print(f"raw devcluster SSA: {raw:.1f} JobSets/s (devcluster at {dev_raw_pct:.0f}% CPU); "
-          f"ratio sustained/raw = {sustained / raw:.2f}")
+    if raw is not None:
+        print(f"raw devcluster SSA: {raw:.1f} JobSets/s (devcluster at {dev_raw_pct:.0f}% CPU); "
+              f"ratio sustained/raw = {sustained / raw:.2f}")
     print(f"load generators (same machine): {generator_ms[0]:.2f} ms CPU per create in the sustained run, "
           f"{generator_ms[1]:.2f} ms per apply in the raw run")
     print("CPU ms per TrainJob in the sustained run: " +
@@ -676,7 +745,12 @@ async def bench(stack: Stack, args) -> dict:
     print("per TrainJob in the sustained run (counted after it settled):")
     for line in Counters.report(before, after, args.sustained):
         print(line)
-    figures.update(sustained=sustained, raw=raw, cpu=cpu, percent=percent, busiest=busiest)
+    kv = Counters.per(before, after, "kv", args.sustained)
+    nats = Counters.per(before, after, "nats", args.sustained)
+    kv_per = {s: sum(v for k, v in kv.items() if k[0] == s) for s in SERVICES}
+    msgs_per = {s: sum(v[0] + v[1] for name, v in nats.items() if name.removeprefix("trainyard-") == s)
+                for s in SERVICES}  # connections are named trainyard-<service>, replicas alike
+    figures.update(sustained=sustained, raw=raw, cpu=cpu, percent=percent, busiest=busiest, kv=kv_per, msgs=msgs_per)
     return figures
 
 
@@ -771,7 +845,10 @@ def main() -> int:
                         help="py-spy record every Python process during the sustained run into DIR")
     parser.add_argument("--skip-paced", action="store_true", help="only the sustained and raw phases")
     parser.add_argument("--table", default="", metavar="SERVICES",
-                        help="sustained and raw phases with 1, 2 and 4 replicas of these services (comma list)")
+                        help="sustained and raw phases with 1, 2, 4 and 8 replicas (--counts) of these services "
+                             "(comma list)")
+    parser.add_argument("--counts", default="1,2,4,8", help="with --table: the replica counts, comma list")
+    parser.add_argument("--skip-raw", action="store_true", help="no raw devcluster SSA phase")
     parser.add_argument("--raw-only", action="store_true",
                         help="only the raw devcluster SSA phase (no nats-server, no services): --sustained JobSets, "
                              "--rounds times")
@@ -790,20 +867,40 @@ def main() -> int:
     services = [s.strip() for s in args.table.split(",") if s.strip()]
     parse_replicas(",".join(f"{s}=1" for s in services))  # names checked
     args.skip_paced = True
+    try:
+        counts = [int(c) for c in args.counts.split(",") if c.strip()]
+    except ValueError:
+        raise SystemExit(f"error: --counts: expected a comma list of numbers, got {args.counts!r}") from None
+    if not counts or min(counts) < 1:
+        raise SystemExit(f"error: --counts: every count must be 1 or more, got {args.counts!r}")
     rows = []
-    for count in (1, 2, 4):
+    for count in counts:
         replicas = parse_replicas(",".join(f"{s}={count}" for s in services))
         rows.append((count, run_once(args, replicas)))
         print(flush=True)
-    print(f"replicas of {', '.join(services)}: throughput (sustained {args.sustained} TrainJobs, "
-          f"{args.generators} generators, load average now {loadavg()})")
-    print(f"{'replicas':>8} {'TrainJobs/s':>12} {'raw SSA/s':>10} {'ratio':>6} {'ctl ms/TJ':>10}   busiest process (CPU %)")
+    print_table(services, rows, args)
+    return 0
+
+
+def print_table(services: list[str], rows: list[tuple[int, dict]], args) -> None:
+    print(f"replicas of {', '.join(services)} (sustained {args.sustained} TrainJobs, {args.generators} generators, "
+          f"load average now {loadavg()}; CPU, KV and messages per TrainJob)")
+    head = f"{'replicas':>8} {'TJ/s':>7} {'raw/s':>6} {'ctl ms':>7} "
+    head += " ".join(f"{s[:7] + ' ms':>10} {'KV':>5} {'msgs':>5}" for s in services)
+    print(head + "   busiest process (CPU %)")
     for count, fig in rows:
         control = sum(v for k, v in fig["cpu"].items() if k != "devcluster")
         top = sorted(fig["percent"].items(), key=lambda kv: -kv[1])[:3]
-        print(f"{count:>8} {fig['sustained']:>12.1f} {fig['raw']:>10.1f} {fig['sustained'] / fig['raw']:>6.2f} "
-              f"{control:>10.1f}   " + ", ".join(f"{n} {v:.0f}" for n, v in top))
-    return 0
+        raw = f"{fig['raw']:>6.1f}" if fig.get("raw") else f"{'-':>6}"
+        line = f"{count:>8} {fig['sustained']:>7.1f} {raw} {control:>7.1f} "
+        line += " ".join(f"{fig['cpu'].get(s, 0):>10.2f} {fig['kv'].get(s, 0):>5.1f} {fig['msgs'].get(s, 0):>5.1f}"
+                         for s in services)
+        print(line + "   " + ", ".join(f"{n} {v:.0f}" for n, v in top))
+    by_count = dict(rows)
+    if 1 in by_count and 4 in by_count:
+        ratios = {s: by_count[4]["cpu"].get(s, 0) / by_count[1]["cpu"][s] for s in services if by_count[1]["cpu"].get(s)}
+        print("target: CPU per TrainJob at 4 replicas <= 1.2x at 1: " + ", ".join(
+            f"{s} {r:.2f}x {'met' if r <= 1.2 else 'NOT met'}" for s, r in ratios.items()))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,121 @@
+"""Home replicas (trainyard.bus.partitions) against a real nats-server: replicas split the
+partitions, a graceful stop hands its partitions over at once, a joining replica takes a share,
+and every message is handled once, by the replica that holds its partition."""
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+
+import pytest
+
+from trainyard.bus.consumer import Delivery
+from trainyard.bus.envelopes import ObjectEvent, decode
+from trainyard.bus.partitions import PartitionedSubscriber, Subscription, share
+from trainyard.bus.publisher import Outgoing
+from trainyard.bus.session import BusSession
+from trainyard.bus.subjects import event_filter, partition_of_subject
+from trainyard.bus.topology import EVENTS_STREAM, LEASES_BUCKET
+
+pytestmark = pytest.mark.timeout(120)
+
+PARTITIONS = 12
+
+
+def test_shares_add_up_and_differ_by_at_most_one() -> None:
+    for members in (["a"], ["a", "b"], ["c", "a", "b"], [f"r{i}" for i in range(8)]):
+        shares = [share(PARTITIONS, members, m) for m in members]
+        assert sum(shares) == PARTITIONS and max(shares) - min(shares) <= 1
+
+
+class Replica:
+    """One replica: its own bus session, its subscriber, what it handled (subject, partition)."""
+
+    def __init__(self, session: BusSession, name: str, handled: list[tuple[str, str, int]]) -> None:
+        self.session = session
+        self.name = name
+        self.stop = asyncio.Event()
+
+        async def handle(delivery: Delivery) -> None:
+            decode(ObjectEvent, delivery.data)
+            handled.append((self.name, delivery.subject, partition_of_subject(delivery.subject)))
+            # A partition's messages reach only the replica that holds it.
+            assert partition_of_subject(delivery.subject) in self.subscriber.owned | self.releasing()
+
+        self.subscriber = PartitionedSubscriber(
+            session, "t", "c1", [Subscription(EVENTS_STREAM, "t", lambda p: [event_filter("c1", None, p)], handle)],
+            partitions=PARTITIONS, replica=name, heartbeat_s=0.25)
+        self.task = asyncio.create_task(self.subscriber.run(self.stop))
+
+    def releasing(self) -> set[int]:
+        return {p for p, held in self.subscriber._held.items() if held.releasing}
+
+    async def close(self) -> None:
+        self.stop.set()
+        await self.task
+        await self.session.close()
+
+
+async def until(predicate, timeout: float = 30.0) -> None:
+    async def loop() -> None:
+        while not predicate():
+            await asyncio.sleep(0.05)
+    await asyncio.wait_for(loop(), timeout)
+
+
+def balanced(replicas: list[Replica]) -> bool:
+    owned = [r.subscriber.owned for r in replicas]
+    union = set().union(*owned)
+    return union == set(range(PARTITIONS)) and sum(len(o) for o in owned) == PARTITIONS \
+        and max(map(len, owned)) - min(map(len, owned)) <= 1
+
+
+async def publish(session: BusSession, names: list[str]) -> None:
+    events = [ObjectEvent.from_object("c1", "ADDED", {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+        "metadata": {"namespace": "ns", "name": name, "uid": f"u-{name}", "resourceVersion": "1"}}) for name in names]
+    await session.publisher.publish_many(Outgoing(e.subject(PARTITIONS), e, e.msg_id()) for e in events)
+
+
+async def lease_holders(session: BusSession) -> dict[str, str]:
+    kv = await session.js.key_value(LEASES_BUCKET)
+    try:
+        keys = await kv.keys()
+    except Exception:  # no keys at all
+        return {}
+    return {key: (await kv.get(key)).value.decode() for key in keys if ".p." in key}
+
+
+async def test_replicas_split_hand_over_on_stop_and_a_joiner_takes_a_share(nats_server) -> None:
+    handled: list[tuple[str, str, int]] = []
+    observer = await BusSession.open(nats_server.url, "observer")
+    sessions = [await BusSession.open(nats_server.url, f"r{i}") for i in range(3)]
+    first, second = Replica(sessions[0], "r1", handled), Replica(sessions[1], "r2", handled)
+    third = None
+    try:
+        await until(lambda: balanced([first, second]))
+        assert len(first.subscriber.owned) == len(second.subscriber.owned) == PARTITIONS // 2
+
+        await publish(observer, [f"a-{i}" for i in range(120)])
+        await until(lambda: len(handled) >= 120)
+
+        third = Replica(sessions[2], "r3", handled)  # joins: takes about a third
+        await until(lambda: balanced([first, second, third]))
+        assert len(third.subscriber.owned) == PARTITIONS // 3
+
+        await first.close()  # graceful: its leases are deleted before it returns
+        holders = await lease_holders(observer)
+        assert "r1" not in holders.values(), holders
+        await until(lambda: balanced([second, third]), timeout=10)
+
+        await publish(observer, [f"b-{i}" for i in range(120)])
+        await until(lambda: len(handled) >= 240)
+        await asyncio.sleep(0.5)  # anything handled twice would show by now
+        counts = Counter(subject for _, subject, _ in handled)
+        assert len(counts) == 240 and set(counts.values()) == {1}, "a message was handled twice or lost"
+        # Every TrainJob's messages went to one partition, and the later ones to the survivors.
+        assert {who for who, subject, _ in handled if ".b-" in subject} <= {"r2", "r3"}
+    finally:
+        for replica in (first, second, third):
+            if replica is not None and not replica.task.done():
+                await replica.close()
+        await observer.close()
