@@ -15,6 +15,7 @@ import json
 import os
 import socket
 import ssl
+import sys
 import time
 import urllib.request
 from datetime import datetime, timezone
@@ -118,7 +119,25 @@ def main() -> None:
     dist.barrier()
     if rank == 0:
         print("training complete", flush=True)
-    dist.destroy_process_group()
+    finish()
+
+
+def finish() -> None:
+    """End the process now that every rank has passed the final barrier, without torch's teardown.
+
+    The gloo teardown (destroy_process_group, then interpreter exit) can abort a process while
+    its peers close their connections: seen as "terminate called without an active exception"
+    (SIGABRT) in one worker of node 1 after rank 0 had logged "training complete". torchrun then
+    fails that node without reaching its exit barrier, the pod restarts in place (restartPolicy
+    OnFailure), and its new torchrun joins the rendezvous store still held by node 0's torchrun
+    (waiting in its exit barrier) and reads the finished workers' addresses from it: "Gloo
+    connectFullMesh failed ... Connection refused" until the Job's backoffLimit fails the
+    TrainJob. Past the barrier there is nothing left to send, and the kernel closes the sockets
+    at exit, so skipping the teardown loses nothing and cannot turn a finished run into a
+    failure."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
