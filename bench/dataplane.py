@@ -22,6 +22,8 @@ from pathlib import Path
 
 import yaml
 
+from waiting import wait_until
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -65,21 +67,12 @@ async def bench(kubeconfig: Path, data_dir: Path, runs: int, torch: bool) -> Non
     watcher = asyncio.create_task(pods.run(stop_watch))
     try:
         await client.create(crd, None, yaml.safe_load((REPO / "deploy/crds/jobset.x-k8s.io_jobsets.yaml").read_text()))
-        await pods.synced.wait()
+        await wait_until("the pod list of the API server", pods.synced.is_set, 60)
         await asyncio.sleep(1.0)  # let the data plane notice the new CRD
 
-        async def running(name: str, count: int) -> None:
-            while True:
-                found = [p for p in pods.items("default")
-                         if p["metadata"]["name"].startswith(name + "-")
-                         and (p.get("status") or {}).get("phase") == "Running"]
-                if len(found) >= count:
-                    return
-                changed.clear()
-                try:
-                    await asyncio.wait_for(changed.wait(), 0.5)
-                except asyncio.TimeoutError:
-                    pass
+        def running(name: str, count: int) -> bool:
+            return len([p for p in pods.items("default") if p["metadata"]["name"].startswith(name + "-")
+                        and (p.get("status") or {}).get("phase") == "Running"]) >= count
 
         latencies = []
         for run in range(runs):
@@ -92,7 +85,7 @@ async def bench(kubeconfig: Path, data_dir: Path, runs: int, torch: bool) -> Non
                               "containers": [{"name": "c", "image": "x", "command": ["sleep", "60"]}]}}}}}]}}
             started = time.perf_counter()
             await client.create(JOBSET, "default", jobset)
-            await asyncio.wait_for(running(name, 2), 60)
+            await wait_until(f"the 2 pods of JobSet {name} to run", lambda: running(name, 2), 60, wake=changed)
             latencies.append(time.perf_counter() - started)
             await client.request("DELETE", JOBSET.path("default", name), body={"propagationPolicy": "Background"})
         print(f"JobSet create -> 2 plain pods Running ({runs} runs): "
@@ -107,13 +100,15 @@ async def bench(kubeconfig: Path, data_dir: Path, runs: int, torch: bool) -> Non
             doc = yaml.safe_load((example / "jobset.yaml").read_text())
             started = time.perf_counter()
             await client.create(JOBSET, "default", doc)
-            while True:
+            done: list[dict] = []
+
+            async def finished() -> bool:
                 js = await client.get(JOBSET, "default", doc["metadata"]["name"])
-                done = [c for c in ((js or {}).get("status") or {}).get("conditions") or []
-                        if c["type"] in ("Completed", "Failed") and c["status"] == "True"]
-                if done:
-                    break
-                await asyncio.sleep(0.2)
+                done[:] = [c for c in ((js or {}).get("status") or {}).get("conditions") or []
+                           if c["type"] in ("Completed", "Failed") and c["status"] == "True"]
+                return bool(done)
+
+            await wait_until("the torch-ddp-cpu JobSet to finish", finished, 600)
             print(f"torch-ddp-cpu (2 nodes x 2 procs, 30 steps) create -> {done[0]['type']}: "
                   f"{time.perf_counter() - started:.1f} s", flush=True)
     finally:

@@ -52,6 +52,8 @@ from fixtures.nats import NatsServer, free_port  # noqa: E402
 
 import httpx  # noqa: E402
 
+from waiting import SAY_EVERY_S, GaveUp, missing, say, wait_until  # noqa: E402  (bench/)
+
 SERVICES = ("watcher", "planner", "applier", "status")
 TRAINJOBS = "/apis/trainer.kubeflow.org/v1alpha1/namespaces/{ns}/trainjobs"
 JOBSETS = "/apis/jobset.x-k8s.io/v1alpha2/namespaces/{ns}/jobsets"
@@ -84,19 +86,30 @@ def start_service(name: str, kubeconfig: Path, nats_url: str, workdir: Path, rep
     return proc
 
 
-def wait_ready(proc: subprocess.Popen, name: str) -> int:
-    """Waits for the service's /readyz; returns its HTTP port."""
+def wait_ready(proc: subprocess.Popen, name: str, budget_s: float = 120.0) -> int:
+    """Waits for the service's /readyz (saying so every few seconds); returns its HTTP port.
+    Ends the run (GaveUp) when the service exits or is not ready within ``budget_s``."""
     line = proc.stdout.readline()
+    if ":" not in line:
+        raise GaveUp(f"error: {name} exited with {proc.wait()} before listening (see its log)")
     port = int(line.rsplit(":", 1)[1])
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
+    began = time.monotonic()
+    next_say = began + SAY_EVERY_S
+    while True:
+        if proc.poll() is not None:
+            raise GaveUp(f"error: {name} exited with {proc.returncode} while starting (see its log)")
         try:
             if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200:
                 return port
         except httpx.HTTPError:
             pass
+        now = time.monotonic()
+        if now - began > budget_s:
+            raise GaveUp(f"error: gave up after {budget_s:g}s waiting for {name} to be ready (/readyz on {port})")
+        if now >= next_say:
+            say(f"waiting {now - began:.0f}s of {budget_s:g}s for {name} to be ready (/readyz on {port})")
+            next_say = now + SAY_EVERY_S
         time.sleep(0.1)
-    raise RuntimeError(f"{name} not ready")
 
 
 def parse_replicas(spec: str) -> dict[str, int]:
@@ -143,17 +156,12 @@ class JobSetWatch:
                     self._new.set()
 
     async def wait_all(self, keys: list[str], timeout: float, deleted: bool = False) -> bool:
-        deadline = time.perf_counter() + timeout
+        """Until every key's JobSet was ADDED (DELETED); says how far it got every few seconds and
+        ends the run (GaveUp, exit 1) after ``timeout`` seconds."""
         into = self.gone if deleted else self.seen
-        while not all(k in into for k in keys):
-            self._new.clear()
-            remaining = deadline - time.perf_counter()
-            if remaining <= 0:
-                return False
-            try:
-                await asyncio.wait_for(self._new.wait(), timeout=remaining)
-            except asyncio.TimeoutError:
-                return False
+        what = f"{len(keys)} JobSet{'s' if len(keys) != 1 else ''} to be {'deleted' if deleted else 'created'}"
+        await wait_until(what, lambda: all(k in into for k in keys), timeout,
+                         progress=lambda: missing(keys, into), wake=self._new)
         return True
 
     async def stop(self) -> None:

@@ -24,6 +24,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 from fixtures.devcluster import start_devcluster  # noqa: E402
+from waiting import wait_until  # noqa: E402
 INDEX = "batch.kubernetes.io/job-completion-index"
 
 
@@ -54,22 +55,17 @@ async def bench(kubeconfig: Path, runs: int) -> None:
     watcher = asyncio.create_task(pods.run(stop_watch))
     try:
         await client.create(crd, None, yaml.safe_load((REPO / "deploy/crds/jobset.x-k8s.io_jobsets.yaml").read_text()))
-        await pods.synced.wait()
-        while await client.get(hooks, None, "trainyard-dataplane-jobset") is None:
-            await asyncio.sleep(0.2)
+        await wait_until("the pod list of the API server", pods.synced.is_set, 60)
+
+        async def webhook_registered() -> bool:
+            return await client.get(hooks, None, "trainyard-dataplane-jobset") is not None
+
+        await wait_until("the data plane's JobSet webhook to be registered", webhook_registered, 60)
         await asyncio.sleep(1.0)  # let the data plane notice the new CRD
 
         def by_index() -> dict[int, dict]:
             return {int(p["metadata"]["labels"][INDEX]): p for p in pods.items("default")
                     if p["metadata"]["name"].startswith("elastic-")}
-
-        async def until(check) -> None:
-            while not check():
-                changed.clear()
-                try:
-                    await asyncio.wait_for(changed.wait(), 0.5)
-                except asyncio.TimeoutError:
-                    pass
 
         def running(index: int) -> bool:
             pod = by_index().get(index)
@@ -83,19 +79,19 @@ async def bench(kubeconfig: Path, runs: int) -> None:
                           "restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
                           "containers": [{"name": "c", "image": "x", "command": ["sleep", "600"]}]}}}}}]}}
         await client.create(JOBSET, "default", jobset)
-        await asyncio.wait_for(until(lambda: running(0) and running(1)), 60)
+        await wait_until("pods 0 and 1 of the JobSet to run", lambda: running(0) and running(1), 60, wake=changed)
         survivors = {i: by_index()[i]["metadata"]["uid"] for i in (0, 1)}
         ups, downs = [], []
         for _ in range(runs):
             started = time.perf_counter()
             await client.request("PATCH", JOBSET.path("default", "elastic"), body=resize(3),
                                  content_type="application/json-patch+json")
-            await asyncio.wait_for(until(lambda: running(2)), 60)
+            await wait_until("pod 2 to run after the resize to 3", lambda: running(2), 60, wake=changed)
             ups.append(time.perf_counter() - started)
             started = time.perf_counter()
             await client.request("PATCH", JOBSET.path("default", "elastic"), body=resize(2),
                                  content_type="application/json-patch+json")
-            await asyncio.wait_for(until(lambda: 2 not in by_index()), 60)
+            await wait_until("pod 2 to go after the resize to 2", lambda: 2 not in by_index(), 60, wake=changed)
             downs.append(time.perf_counter() - started)
         kept = {i: by_index()[i]["metadata"]["uid"] for i in (0, 1)} == survivors
         for label, values in (("scale up 2 -> 3 (patch -> index-2 pod Running)", ups),

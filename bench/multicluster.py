@@ -42,6 +42,7 @@ from e2e import (  # noqa: E402
 from fixtures.devcluster import start_devcluster  # noqa: E402
 from fixtures.nats import NatsServer  # noqa: E402
 from fixtures.stack import start_stack  # noqa: E402
+from waiting import missing, wait_until  # noqa: E402
 
 TRAINJOBS = "/apis/trainer.kubeflow.org/v1alpha1/namespaces/{ns}/trainjobs"
 MANAGED_BY = "kueue.x-k8s.io/multikueue"
@@ -79,14 +80,22 @@ class Endpoint:
                                                             "metadata": {"name": NAMESPACE}})
 
 
-async def wait_all(watches: list[JobSetWatch], keys: list[str], timeout: float) -> dict[str, float]:
-    deadline = time.perf_counter() + timeout
-    while time.perf_counter() < deadline:
-        seen = {key: watch.seen[key] for watch in watches for key in keys if key in watch.seen}
-        if len(seen) == len(keys):
-            return seen
-        await asyncio.sleep(0.01)
-    return {key: watch.seen[key] for watch in watches for key in keys if key in watch.seen}
+async def wait_all(watches: list[JobSetWatch], keys: list[str], timeout: float,
+                   stall_s: float = 60.0) -> dict[str, float]:
+    """Until every key's JobSet exists on some worker: says how many each worker has every few
+    seconds, and ends the run (exit 1) after ``timeout`` or ``stall_s`` without a new JobSet (e.g.
+    when the workers' pod slots are full and the dispatcher cannot place the rest)."""
+    def seen() -> dict[str, float]:
+        return {key: watch.seen[key] for watch in watches for key in keys if key in watch.seen}
+
+    def progress() -> str:
+        per_worker = ", ".join(f"worker {i + 1}: {sum(1 for key in keys if key in watch.seen)}"
+                               for i, watch in enumerate(watches))
+        return f"{missing(keys, seen())} ({per_worker})"
+
+    await wait_until(f"{len(keys)} delegated JobSets on the workers", lambda: len(seen()) == len(keys), timeout,
+                     progress=progress, poll_s=0.05, stall_s=stall_s)
+    return seen()
 
 
 async def single_cluster(args) -> float:

@@ -31,6 +31,7 @@ import httpx  # noqa: E402
 
 from e2e import (RUNTIME, SERVICES, TRAINJOBS, Generators, JobSetWatch, Stack, loadavg,  # noqa: E402
                  parse_replicas, trainjob)
+from waiting import wait_until  # noqa: E402
 
 NS = "scale"
 PROBE_NS = "scale-probe"
@@ -160,13 +161,14 @@ async def run(stack: Stack, args) -> None:
 
 
 async def wait_status(client: httpx.AsyncClient, name: str, limit: float) -> float:
-    deadline = time.perf_counter() + limit
-    while time.perf_counter() < deadline:
+    """The moment TrainJob ``name`` first has conditions (saying so while it waits; the run ends
+    when it has none after ``limit`` seconds)."""
+    async def has_status() -> bool:
         job = (await client.get(TRAINJOBS.format(ns=PROBE_NS) + f"/{name}")).json()
-        if (job.get("status") or {}).get("conditions"):
-            return time.perf_counter()
-        await asyncio.sleep(0.02)
-    return float("nan")
+        return bool((job.get("status") or {}).get("conditions"))
+
+    await wait_until(f"TrainJob {PROBE_NS}/{name} to get its status", has_status, limit, poll_s=0.02)
+    return time.perf_counter()
 
 
 def main() -> int:

@@ -7,6 +7,8 @@ string: the exception's text when it has one, else its type name, followed by wh
 """
 from __future__ import annotations
 
+import asyncio
+
 MAX_CAUSES = 3  # a chain deeper than this says nothing more to a reader of one log line
 
 
@@ -24,4 +26,6 @@ def describe(err: BaseException) -> str:
             break  # a text that says something ends the line: the cause was already put into it
         parts.append(type(current).__name__)
         current = current.__cause__ or (None if current.__suppress_context__ else current.__context__)
+        if isinstance(current, asyncio.CancelledError) and not str(current):
+            break  # asyncio.wait_for's timeout comes from cancelling the wait: no news in that
     return " from ".join(parts)

@@ -160,16 +160,20 @@ async def _bootstrap(url: str, timeout_s: float) -> int:
     from trainyard.bus.connection import ServerTooOld, connect
     from trainyard.bus.topology import ensure_topology
     from trainyard.cli.main import UserError
+    from trainyard.errortext import describe
 
     credentials = from_environment()
     if credentials is not None and not credentials.topology:
         raise UserError(f"{credentials.user}: not the bootstrap identity ($TRAINYARD_NATS_CREDENTIALS)")
-    deadline = asyncio.get_running_loop().time() + timeout_s
+    began = asyncio.get_running_loop().time()
+    deadline = began + timeout_s
+    next_say = began + 10.0
     while True:
         try:
-            # The client retries a refused connection by itself: bound each try by what is left.
+            # The client retries a refused connection by itself: bound each try by what is left,
+            # and by 10 s, so that a NATS still starting is reported while it is waited for.
             remaining = max(deadline - asyncio.get_running_loop().time(), 1.0)
-            nc = await asyncio.wait_for(connect(url, "trainyard-bus-bootstrap"), timeout=remaining)
+            nc = await asyncio.wait_for(connect(url, "trainyard-bus-bootstrap"), timeout=min(remaining, 10.0))
             try:
                 await asyncio.wait_for(ensure_topology(nc.jetstream()), timeout=max(remaining, 30.0))
             finally:
@@ -179,7 +183,12 @@ async def _bootstrap(url: str, timeout_s: float) -> int:
         except ServerTooOld as err:
             raise UserError(str(err)) from None
         except Exception as err:
-            if asyncio.get_running_loop().time() > deadline:
-                print(f"error: bus bootstrap failed: {err}", file=sys.stderr)
+            now = asyncio.get_running_loop().time()
+            if now > deadline:
+                print(f"error: bus bootstrap failed after {timeout_s:g}s: {describe(err)}", file=sys.stderr)
                 return 1
+            if now >= next_say:  # a NATS that is not up yet is waited for aloud
+                print(f"waiting {now - began:.0f}s of {timeout_s:g}s for NATS at {url}: {describe(err)}",
+                      file=sys.stderr, flush=True)
+                next_say = now + 10.0
             await asyncio.sleep(0.5)

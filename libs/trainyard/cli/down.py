@@ -24,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
     layout = StackLayout.at(args.data_dir or default_data_dir())
     if not layout.root.is_dir():
         raise UserError(f"--data-dir: {layout.root} does not exist")
-    report = stop_stack(layout, timeout_s=args.timeout)
+    report = stop_stack(layout, timeout_s=args.timeout, say=lambda line: print(line, flush=True))
     if report.supervisor_stopped:
         print(f"trainyard: stopped the stack in {layout.root} (supervisor pid {report.supervisor_pid})")
     if report.killed:

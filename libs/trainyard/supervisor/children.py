@@ -100,9 +100,14 @@ class ManagedChild:
         if self._on_started:
             self._on_started(self)
 
-    async def wait_ready(self, probe: ReadinessProbe, timeout_s: float) -> None:
-        """Poll `probe` until it says ready; fail with the log's tail if the child exits or times out."""
-        deadline = time.monotonic() + timeout_s
+    async def wait_ready(self, probe: ReadinessProbe, timeout_s: float,
+                         waiting: Callable[[str], None] | None = None, say_every_s: float = 10.0) -> None:
+        """Poll `probe` until it says ready; fail with the log's tail if the child exits or times out.
+        ``waiting`` hears every ``say_every_s`` what is still awaited (a slow start on a loaded
+        machine is not silent)."""
+        began = time.monotonic()
+        deadline = began + timeout_s
+        next_say = began + say_every_s
         while True:
             if self._process is None or self._process.returncode is not None:
                 code = None if self._process is None else self._process.returncode
@@ -115,11 +120,16 @@ class ManagedChild:
                     return
             except Exception:  # noqa: BLE001 - a probe failing just means "not ready yet"
                 pass
-            if time.monotonic() > deadline:
+            now = time.monotonic()
+            if now > deadline:
                 raise ChildStartupError(
                     f"{self.name} did not become ready within {timeout_s:.0f}s; last lines of "
                     f"{self.spec.log_file}:\n{log_tail(self.spec.log_file)}"
                 )
+            if waiting is not None and now >= next_say:
+                waiting(f"  {self.name:<11} waiting {now - began:.0f}s of {timeout_s:.0f}s for it to be ready "
+                        f"(log: {self.spec.log_file})")
+                next_say = now + say_every_s
             await asyncio.sleep(0.2)
 
     async def supervise(self, stopping: asyncio.Event, report: Callable[[str], None]) -> None:

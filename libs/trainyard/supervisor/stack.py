@@ -376,7 +376,7 @@ class Stack:
         for child, _ in children:
             await child.start()
         for child, port in children:
-            await child.wait_ready(lambda port=port: self._nats_answers(port), timeout_s=30)
+            await child.wait_ready(lambda port=port: self._nats_answers(port), timeout_s=30, waiting=self.say)
         nodes = f"; a JetStream cluster of {len(ports)} nodes" if len(ports) > 1 else ""
         self.say(f"  nats        ready   {self.nats_url}  ({_since(began)}; JetStream data in {self.layout.nats_dir}{nodes})")
         if self.bus_security is not None:
@@ -415,7 +415,7 @@ class Stack:
 
         began = time.monotonic()
         await child.start()
-        await child.wait_ready(answers, timeout_s=self.config.startup_timeout_s)
+        await child.wait_ready(answers, timeout_s=self.config.startup_timeout_s, waiting=self.say)
         shutil.copyfile(served_kubeconfig, cluster.kubeconfig)
         api_url = kubeconfig_server(cluster.kubeconfig)
         if self.state is not None:
@@ -569,7 +569,7 @@ class Stack:
 
         began = time.monotonic()
         await child.start()
-        await child.wait_ready(ready, timeout_s=self.config.startup_timeout_s)
+        await child.wait_ready(ready, timeout_s=self.config.startup_timeout_s, waiting=self.say)
         self.say(f"  {name:<11} ready   http://{LOOPBACK}:{port}/readyz  ({_since(began)})")
 
     async def start_all(self) -> None:

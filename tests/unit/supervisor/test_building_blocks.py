@@ -152,3 +152,26 @@ def test_resource_paths_for_cluster_scoped_and_namespaced_kinds() -> None:
     assert resource_path(crd).item == "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/a.b"
     with pytest.raises(ManifestError, match="cannot install kind 'Deployment'"):
         resource_path({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"}})
+
+
+async def test_a_child_that_is_slow_to_start_is_waited_for_aloud_and_then_given_up(tmp_path: Path) -> None:
+    """`trainyard up` says what it still waits for while a child starts, and ends with the reason
+    (the budget and the child's log) when it never becomes ready."""
+    from trainyard.supervisor.children import ChildSpec, ChildStartupError, ManagedChild
+
+    child = ManagedChild(ChildSpec(name="sleeper", argv=[sys.executable, "-c", "print('starting'); "
+                                                         "import time; time.sleep(60)"],
+                                   log_file=tmp_path / "sleeper.log", stop_timeout_s=1))
+    said: list[str] = []
+
+    async def never() -> bool:
+        return False
+
+    await child.start()
+    try:
+        with pytest.raises(ChildStartupError, match=r"sleeper did not become ready within 1s"):
+            await child.wait_ready(never, timeout_s=1.0, waiting=said.append, say_every_s=0.3)
+    finally:
+        await child.stop()
+    assert said and all(line.strip().startswith("sleeper     waiting") and "of 1s for it to be ready" in line
+                        and str(tmp_path / "sleeper.log") in line for line in said)

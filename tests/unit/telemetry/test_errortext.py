@@ -37,6 +37,13 @@ def test_an_empty_exception_names_the_one_it_was_raised_from() -> None:
         "CancelledError from TimeoutError"
 
 
+async def test_the_timeout_of_asyncio_wait_for_is_a_timeout() -> None:
+    """(asyncio raises it from the CancelledError of the wait it cancelled: that adds nothing.)"""
+    with pytest.raises(asyncio.TimeoutError) as timed_out:
+        await asyncio.wait_for(asyncio.sleep(10), timeout=0.01)
+    assert describe(timed_out.value) == "TimeoutError"
+
+
 def test_a_multi_line_message_becomes_one_line() -> None:
     assert describe(RuntimeError("first\n  second")) == "first second"
 
