@@ -344,7 +344,7 @@ class Store:
     async def durable(self, rv: int) -> None:
         """Wait until every write up to ``rv`` is committed to SQLite."""
         if self._writer_error is not None:
-            raise RuntimeError(f"storage writer failed: {self._writer_error}")
+            raise RuntimeError(f"storage writer failed: {describe(self._writer_error)}")
         if rv <= self._durable_rv:
             return
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -362,7 +362,7 @@ class Store:
                 if error is None:
                     fut.set_result(None)
                 else:
-                    fut.set_exception(RuntimeError(f"storage writer failed: {error}"))
+                    fut.set_exception(RuntimeError(f"storage writer failed: {describe(error)}"))
 
     def _write_loop(self) -> None:
         conn = self._conn
