@@ -14,7 +14,9 @@ from trainyard.compat import DEFAULT_COMPAT, TrainerCompat
 # a warning is logged without it, but a real installation ships it, so a local one does too.
 SYSTEM_NAMESPACE = "kubeflow-system"
 PUBLIC_CONFIGMAP = "kubeflow-trainer-public"
-COMPATIBLE_TRAINER_VERSION = "v2.1.0"
+# The upstream release whose behaviour each compatibility level reproduces (docs/compatibility.md).
+TRAINER_VERSIONS = {TrainerCompat.V2_3: "v2.3.0", TrainerCompat.V2_1: "v2.1.0"}
+COMPATIBLE_TRAINER_VERSION = TRAINER_VERSIONS[DEFAULT_COMPAT]
 
 Manifest = dict[str, Any]
 
@@ -106,12 +108,12 @@ def system_namespace() -> Manifest:
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM_NAMESPACE}}
 
 
-def public_configmap() -> Manifest:
+def public_configmap(compat: TrainerCompat = DEFAULT_COMPAT) -> Manifest:
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {"name": PUBLIC_CONFIGMAP, "namespace": SYSTEM_NAMESPACE},
-        "data": {"kubeflow_trainer_version": COMPATIBLE_TRAINER_VERSION},
+        "data": {"kubeflow_trainer_version": TRAINER_VERSIONS[compat]},
     }
 
 

@@ -437,7 +437,7 @@ class Stack:
             await kubeapi.wait_until_served(
                 client, "/apis/trainer.kubeflow.org/v1alpha1/clustertrainingruntimes", timeout_s=30
             )
-            for manifest in (manifests.system_namespace(), manifests.public_configmap()):
+            for manifest in (manifests.system_namespace(), manifests.public_configmap(self.config.trainer_compat)):
                 await kubeapi.create_or_update(client, manifest)
         finally:
             await client.close()

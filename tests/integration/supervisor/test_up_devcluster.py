@@ -46,7 +46,7 @@ def test_installs_runtimes_and_resumes_with_objects_kept(tmp_path: Path, caplog:
         assert {r["metadata"]["name"] for r in runtimes} == DEFAULT_RUNTIMES
         configmap = json.loads(first.kubectl("get", "configmap", "-n", "kubeflow-system",
                                              "kubeflow-trainer-public", "-o", "json").stdout)
-        assert configmap["data"]["kubeflow_trainer_version"] == "v2.1.0"
+        assert configmap["data"]["kubeflow_trainer_version"] == "v2.3.0"  # the default level
 
         from kubeflow.common.types import KubernetesBackendConfig
         from kubeflow.trainer import TrainerClient

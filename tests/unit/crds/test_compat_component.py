@@ -51,6 +51,9 @@ def test_planner_and_status_run_at_v2_1(tmp_path: Path) -> None:
         env = {e["name"]: e.get("value") for e in container["env"]}
         assert env[COMPAT_ENV] == "v2.1"
         assert env["TRAINYARD_CLUSTER"] == "default"  # the Deployment's own variables stay
+    public = next(d for d in built if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "kubeflow-trainer-public")
+    assert public["data"]["kubeflow_trainer_version"] == "v2.1.0"
+    assert not any(d["kind"] == "MutatingWebhookConfiguration" for d in built)  # v2.1.0 has none
     for name in ("trainyard-watcher", "trainyard-applier"):
         (container,) = deployments[name]["spec"]["template"]["spec"]["containers"]
         assert COMPAT_ENV not in {e["name"] for e in container["env"]}

@@ -142,7 +142,10 @@ def test_public_configmap_is_where_the_kubeflow_sdk_reads_it() -> None:
     configmap = public_configmap()
     path = resource_path(configmap)
     assert path.item == "/api/v1/namespaces/kubeflow-system/configmaps/kubeflow-trainer-public"
-    assert configmap["data"]["kubeflow_trainer_version"].startswith("v2.")
+    assert configmap["data"]["kubeflow_trainer_version"] == "v2.3.0"
+    from trainyard.compat import TrainerCompat
+
+    assert public_configmap(TrainerCompat.V2_1)["data"]["kubeflow_trainer_version"] == "v2.1.0"
 
 
 def test_resource_paths_for_cluster_scoped_and_namespaced_kinds() -> None:
