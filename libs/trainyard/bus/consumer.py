@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
 from nats.aio.msg import Msg
-from nats.errors import ConnectionClosedError, TimeoutError as NatsTimeoutError
+from nats.errors import ConnectionClosedError
 from nats.js import JetStreamContext
 
 from trainyard.bus import subjects
@@ -132,7 +132,10 @@ class Consumer:
                     continue
                 try:
                     msgs = await sub.fetch(self._batch, timeout=self._fetch_timeout_s)
-                except NatsTimeoutError:
+                except asyncio.TimeoutError:
+                    # Nothing to fetch: nats-py says so with its TimeoutError, and a batch fetch
+                    # whose time ran out before its waiting request also with a bare one (no
+                    # text: the "fetch from ... failed: " warnings with nothing after them).
                     continue
                 except (ConnectionClosedError, asyncio.CancelledError):
                     raise
