@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .registry import ResourceType
+
 # (core v1 field, events.k8s.io/v1 field)
 _RENAMED = (
     ("involvedObject", "regarding"),
@@ -42,5 +44,5 @@ def events_v1_to_core(obj: dict[str, Any]) -> dict[str, Any]:
     return converted
 
 
-def is_events_v1(rt: Any) -> bool:
+def is_events_v1(rt: ResourceType) -> bool:
     return rt.group == "events.k8s.io" and rt.resource == "events"

@@ -19,6 +19,7 @@ from trainyard.apimachinery.errors import PatchError, SelectorError, Unsupported
 from trainyard.apimachinery.structural import normalise_numbers
 
 from . import errors
+from .apiserver.options import WriteOptions
 from .builtin_fields import prune_unknown, semantic_causes, validate_definition
 from .clock import now_rfc3339
 from .errors import ApiError
@@ -206,7 +207,7 @@ def _schema_for(rt: ResourceType) -> Any:
     return cached[1]
 
 
-def record_update(rt: ResourceType, old: dict[str, Any] | None, new: dict[str, Any], opts: Any) -> dict[str, Any]:
+def record_update(rt: ResourceType, old: dict[str, Any] | None, new: dict[str, Any], opts: WriteOptions) -> dict[str, Any]:
     """``new`` with managedFields updated for a non-apply write by ``opts.manager``."""
     try:
         return ssa.record_update(old, new, manager=opts.manager or "unknown", schema=_schema_for(rt),
@@ -215,7 +216,7 @@ def record_update(rt: ResourceType, old: dict[str, Any] | None, new: dict[str, A
         raise _machinery_error(err) from err
 
 
-def server_side_apply(rt: ResourceType, live: dict[str, Any] | None, config: dict[str, Any], opts: Any) -> Any:
+def server_side_apply(rt: ResourceType, live: dict[str, Any] | None, config: dict[str, Any], opts: WriteOptions) -> Any:
     """Run Server-Side Apply; returns the library's ``ApplyResult`` (409 Status on conflicts)."""
     try:
         return ssa.apply(live, config, manager=opts.manager, schema=_schema_for(rt), now=now_rfc3339(),
@@ -226,7 +227,7 @@ def server_side_apply(rt: ResourceType, live: dict[str, Any] | None, config: dic
         raise _machinery_error(err) from err
 
 
-def check_builtin_fields(rt: ResourceType, obj: dict[str, Any], opts: Any) -> dict[str, Any]:
+def check_builtin_fields(rt: ResourceType, obj: dict[str, Any], opts: WriteOptions) -> dict[str, Any]:
     """Drop fields a built-in kind does not declare, reporting them per ``fieldValidation``."""
     if not rt.definition or not openapi_definitions.has_definition(rt.definition):
         return obj

@@ -15,6 +15,8 @@ from typing import Any
 from aiohttp import web
 
 from . import errors
+from .registry import ResourceType
+from .resources import Api
 from .query import parse_bool
 
 POLL_SECONDS = 0.2
@@ -60,7 +62,7 @@ class PodLogs:
     def __init__(self, pods_dir: Path) -> None:
         self.pods_dir = pods_dir
 
-    async def serve(self, request: web.Request, api: Any, rt: Any, namespace: str, name: str,
+    async def serve(self, request: web.Request, api: Api, rt: ResourceType, namespace: str, name: str,
                     query: dict[str, str]) -> web.StreamResponse:
         pod = api.get(rt, namespace, name)
         containers = _container_names(pod)
@@ -131,7 +133,7 @@ class PodLogs:
             raise errors.bad_request(f"invalid {key} {query[key]!r}: must be an integer") from err
 
     @staticmethod
-    def _current_pod(api: Any, rt: Any, namespace: str, name: str) -> dict[str, Any] | None:
+    def _current_pod(api: Api, rt: ResourceType, namespace: str, name: str) -> dict[str, Any] | None:
         stored = api.store.get(rt.storage_key, namespace, name)
         return stored.load() if stored is not None else None
 

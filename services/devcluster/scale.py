@@ -14,9 +14,10 @@ apply, and admission webhooks that match ``<resource>/scale`` see Scale objects.
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, Callable
 
 from . import errors, machinery
+from .apiserver.options import WriteOptions
 from .registry import ResourceType
 
 SCALE_API_VERSION = "autoscaling/v1"
@@ -258,7 +259,7 @@ def parent_managed_fields(entries: list[dict[str, Any]], scale_entries: list[dic
     return out
 
 
-def decode_scale(body: Any, opts: Any) -> dict[str, Any]:
+def decode_scale(body: Any, opts: WriteOptions) -> dict[str, Any]:
     """A Scale request body checked as kube-apiserver decodes one: object, kind and version,
     unknown fields per ``fieldValidation``, ``spec.replicas`` an int32."""
     if not isinstance(body, dict):
@@ -299,11 +300,11 @@ class ScaleEndpoint:
         obj = self.api.get(rt, namespace, name)
         return _scale_or_400(obj, rt.scale or {})[0]
 
-    async def update(self, rt: ResourceType, namespace: str | None, name: str, body: Any, opts: Any) -> dict[str, Any]:
+    async def update(self, rt: ResourceType, namespace: str | None, name: str, body: Any, opts: WriteOptions) -> dict[str, Any]:
         return await self._write(rt, namespace, name, opts, lambda _old: decode_scale(body, opts))
 
     async def patch(self, rt: ResourceType, namespace: str | None, name: str, patch_type: str, body: bytes,
-                    opts: Any) -> dict[str, Any]:
+                    opts: WriteOptions) -> dict[str, Any]:
         if patch_type == "apply":
             return await self._apply(rt, namespace, name, body, opts)
 
@@ -314,7 +315,7 @@ class ScaleEndpoint:
         return await self._write(rt, namespace, name, opts, patched)
 
     async def _apply(self, rt: ResourceType, namespace: str | None, name: str, body: bytes,
-                     opts: Any) -> dict[str, Any]:
+                     opts: WriteOptions) -> dict[str, Any]:
         """Server-Side Apply of a Scale: the object's managers of the spec replicas path become
         the Scale's managers of ``spec.replicas``, the apply runs on the Scale (conflicts,
         ``force``), and the resulting ownership goes back to the object."""
@@ -343,7 +344,7 @@ class ScaleEndpoint:
         updated = await self.api._update_from(rt, old, new, opts, managed_fields_done=True)  # noqa: SLF001
         return _scale_or_400(updated, config)[0]
 
-    async def _write(self, rt: ResourceType, namespace: str | None, name: str, opts: Any, make: Any) -> dict[str, Any]:
+    async def _write(self, rt: ResourceType, namespace: str | None, name: str, opts: WriteOptions, make: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:
         config = rt.scale or {}
         old = self.api._stored(rt, namespace, name).load()  # noqa: SLF001 - the server's own Api
         old_scale, found = _scale_or_400(old, config)

@@ -19,6 +19,7 @@ from aiohttp import web
 from . import errors, machinery, tables
 from .errors import ApiError
 from .registry import ResourceType
+from .resources import Api
 from .storage import Change, Expired, StoredObject, dumps
 from . import metrics as devcluster_metrics
 
@@ -130,7 +131,7 @@ class EventEncoder:
         return b'{"type":"ERROR","object":' + dumps(err.status()) + b"}\n"
 
 
-async def stream(request: web.Request, api: Any, rt: ResourceType, namespace: str | None, options: WatchOptions,
+async def stream(request: web.Request, api: Api, rt: ResourceType, namespace: str | None, options: WatchOptions,
                  as_table: bool, stopping: asyncio.Event) -> web.StreamResponse:
     store = api.store
     selection = WatchFilter(rt, namespace, options)

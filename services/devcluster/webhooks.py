@@ -29,6 +29,7 @@ from trainyard.errortext import describe
 from . import errors
 from .apiserver.options import WriteOptions
 from .errors import ApiError
+from .registry import ResourceType
 from .storage import Store
 
 log = logging.getLogger("trainyard.devcluster.webhooks")
@@ -37,7 +38,7 @@ MUTATING = ("admissionregistration.k8s.io", "mutatingwebhookconfigurations")
 VALIDATING = ("admissionregistration.k8s.io", "validatingwebhookconfigurations")
 
 
-def rule_matches(rule: dict[str, Any], operation: str, rt: Any, subresource: str) -> bool:
+def rule_matches(rule: dict[str, Any], operation: str, rt: ResourceType, subresource: str) -> bool:
     """A webhook rule against the request: the same matching as ValidatingAdmissionPolicies'."""
     return request_matches_rule(rule, operation, rt.group, rt.version, rt.resource, subresource, rt.namespaced)
 
@@ -130,7 +131,7 @@ class Webhooks:
             cached = self._parsed[key] = (versions, [stored.load() for _, stored in listed])
         return cached[1]
 
-    def _namespace_labels(self, rt: Any, obj: dict[str, Any] | None, old: dict[str, Any] | None) -> dict[str, str]:
+    def _namespace_labels(self, rt: ResourceType, obj: dict[str, Any] | None, old: dict[str, Any] | None) -> dict[str, str]:
         target = obj or old or {}
         if rt.storage_key == ("", "namespaces"):
             return dict((target.get("metadata") or {}).get("labels") or {})
@@ -150,7 +151,7 @@ class Webhooks:
                 found.append((f'{configuration["metadata"]["name"]}/{hook.get("name", "")}/{index}', hook))
         return found
 
-    def _hook_matches(self, hook: dict[str, Any], operation: str, rt: Any, obj: dict[str, Any] | None,
+    def _hook_matches(self, hook: dict[str, Any], operation: str, rt: ResourceType, obj: dict[str, Any] | None,
                       old: dict[str, Any] | None, subresource: str) -> bool:
         """``rules``, then ``namespaceSelector`` (namespaced kinds and namespaces themselves),
         then ``objectSelector`` on the new or the old object."""
@@ -169,7 +170,7 @@ class Webhooks:
     def has_mutating(self) -> bool:
         return bool(self._configurations(MUTATING))
 
-    async def mutate(self, operation: str, rt: Any, obj: dict[str, Any] | None, old: dict[str, Any] | None,
+    async def mutate(self, operation: str, rt: ResourceType, obj: dict[str, Any] | None, old: dict[str, Any] | None,
                      opts: WriteOptions) -> dict[str, Any] | None:
         """Mutating admission: the matching mutating webhooks in order, each seeing the object as
         the ones before it left it; returns the changed object, or None when nothing changed.
@@ -203,7 +204,7 @@ class Webhooks:
                     invoked_reinvocable.add(uid)
         return current if changed else None
 
-    async def _mutate_once(self, hook: dict[str, Any], operation: str, rt: Any, obj: dict[str, Any] | None,
+    async def _mutate_once(self, hook: dict[str, Any], operation: str, rt: ResourceType, obj: dict[str, Any] | None,
                            old: dict[str, Any] | None, opts: WriteOptions) -> dict[str, Any] | None:
         """One mutating webhook call: the patched object, or None when it answered no patch."""
         response = await self._call(hook, operation, rt, obj, old, opts)
@@ -219,7 +220,7 @@ class Webhooks:
         except ValueError as err:
             raise errors.internal(f'failed to apply the patch of webhook "{hook.get("name")}": {err}') from err
 
-    async def validate(self, operation: str, rt: Any, obj: dict[str, Any] | None, old: dict[str, Any] | None,
+    async def validate(self, operation: str, rt: ResourceType, obj: dict[str, Any] | None, old: dict[str, Any] | None,
                        opts: WriteOptions) -> None:
         """Validating admission's webhooks: every matching one is called at once with the object
         about to be stored; all are awaited, and the first refusal (in configuration order) is
@@ -235,7 +236,7 @@ class Webhooks:
             if isinstance(outcome, BaseException):
                 raise outcome
 
-    async def _call(self, hook: dict[str, Any], operation: str, rt: Any, obj: dict[str, Any] | None,
+    async def _call(self, hook: dict[str, Any], operation: str, rt: ResourceType, obj: dict[str, Any] | None,
                     old: dict[str, Any] | None, opts: WriteOptions) -> dict[str, Any] | None:
         name = hook.get("name", "")
         meta = (obj or old or {}).get("metadata") or {}
