@@ -5,7 +5,10 @@ from 10.244.0.0/16 that no existing route uses, and per pod a named network name
 veth pair whose pod end is ``eth0``. The pod's address is its own, so two pods can both
 listen on 29500. Everything made carries this instance's id in its name; a marker file under
 ``/run/trainyard-dataplane`` records the owning process, so a later start removes whatever a
-crashed instance left behind.
+crashed instance left behind. Several instances start at once (a stack's manager and workers,
+other users' stacks on the same host): each holds an exclusive lock on
+``/run/trainyard-dataplane/lock`` while it sweeps, picks its /24 and makes its bridge, so no
+instance sweeps another's half-made bridge or picks a /24 another is about to take.
 
 ``SharedNetwork`` is the fallback when namespaces cannot be made: every pod uses the host's
 network and ``127.0.0.1``; ports are shared (a second listener fails with EADDRINUSE).
@@ -13,6 +16,8 @@ network and ``127.0.0.1``; ports are shared (a second listener fails with EADDRI
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
 import ipaddress
 import logging
 import os
@@ -23,11 +28,12 @@ import shutil
 import signal
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import AsyncIterator, Protocol
 
 log = logging.getLogger(__name__)
 
 STATE_DIR = Path("/run/trainyard-dataplane")
+LOCK_NAME = "lock"
 NETNS_DIR = Path("/run/netns")
 NAME_PREFIX = "ty"
 
@@ -125,6 +131,24 @@ def choose_subnet(route_text: str, rng: random.Random) -> ipaddress.IPv4Network:
     raise NetworkError("no free /24 left in 10.244.0.0/16 for the pod bridge")
 
 
+@contextlib.asynccontextmanager
+async def _exclusive() -> AsyncIterator[None]:
+    """Held across sweep, /24 choice and bridge creation, by every instance on this host.
+
+    Without it, an instance sweeping while another is between writing its marker and making
+    its bridge deleted that bridge (the pod-network address a status service then failed to
+    bind), and two instances reading the routes at once could pick the same /24. An flock
+    dies with its process, so a crashed holder never leaves the host locked."""
+    STATE_DIR.mkdir(parents=True, exist_ok=True)
+    fd = os.open(STATE_DIR / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        # flock blocks; in a thread, so the event loop (the API server beside it) runs on.
+        await asyncio.to_thread(fcntl.flock, fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
 class BridgeNetwork:
     isolated = True
 
@@ -140,19 +164,25 @@ class BridgeNetwork:
         self._lock = asyncio.Lock()
 
     @classmethod
-    async def create(cls) -> "BridgeNetwork":
+    async def create(cls, rng: random.Random | None = None) -> "BridgeNetwork":
         if os.geteuid() != 0 or not shutil.which("ip"):
             raise NetworkError("network namespaces need root and iproute2")
-        await cleanup_stale()
-        routes = await _run("ip", "-4", "route", "show", "table", "all")
-        instance = secrets.token_hex(3)[:5]
-        network = cls(instance, choose_subnet(routes, random.Random()))
-        STATE_DIR.mkdir(parents=True, exist_ok=True)
-        (STATE_DIR / f"{instance}.pid").write_text(str(os.getpid()))
-        await _run("ip", "-batch", "-", stdin=(
-            f"link add {network.bridge} type bridge\n"
-            f"addr add {network.host_ip}/{network.subnet.prefixlen} dev {network.bridge}\n"
-            f"link set {network.bridge} up\n").encode())
+        async with _exclusive():
+            await cleanup_stale()
+            routes = await _run("ip", "-4", "route", "show", "table", "all")
+            instance = secrets.token_hex(3)[:5]
+            network = cls(instance, choose_subnet(routes, rng or random.Random()))
+            marker = STATE_DIR / f"{instance}.pid"
+            marker.write_text(str(os.getpid()))
+            try:
+                await _run("ip", "-batch", "-", stdin=(
+                    f"link add {network.bridge} type bridge\n"
+                    f"addr add {network.host_ip}/{network.subnet.prefixlen} dev {network.bridge}\n"
+                    f"link set {network.bridge} up\n").encode())
+            except NetworkError:
+                await _run("ip", "link", "delete", network.bridge, check=False)
+                marker.unlink(missing_ok=True)
+                raise
         return network
 
     def describe(self) -> str:
@@ -210,7 +240,10 @@ class BridgeNetwork:
 
 
 async def cleanup_stale() -> list[str]:
-    """Remove namespaces and links of instances whose owning process is gone."""
+    """Remove namespaces and links of instances whose owning process is gone.
+
+    ``BridgeNetwork.create`` calls it under ``_exclusive``; on its own it is still safe beside
+    an instance being made, because markers are read only after the bridges are listed."""
     removed: list[str] = []
     STATE_DIR.mkdir(parents=True, exist_ok=True)
     for marker in STATE_DIR.glob("*.pid"):
@@ -230,13 +263,15 @@ async def cleanup_stale() -> list[str]:
         await _run("ip", "link", "delete", f"{NAME_PREFIX}b{instance}", check=False)
         removed.append(f"{NAME_PREFIX}b{instance}")
         marker.unlink(missing_ok=True)
-    # The marker is written before the bridge is made, so a bridge without one is stale.
-    live = {marker.stem for marker in STATE_DIR.glob("*.pid")}
+    # The marker is written before the bridge is made, so a bridge listed here whose marker is
+    # missing when read *afterwards* is stale. Reading the markers first deleted a bridge made
+    # (marker included) between the two reads.
     links = await _run("ip", "-o", "link", "show", "type", "bridge", check=False)
+    live = {marker.stem for marker in STATE_DIR.glob("*.pid")}
     for line in links.splitlines():
         parts = line.split(":")
         name = parts[1].strip().split("@")[0] if len(parts) > 1 else ""
-        if re.fullmatch(rf"{NAME_PREFIX}b[0-9a-f]{{5}}", name) and name[3:] not in live:
+        if re.fullmatch(rf"{NAME_PREFIX}b[0-9a-f]{{5}}", name) and name[len(NAME_PREFIX) + 1:] not in live:
             await _run("ip", "link", "delete", name, check=False)
             removed.append(name)
     return removed
