@@ -23,14 +23,13 @@ from . import discovery, errors, machinery, podlogs, tables, watch
 from .authn import ADMIN, Authenticator, ensure_controllers_token
 from .admissionpolicy import ValidatingPolicies
 from .apiserver.admission import Admission
+from .apiserver.subresources import Subresources
 from .authz import Authorization
-from .clock import now_rfc3339
 from .errors import ApiError
 from .openapi import OpenApiCache
 from .registry import Registry, ResourceType
 from .resources import Api, WriteOptions
 from .query import parse_bool
-from .scale import ScaleEndpoint
 from .storage import Store, dumps
 from .tls import Credentials, ensure_credentials
 from .tokens import TokenIssuer
@@ -99,6 +98,29 @@ def parse_resource_path(segments: list[str]) -> Target | None:
     return Target(group, version, namespace, rest[0], rest[1] if len(rest) > 1 else None, rest[2] if len(rest) > 2 else None)
 
 
+class _Codec:
+    """The server's request decoding and answer encoding, as the subresource handlers use it."""
+
+    def __init__(self, server: ApiServer) -> None:
+        self.server = server
+
+    def json(self, body: Any, status: int = 200, warnings: list[str] | None = None) -> web.Response:
+        return self.server._json(body, status, warnings=warnings)  # noqa: SLF001 - the server's own codec
+
+    async def body(self, request: web.Request) -> bytes:
+        return await self.server._body(request)  # noqa: SLF001
+
+    async def decode_object(self, request: web.Request) -> Any:
+        return await self.server._decode_object(request)  # noqa: SLF001
+
+    def options(self, request: web.Request, query: dict[str, str], subresource: str | None) -> WriteOptions:
+        return self.server._options(request, query, subresource)  # noqa: SLF001
+
+    def patch_type(self, request: web.Request) -> str | None:
+        content_type = (request.headers.get("Content-Type") or "").split(";")[0].strip().lower()
+        return _PATCH_TYPES.get(content_type)
+
+
 class ApiServer:
     def __init__(self, data_dir: Path, credentials: Credentials | None, history_size: int = 4096,
                  require_auth: bool = True, authorization_mode: str = "RBAC") -> None:
@@ -119,6 +141,9 @@ class ApiServer:
                                    ensure_controllers_token(data_dir), self.tokens, self.api, self.registry)
         self.authz = Authorization(self.api, self.registry, authorization_mode)
         devcluster_metrics.register_store(self.store)
+        # log, token, binding, scale (apiserver/subresources.py); status is the generic store's
+        self.subresources = Subresources(self.api, self.registry, _Codec(self), self.logs, self.tokens,
+                                         self.write_locks)
 
     # ---------------------------------------------------------------- app
 
@@ -346,22 +371,9 @@ class ApiServer:
                 raise errors.method_not_allowed(method, rt.qualified_resource, rt.group, rt.resource)
             review = await self._decode_object(request)
             return self._json(self.authz.review(rt, review, request["user"], ns), 201)
-        if sub == "log":
-            if method != "GET":
-                raise errors.method_not_allowed(method, rt.qualified_resource, rt.group, rt.resource)
-            return await self.logs.serve(request, self.api, rt, ns or "default", name or "", query)
-        if sub == "token":
-            if method != "POST":
-                raise errors.method_not_allowed(method, rt.qualified_resource, rt.group, rt.resource)
-            body = await self._decode_object(request)
-            return self._json(self.tokens.token_request(self.api, self.registry, ns or "default", name or "", body), 201)
-        if sub == "binding":
-            if method != "POST":
-                raise errors.method_not_allowed(method, rt.qualified_resource, rt.group, rt.resource)
-            body = await self._decode_object(request)
-            return self._json(await self._bind(rt, ns or "default", name or "", body, self._options(request, query, None)), 201)
-        if sub == "scale" and name is not None:
-            return await self._scale(request, rt, ns, name, query)
+        handler = self.subresources.handler(sub, name)
+        if handler is not None and name is not None:
+            return await handler(request, rt, ns, name, query)
         if name is None:
             if method == "GET":
                 if parse_bool(query.get("watch"), "watch"):
@@ -422,35 +434,6 @@ class ApiServer:
             return self._json(body)
         raise errors.method_not_allowed(method, rt.qualified_resource, rt.group, rt.resource)
 
-    async def _scale(self, request: web.Request, rt: ResourceType, ns: str | None, name: str,
-                     query: dict[str, str]) -> web.Response:
-        """``<resource>/<name>/scale`` of a custom resource (``services/devcluster/scale.py``)."""
-        endpoint = ScaleEndpoint(self.api)
-        method = request.method
-        if rt.namespaced and ns is None:
-            raise errors.not_found_path()
-        if method == "GET":
-            return self._json(endpoint.get(rt, ns, name))
-        if method not in ("PUT", "PATCH"):
-            raise errors.method_not_allowed(method, rt.qualified_resource, rt.group, rt.resource)
-        opts = self._options(request, query, "scale")
-        if method == "PUT":
-            body = await self._decode_object(request)
-            async with self.write_locks.hold((rt.storage_key, ns or "", name)):
-                scale = await endpoint.update(rt, ns, name, body, opts)
-            return self._json(scale, warnings=opts.warnings)
-        content_type = (request.headers.get("Content-Type") or "").split(";")[0].strip().lower()
-        patch_type = _PATCH_TYPES.get(content_type)
-        if patch_type is None:
-            raise errors.unsupported_media_type(machinery.BUILTIN_PATCH_TYPES)
-        if patch_type == "apply" and not opts.manager_given:
-            raise errors.bad_request('PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: '
-                                     "is required for apply patch")
-        body = await self._body(request)
-        async with self.write_locks.hold((rt.storage_key, ns or "", name)):
-            scale = await endpoint.patch(rt, ns, name, patch_type, body, opts)
-        return self._json(scale, warnings=opts.warnings)
-
     async def _delete_options(self, request: web.Request, query: dict[str, str]) -> dict[str, Any]:
         body = await self._body(request)
         options: dict[str, Any] = {}
@@ -473,26 +456,6 @@ class ApiServer:
         if query.get("dryRun") == "All":
             options["dryRun"] = ["All"]
         return options
-
-    async def _bind(self, rt: ResourceType, ns: str, name: str, body: Any, opts: WriteOptions) -> dict[str, Any]:
-        if not isinstance(body, dict) or not isinstance(body.get("target"), dict) or not body["target"].get("name"):
-            raise errors.bad_request("a Binding needs target.name (the node)")
-        pod = self.api.get(rt, ns, name)
-        node = body["target"]["name"]
-        current = (pod.get("spec") or {}).get("nodeName")
-        if current:
-            raise errors.conflict(rt.qualified_resource, name, rt.group, rt.resource,
-                                  f"pod {name} is already assigned to node \"{current}\"")
-        pod["spec"]["nodeName"] = node
-        conditions = [c for c in (pod.get("status") or {}).get("conditions") or [] if c.get("type") != "PodScheduled"]
-        conditions.append({"type": "PodScheduled", "status": "True", "lastProbeTime": None,
-                           "lastTransitionTime": now_rfc3339()})
-        opts.manager = opts.manager or "default-scheduler"
-        await self.api.update(rt, ns, name, pod, opts)
-        updated = self.api.get(rt, ns, name)
-        updated.setdefault("status", {})["conditions"] = conditions
-        await self.api.update(rt, ns, name, updated, WriteOptions(manager=opts.manager, subresource="status"))
-        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
 
     def _list(self, rt: ResourceType, ns: str | None, query: dict[str, str], as_table: bool) -> web.Response:
         rv, items = self.api.list(rt, ns, query.get("labelSelector", ""), query.get("fieldSelector", ""))
