@@ -74,7 +74,11 @@ def test_plan_output_is_stable_and_json_is_a_list(example_plans) -> None:
     assert first.stdout == second.stdout and first.stdout
     as_json = json.loads(trainyard(*args, "-o", "json").stdout)
     assert as_json["kind"] == "List"
-    assert [o["kind"] for o in as_json["items"]] == ["PodGroup", "JobSet"]
+    # v2.3 (the default): the runtime snapshot first; v2.1.0 has none.
+    assert [o["kind"] for o in as_json["items"]] == ["ConfigMap", "PodGroup", "JobSet"]
+    assert as_json["items"][0]["metadata"]["name"].endswith("-runtime-snapshot")
+    v21 = json.loads(trainyard(*args, "-o", "json", "--trainer-compat", "v2.1").stdout)
+    assert [o["kind"] for o in v21["items"]] == ["PodGroup", "JobSet"]
     assert as_json["items"] == list(yaml.safe_load_all(first.stdout))
 
 
@@ -87,7 +91,7 @@ def test_rejected_trainjob_prints_kubernetes_field_error_and_nothing_on_stdout(t
             in result.stderr)
     assert 'admission webhook "validator.trainjob.trainer.kubeflow.org" denied the request' in result.stderr
     names = [o["metadata"]["name"] for o in yaml.safe_load_all(result.stdout)]
-    assert names == ["good"]
+    assert names == ["good-runtime-snapshot", "good"]
     assert "Traceback" not in result.stderr
 
 
@@ -105,7 +109,7 @@ def test_kubectl_list_documents_are_expanded(tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": items}))
     result = trainyard("plan", "-f", str(path))
     assert result.returncode == 0, result.stderr
-    assert [o["metadata"]["name"] for o in yaml.safe_load_all(result.stdout)] == ["listed"]
+    assert [o["metadata"]["name"] for o in yaml.safe_load_all(result.stdout)] == ["listed-runtime-snapshot", "listed"]
 
 
 def test_unparseable_yaml_names_file_line_and_column(tmp_path: Path) -> None:
@@ -147,7 +151,8 @@ type: kubernetes.io/ssh-auth
 """
     result = trainyard("plan", "-f", "-", "--runtimes", str(RUNTIMES), stdin=stdin)
     assert result.returncode == 0, result.stderr
-    assert [o["kind"] for o in yaml.safe_load_all(result.stdout)] == ["ConfigMap", "JobSet"]
+    assert [(o["kind"], o["metadata"]["name"]) for o in yaml.safe_load_all(result.stdout)] == [
+        ("ConfigMap", "ds-runtime-snapshot"), ("ConfigMap", "ds-mpi-hostfile"), ("JobSet", "ds")]
 
 
 def test_plan_a_flux_trainjob_and_keep_its_observed_curve_secret() -> None:
@@ -158,8 +163,9 @@ def test_plan_a_flux_trainjob_and_keep_its_observed_curve_secret() -> None:
     assert result.returncode == 0, result.stderr
     objects = list(yaml.safe_load_all(result.stdout))
     assert [(o["kind"], o["metadata"]["name"]) for o in objects] == [
-        ("ConfigMap", "lammps-flux-flux-entrypoint"), ("Secret", "lammps-flux-flux-curve"), ("JobSet", "lammps-flux")]
-    pod = objects[2]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+        ("ConfigMap", "lammps-flux-runtime-snapshot"), ("ConfigMap", "lammps-flux-flux-entrypoint"),
+        ("Secret", "lammps-flux-flux-curve"), ("JobSet", "lammps-flux")]
+    pod = objects[3]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
     assert pod["initContainers"][0]["name"] == "flux-installer"
     assert pod["containers"][0]["command"][:2] == ["/bin/bash", "/etc/flux-config/entrypoint.sh"]
     kept = trainyard("plan", "-f", "-", stdin=stdin + """
@@ -169,7 +175,7 @@ kind: Secret
 metadata: {name: lammps-flux-flux-curve, namespace: hpc}
 """)
     assert kept.returncode == 0, kept.stderr
-    assert [o["kind"] for o in yaml.safe_load_all(kept.stdout)] == ["ConfigMap", "JobSet"]
+    assert [o["kind"] for o in yaml.safe_load_all(kept.stdout)] == ["ConfigMap", "ConfigMap", "JobSet"]
 
 
 # --- validate ---------------------------------------------------------------------------

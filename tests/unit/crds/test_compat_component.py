@@ -68,3 +68,14 @@ def test_levels_parse_with_a_clear_error() -> None:
     assert parse_compat("v2.1") is TrainerCompat.V2_1 and parse_compat("2.3") is TrainerCompat.V2_3
     with pytest.raises(ValueError, match=r"--trainer-compat: expected one of v2.3, v2.1, got 'v2.2'"):
         parse_compat("v2.2")
+
+
+def test_trainyard_up_installs_the_crds_of_its_level() -> None:
+    from trainyard.supervisor.manifests import load_crds
+
+    def trainjobs(level: TrainerCompat) -> dict:
+        return next(c for c in load_crds(DEPLOY, level) if c["metadata"]["name"] == "trainjobs.trainer.kubeflow.org")
+
+    assert ("self == oldSelf", "field is immutable") in _messages(trainjobs(TrainerCompat.V2_3))
+    assert ("self == oldSelf", "runtimeRef is immutable") in _messages(trainjobs(TrainerCompat.V2_1))
+    assert ("self == oldSelf", "ManagedBy value is immutable") in _messages(trainjobs(TrainerCompat.V2_1))
