@@ -109,8 +109,12 @@ def main() -> int:
         dist.broadcast(agreed, 0)
         steps = int(agreed.item())
     dist.barrier()
-    dist.destroy_process_group()
-    return 0
+    # Past the last barrier, end without torch's gloo teardown: it can abort a worker while its
+    # peers close their connections (SIGABRT after a finished run; examples/torch-ddp-cpu/train.py,
+    # finish(), has the whole story), and torchrun would take that for a failure to restart.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
