@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import re
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Callable
 
 from .registry import ResourceType
 
@@ -157,80 +157,116 @@ def _simple(name: str, kind: str = "string", priority: int = 0) -> dict[str, Any
     return {"name": name, "type": kind, "format": "", "priority": priority, "description": ""}
 
 
-def _builtin_columns(rt: ResourceType) -> tuple[list[dict[str, Any]], Any] | None:
-    key = rt.storage_key
-    if key == ("", "pods"):
-        return _POD_COLUMNS, lambda o: sum(_pod_cells(o), [])
-    if key == ("", "namespaces"):
-        return [_NAME_COLUMN, _simple("Status"), _AGE_COLUMN], lambda o: [
-            o["metadata"]["name"], (o.get("status") or {}).get("phase", "Active"), humanise_age(o["metadata"].get("creationTimestamp"))]
-    if key == ("batch", "jobs"):
-        def job(o: dict[str, Any]) -> list[Any]:
-            spec, status = o.get("spec") or {}, o.get("status") or {}
-            conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
-            state = "Complete" if conditions.get("Complete") == "True" else "Failed" if conditions.get("Failed") == "True" \
-                else "Suspended" if spec.get("suspend") else "Running"
-            return [o["metadata"]["name"], state, f"{status.get('succeeded', 0)}/{spec.get('completions', 1)}", "",
-                    humanise_age(o["metadata"].get("creationTimestamp"))]
-        return [_NAME_COLUMN, _simple("Status"), _simple("Completions"), _simple("Duration"), _AGE_COLUMN], job
-    if key == ("", "services"):
-        def svc(o: dict[str, Any]) -> list[Any]:
-            spec = o.get("spec") or {}
-            ports = ",".join(f"{p.get('port')}/{p.get('protocol', 'TCP')}" for p in spec.get("ports") or []) or "<none>"
-            return [o["metadata"]["name"], spec.get("type", "ClusterIP"), spec.get("clusterIP", "<none>"), "<none>", ports,
-                    humanise_age(o["metadata"].get("creationTimestamp"))]
-        return [_NAME_COLUMN, _simple("Type"), _simple("Cluster-IP"), _simple("External-IP"), _simple("Port(s)"), _AGE_COLUMN], svc
-    if key == ("", "configmaps") or key == ("", "secrets"):
-        def data(o: dict[str, Any]) -> list[Any]:
-            cells = [o["metadata"]["name"]]
-            if key == ("", "secrets"):
-                cells.append(o.get("type", "Opaque"))
-            cells += [len(o.get("data") or {}) + len(o.get("binaryData") or {}), humanise_age(o["metadata"].get("creationTimestamp"))]
-            return cells
-        cols = [_NAME_COLUMN] + ([_simple("Type")] if key == ("", "secrets") else []) + [_simple("Data", "integer"), _AGE_COLUMN]
-        return cols, data
-    if key == ("", "events"):
-        def event(o: dict[str, Any]) -> list[Any]:
-            inv = o.get("involvedObject") or {}
-            return [humanise_age(o.get("lastTimestamp") or o.get("eventTime") or o["metadata"].get("creationTimestamp")),
-                    o.get("type", ""), o.get("reason", ""), f"{(inv.get('kind') or '').lower()}/{inv.get('name', '')}",
-                    o.get("message", "")]
-        return [_simple("Last Seen"), _simple("Type"), _simple("Reason"), _simple("Object"), _simple("Message")], event
-    if key == ("", "nodes"):
-        def node(o: dict[str, Any]) -> list[Any]:
-            status = o.get("status") or {}
-            ready = next((c.get("status") for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
-            state = "Ready" if ready == "True" else "NotReady" if ready in ("False", "Unknown") else "Unknown"
-            if (o.get("spec") or {}).get("unschedulable"):
-                state += ",SchedulingDisabled"
-            roles = sorted(k.split("/", 1)[1] for k in (o["metadata"].get("labels") or {})
-                           if k.startswith("node-role.kubernetes.io/")) or ["<none>"]
-            return [o["metadata"]["name"], state, ",".join(roles), humanise_age(o["metadata"].get("creationTimestamp")),
-                    (status.get("nodeInfo") or {}).get("kubeletVersion", "")]
-        return [_NAME_COLUMN, _simple("Status"), _simple("Roles"), _AGE_COLUMN, _simple("Version")], node
-    if key == ("apiextensions.k8s.io", "customresourcedefinitions"):
-        return [_NAME_COLUMN, _simple("Created At", "date")], lambda o: [
-            o["metadata"]["name"], o["metadata"].get("creationTimestamp")]
-    if key == ("admissionregistration.k8s.io", "validatingadmissionpolicies"):
-        def policy(o: dict[str, Any]) -> list[Any]:
-            spec = o.get("spec") or {}
-            kind = spec.get("paramKind")
-            shown = f"{kind.get('apiVersion', '')}/{kind.get('kind', '')}" if isinstance(kind, dict) else "<unset>"
-            return [o["metadata"]["name"], len(spec.get("validations") or []), shown,
-                    humanise_age(o["metadata"].get("creationTimestamp"))]
-        return [_NAME_COLUMN, _simple("Validations", "integer"), _simple("ParamKind"), _AGE_COLUMN], policy
-    if key == ("admissionregistration.k8s.io", "validatingadmissionpolicybindings"):
-        def binding(o: dict[str, Any]) -> list[Any]:
-            spec = o.get("spec") or {}
-            ref, shown = spec.get("paramRef"), "<unset>"
-            if isinstance(ref, dict) and ref.get("name"):
-                shown = f"{ref.get('namespace') or '*'}/{ref['name']}"
-            elif isinstance(ref, dict) and ref.get("selector") is not None:
-                shown = _go_label_selector(ref["selector"])
-            return [o["metadata"]["name"], spec.get("policyName", ""), shown,
-                    humanise_age(o["metadata"].get("creationTimestamp"))]
-        return [_NAME_COLUMN, _simple("PolicyName"), _simple("ParamRef"), _AGE_COLUMN], binding
-    return None
+Printer = tuple[list[dict[str, Any]], Callable[[dict[str, Any]], list[Any]]]
+# The columns and cells of each built-in kind, registered by storage key as kube-apiserver's
+# printers register a handler per type (pkg/printers/internalversion).
+_PRINTERS: dict[tuple[str, str], Printer] = {}
+
+
+def _printer(*keys: tuple[str, str], columns: list[dict[str, Any]]
+             ) -> Callable[[Callable[[dict[str, Any]], list[Any]]], Callable[[dict[str, Any]], list[Any]]]:
+    def register(cells: Callable[[dict[str, Any]], list[Any]]) -> Callable[[dict[str, Any]], list[Any]]:
+        for key in keys:
+            _PRINTERS[key] = (columns, cells)
+        return cells
+    return register
+
+
+def _age(o: dict[str, Any]) -> str | None:
+    return humanise_age(o["metadata"].get("creationTimestamp"))
+
+
+@_printer(("", "pods"), columns=_POD_COLUMNS)
+def _pod(o: dict[str, Any]) -> list[Any]:
+    return sum(_pod_cells(o), [])
+
+
+@_printer(("", "namespaces"), columns=[_NAME_COLUMN, _simple("Status"), _AGE_COLUMN])
+def _namespace(o: dict[str, Any]) -> list[Any]:
+    return [o["metadata"]["name"], (o.get("status") or {}).get("phase", "Active"), _age(o)]
+
+
+@_printer(("batch", "jobs"), columns=[_NAME_COLUMN, _simple("Status"), _simple("Completions"), _simple("Duration"),
+                                      _AGE_COLUMN])
+def _job(o: dict[str, Any]) -> list[Any]:
+    spec, status = o.get("spec") or {}, o.get("status") or {}
+    conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
+    state = "Complete" if conditions.get("Complete") == "True" else "Failed" if conditions.get("Failed") == "True" \
+        else "Suspended" if spec.get("suspend") else "Running"
+    return [o["metadata"]["name"], state, f"{status.get('succeeded', 0)}/{spec.get('completions', 1)}", "", _age(o)]
+
+
+@_printer(("", "services"), columns=[_NAME_COLUMN, _simple("Type"), _simple("Cluster-IP"), _simple("External-IP"),
+                                     _simple("Port(s)"), _AGE_COLUMN])
+def _service(o: dict[str, Any]) -> list[Any]:
+    spec = o.get("spec") or {}
+    ports = ",".join(f"{p.get('port')}/{p.get('protocol', 'TCP')}" for p in spec.get("ports") or []) or "<none>"
+    return [o["metadata"]["name"], spec.get("type", "ClusterIP"), spec.get("clusterIP", "<none>"), "<none>", ports, _age(o)]
+
+
+def _data_count(o: dict[str, Any]) -> int:
+    return len(o.get("data") or {}) + len(o.get("binaryData") or {})
+
+
+@_printer(("", "configmaps"), columns=[_NAME_COLUMN, _simple("Data", "integer"), _AGE_COLUMN])
+def _configmap(o: dict[str, Any]) -> list[Any]:
+    return [o["metadata"]["name"], _data_count(o), _age(o)]
+
+
+@_printer(("", "secrets"), columns=[_NAME_COLUMN, _simple("Type"), _simple("Data", "integer"), _AGE_COLUMN])
+def _secret(o: dict[str, Any]) -> list[Any]:
+    return [o["metadata"]["name"], o.get("type", "Opaque"), _data_count(o), _age(o)]
+
+
+@_printer(("", "events"), columns=[_simple("Last Seen"), _simple("Type"), _simple("Reason"), _simple("Object"),
+                                   _simple("Message")])
+def _event(o: dict[str, Any]) -> list[Any]:
+    inv = o.get("involvedObject") or {}
+    return [humanise_age(o.get("lastTimestamp") or o.get("eventTime") or o["metadata"].get("creationTimestamp")),
+            o.get("type", ""), o.get("reason", ""), f"{(inv.get('kind') or '').lower()}/{inv.get('name', '')}",
+            o.get("message", "")]
+
+
+@_printer(("", "nodes"), columns=[_NAME_COLUMN, _simple("Status"), _simple("Roles"), _AGE_COLUMN, _simple("Version")])
+def _node(o: dict[str, Any]) -> list[Any]:
+    status = o.get("status") or {}
+    ready = next((c.get("status") for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
+    state = "Ready" if ready == "True" else "NotReady" if ready in ("False", "Unknown") else "Unknown"
+    if (o.get("spec") or {}).get("unschedulable"):
+        state += ",SchedulingDisabled"
+    roles = sorted(k.split("/", 1)[1] for k in (o["metadata"].get("labels") or {})
+                   if k.startswith("node-role.kubernetes.io/")) or ["<none>"]
+    return [o["metadata"]["name"], state, ",".join(roles), _age(o), (status.get("nodeInfo") or {}).get("kubeletVersion", "")]
+
+
+@_printer(("apiextensions.k8s.io", "customresourcedefinitions"), columns=[_NAME_COLUMN, _simple("Created At", "date")])
+def _crd(o: dict[str, Any]) -> list[Any]:
+    return [o["metadata"]["name"], o["metadata"].get("creationTimestamp")]
+
+
+@_printer(("admissionregistration.k8s.io", "validatingadmissionpolicies"),
+          columns=[_NAME_COLUMN, _simple("Validations", "integer"), _simple("ParamKind"), _AGE_COLUMN])
+def _policy(o: dict[str, Any]) -> list[Any]:
+    spec = o.get("spec") or {}
+    kind = spec.get("paramKind")
+    shown = f"{kind.get('apiVersion', '')}/{kind.get('kind', '')}" if isinstance(kind, dict) else "<unset>"
+    return [o["metadata"]["name"], len(spec.get("validations") or []), shown, _age(o)]
+
+
+@_printer(("admissionregistration.k8s.io", "validatingadmissionpolicybindings"),
+          columns=[_NAME_COLUMN, _simple("PolicyName"), _simple("ParamRef"), _AGE_COLUMN])
+def _policy_binding(o: dict[str, Any]) -> list[Any]:
+    spec = o.get("spec") or {}
+    ref, shown = spec.get("paramRef"), "<unset>"
+    if isinstance(ref, dict) and ref.get("name"):
+        shown = f"{ref.get('namespace') or '*'}/{ref['name']}"
+    elif isinstance(ref, dict) and ref.get("selector") is not None:
+        shown = _go_label_selector(ref["selector"])
+    return [o["metadata"]["name"], spec.get("policyName", ""), shown, _age(o)]
+
+
+def _builtin_columns(rt: ResourceType) -> Printer | None:
+    return _PRINTERS.get(rt.storage_key)
 
 
 def _go_label_selector(selector: dict[str, Any]) -> str:
