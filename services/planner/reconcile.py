@@ -20,7 +20,7 @@ from trainyard.pipeline.lifecycle import deadline_exceeded, is_finished
 from trainyard.pipeline.framework import Plugin
 from trainyard.pipeline.planning import plan, plan_hash
 from trainyard.pipeline.plugins import REGISTRY
-from trainyard.pipeline.snapshot import snapshot_name
+from trainyard.pipeline.snapshot import SNAPSHOT_KEY, parsed_snapshot, snapshot_name
 from trainyard.pipeline.curve_keys import deferred_curve_key
 from trainyard.pipeline.ssh_keys import defer_generated_secrets, deferred_ssh_key
 from trainyard.pipeline.trainjobs import REASON_CREATION_FAILED, managed_by_trainer, owner_reference
@@ -93,6 +93,19 @@ def _runtime_spec_changed(event: ObjectEvent) -> bool:
     return seen != (event.uid, event.generation)
 
 
+def stored_runtime(snapshot: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The runtime a snapshot ConfigMap holds, None when it holds none readable (planning
+    reports why)."""
+    text = ((snapshot or {}).get("data") or {}).get(SNAPSHOT_KEY)
+    if not isinstance(text, str):
+        return None
+    try:
+        document = parsed_snapshot(text)
+    except Exception:  # noqa: BLE001 - not YAML: planning answers with upstream's error
+        return None
+    return document if isinstance(document, dict) else None
+
+
 def _uses_volcano(runtime: dict[str, Any] | None) -> bool:
     return bool(((runtime or {}).get("spec") or {}).get("podGroupPolicy", {}).get("volcano") is not None)
 
@@ -147,7 +160,12 @@ async def observed_objects(bus: BusSession, cluster: str, trainjob: dict[str, An
         if key.kind in ("TrainingRuntime", "ClusterTrainingRuntime") or key == snapshot_at \
                 or _owned_by(obj, meta.get("uid")):
             found.append(obj)
-    if _uses_volcano(found[0] if found else None):
+    runtimes = [o for o in found if o.get("kind") in ("TrainingRuntime", "ClusterTrainingRuntime")]
+    snapshot = next((o for o in found if o.get("kind") == "ConfigMap"
+                     and (o.get("metadata") or {}).get("name") == snapshot_at.name), None)
+    # Planning reads the snapshot's runtime when there is one (v2.3), which may be all that is
+    # left of a deleted runtime.
+    if any(_uses_volcano(r) for r in runtimes) or _uses_volcano(stored_runtime(snapshot)):
         found.extend(await bus.snapshots.list(cluster, "PriorityClass", ""))
     return found
 
