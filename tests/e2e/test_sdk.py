@@ -25,10 +25,16 @@ def ddp_hello(greeting):
     # PET_* env the torch plugin injects.
     import torch.distributed as dist
 
+    import os
+    import sys
+
     dist.init_process_group(backend="gloo")
     print(f"rank {dist.get_rank()} of {dist.get_world_size()} says {greeting}", flush=True)
     dist.barrier()
-    dist.destroy_process_group()
+    # Past the last barrier, end without torch's gloo teardown, which can abort a worker while its
+    # peers close their connections (examples/torch-ddp-cpu/train.py, finish()).
+    sys.stdout.flush()
+    os._exit(0)
 
 
 def report_progress():
