@@ -87,23 +87,6 @@ async def wait_until_served(client: Any, collection_path: str, timeout_s: float)
         await asyncio.sleep(0.2)
 
 
-async def node_address(client: Any, timeout_s: float) -> str:
-    """The InternalIP of the (data plane's) node, once it has registered."""
-    import asyncio
-    import time
-
-    deadline = time.monotonic() + timeout_s
-    while True:
-        nodes = await _call(client, "GET", "/api/v1/nodes")
-        for node in (nodes or {}).get("items") or []:
-            for address in (node.get("status") or {}).get("addresses") or []:
-                if address.get("type") == "InternalIP" and address.get("address"):
-                    return str(address["address"])
-        if time.monotonic() > deadline:
-            raise InstallError("no node registered (its address is where trainer pods reach the status endpoint)")
-        await asyncio.sleep(0.2)
-
-
 async def delete_labelled(client: Any, collection_path: str, selector: str, keep: set[str]) -> list[str]:
     """Delete the objects of a collection matching a label selector, except those named in
     ``keep``; returns the names deleted."""

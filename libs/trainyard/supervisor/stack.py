@@ -402,16 +402,20 @@ class Stack:
             log_file=self.layout.log_file(name),
             stop_timeout_s=30.0,
         ))
-        # devcluster writes <its data dir>/ready (and the kubeconfig) once it serves, and removes
-        # it when it stops; one left by a crash must not count as ready for this start.
+        # devcluster writes <its data dir>/ready (and the kubeconfig) once it serves, and
+        # dataplane-ready once its data plane has made the pod network and registered the Node
+        # with that network's address; it removes both when it stops. Files left by a crash must
+        # not count as ready for this start: the stored Node then still names the last run's
+        # bridge address, which is on no interface, and the status service could not bind it.
         ready_file = cluster.devcluster_dir / "ready"
         ready_file.unlink(missing_ok=True)
+        self._dataplane_ready_file(cluster).unlink(missing_ok=True)
         served_kubeconfig = cluster.devcluster_dir / "kubeconfig"
 
         async def answers() -> bool:
             if not ready_file.is_file() or not served_kubeconfig.is_file():
                 return False
-            return await kubeapi.server_answers(served_kubeconfig)
+            return await kubeapi.server_answers(served_kubeconfig) and self.dataplane_address(cluster) is not None
 
         began = time.monotonic()
         await child.start()
@@ -425,6 +429,20 @@ class Stack:
                 self.state.clusters[cluster.name] = {"kubeconfig": str(cluster.kubeconfig), "api_url": api_url}
             write_state(self.layout, self.state)
         self.say(f"  {name:<11} ready   {api_url}  ({_since(began)}; data in {cluster.devcluster_dir})")
+
+    @staticmethod
+    def _dataplane_ready_file(cluster: ClusterPlan) -> Path:
+        return cluster.devcluster_dir / "dataplane-ready"
+
+    def dataplane_address(self, cluster: ClusterPlan) -> str | None:
+        """The node address the devcluster's data plane registered in this start (its pod
+        bridge's host side, or 127.0.0.1 in shared-network mode); None until it has."""
+        import json
+
+        try:
+            return str(json.loads(self._dataplane_ready_file(cluster).read_text())["host_ip"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None  # not written yet (or being written)
 
     async def install_crds(self, cluster: ClusterPlan) -> None:
         """CRDs, the kubeflow-system namespace and the SDK's public ConfigMap: nothing a webhook checks."""
@@ -460,13 +478,19 @@ class Stack:
 
     async def prepare_trainjob_status(self, cluster: ClusterPlan) -> None:
         """The status endpoint's certificate, and the Service trainer pods reach it by (its
-        EndpointSlice names the node's address, where the status service listens)."""
+        EndpointSlice names the node's address, where the status service listens).
+
+        The address is the one this start's data plane registered (start_devcluster waited for
+        it), not whatever Node the store holds: on a resumed data dir that is the last run's."""
         from trainyard.security import pki
 
         began = time.monotonic()
+        address = self.dataplane_address(cluster)
+        if address is None:
+            raise StackError(f"{cluster.child('devcluster')}: its data plane has not registered the node "
+                             f"({self._dataplane_ready_file(cluster)} is missing)")
         client = await kubeapi.open_client(cluster.kubeconfig)
         try:
-            address = await kubeapi.node_address(client, timeout_s=self.config.startup_timeout_s)
             port = free_port()
             directory = self.config.data_dir / "trainjob-status" / cluster.name
             pki.ensure_bundle(directory, manifests.status_service_hosts() + [address],

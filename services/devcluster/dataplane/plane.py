@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,10 @@ from .webhook import JobSetWebhook
 
 log = logging.getLogger(__name__)
 SYNC_TIMEOUT_S = 30.0
+# Written in the devcluster's data dir once this start's Node is registered with this start's
+# network address (and removed when the data plane stops): the Node stored by an earlier run
+# names that run's bridge address, which no longer exists on the host.
+DATAPLANE_READY = "dataplane-ready"
 CRD = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False)
 
 
@@ -38,6 +43,8 @@ class DataPlaneOptions:
 
 async def run_dataplane(options: DataPlaneOptions, stop: asyncio.Event) -> None:
     """Run until ``stop`` is set; then stop every pod and remove what was made on the host."""
+    ready_file = options.data_dir / DATAPLANE_READY
+    ready_file.unlink(missing_ok=True)
     client = await KubeClient.from_kubeconfig(str(options.kubeconfig))
     network = await open_network(options.isolate)
     message = f"data plane: {network.describe()}"
@@ -98,9 +105,13 @@ async def run_dataplane(options: DataPlaneOptions, stop: asyncio.Event) -> None:
         tasks += [asyncio.create_task(scheduler.run(stop), name="scheduler"),
                   asyncio.create_task(jobset_controller.run(stop), name="jobset-controller"),
                   asyncio.create_task(job_controller.run(stop), name="job-controller")]
+        ready_file.write_text(json.dumps({"node": options.node_name, "host_ip": network.host_ip,
+                                          "isolated": network.isolated}) + "\n")
         options.announce("data plane: ready")
         await stop.wait()
     finally:
+        # Gone before the bridge (and its address) is.
+        ready_file.unlink(missing_ok=True)
         with contextlib.suppress(Exception):
             await webhook.stop()
         if kubelet is not None:
