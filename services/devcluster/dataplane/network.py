@@ -36,6 +36,7 @@ STATE_DIR = Path("/run/trainyard-dataplane")
 LOCK_NAME = "lock"
 NETNS_DIR = Path("/run/netns")
 NAME_PREFIX = "ty"
+POD_RANGE = ipaddress.ip_network("10.244.0.0/16")
 
 
 class NetworkError(RuntimeError):
@@ -119,11 +120,18 @@ def _used_networks(route_text: str) -> list[ipaddress.IPv4Network]:
     return networks
 
 
-def choose_subnet(route_text: str, rng: random.Random) -> ipaddress.IPv4Network:
-    """A /24 inside 10.244.0.0/16 that overlaps no route of the host (pure)."""
+def choose_subnet(route_text: str, rng: random.Random,
+                  preferred: ipaddress.IPv4Network | None = None) -> ipaddress.IPv4Network:
+    """A /24 inside 10.244.0.0/16 that overlaps no route of the host (pure); ``preferred``
+    (the one this data dir had last time) when it is such a /24 and still free."""
     used = _used_networks(route_text)
     candidates = list(range(1, 255))
     rng.shuffle(candidates)
+    if preferred is not None and preferred.prefixlen == 24 and preferred.subnet_of(POD_RANGE):
+        third = preferred.network_address.packed[2]
+        if third in candidates:  # not 10.244.0.0/24 nor .255
+            candidates.remove(third)
+            candidates.insert(0, third)
     for third in candidates:
         subnet = ipaddress.ip_network(f"10.244.{third}.0/24")
         if not any(subnet.overlaps(other) for other in used):
@@ -164,14 +172,15 @@ class BridgeNetwork:
         self._lock = asyncio.Lock()
 
     @classmethod
-    async def create(cls, rng: random.Random | None = None) -> "BridgeNetwork":
+    async def create(cls, rng: random.Random | None = None,
+                     preferred: ipaddress.IPv4Network | None = None) -> "BridgeNetwork":
         if os.geteuid() != 0 or not shutil.which("ip"):
             raise NetworkError("network namespaces need root and iproute2")
         async with _exclusive():
             await cleanup_stale()
             routes = await _run("ip", "-4", "route", "show", "table", "all")
             instance = secrets.token_hex(3)[:5]
-            network = cls(instance, choose_subnet(routes, rng or random.Random()))
+            network = cls(instance, choose_subnet(routes, rng or random.Random(), preferred))
             marker = STATE_DIR / f"{instance}.pid"
             marker.write_text(str(os.getpid()))
             try:
@@ -300,11 +309,12 @@ class SharedNetwork:
         return None
 
 
-async def open_network(prefer_isolated: bool = True) -> PodNetwork:
-    """The best network mode this process may use."""
+async def open_network(prefer_isolated: bool = True,
+                       preferred_subnet: ipaddress.IPv4Network | None = None) -> PodNetwork:
+    """The best network mode this process may use; isolated, on ``preferred_subnet`` if free."""
     if not prefer_isolated:
         return SharedNetwork("isolation turned off")
     try:
-        return await BridgeNetwork.create()
+        return await BridgeNetwork.create(preferred=preferred_subnet)
     except (NetworkError, OSError) as err:
         return SharedNetwork(str(err))

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import json
 import logging
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ from .controllers import JobController, JobSetController
 from .informers import ENDPOINT_SLICE, JOB, NODE, POD, PVC, SERVICE, Informer
 from .kubelet import (Kubelet, Scheduler, detect_gpus, machine_capacity, node_object,
                       podgroup_informers, register_node, runner_config)
-from .network import open_network
+from .network import BridgeNetwork, open_network
 from .webhook import JobSetWebhook
 
 log = logging.getLogger(__name__)
@@ -26,6 +27,10 @@ SYNC_TIMEOUT_S = 30.0
 # network address (and removed when the data plane stops): the Node stored by an earlier run
 # names that run's bridge address, which no longer exists on the host.
 DATAPLANE_READY = "dataplane-ready"
+# The pod /24 of this data dir, taken again on the next start when still free: the Node's
+# address then stays the same across restarts, so what was told it (the status service's
+# bind address and EndpointSlice, a running supervisor's) stays true.
+POD_SUBNET = "pod-subnet"
 CRD = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False)
 
 
@@ -41,12 +46,22 @@ class DataPlaneOptions:
     announce: Callable[[str], None] = field(default=lambda line: None)
 
 
+def _last_subnet(path: Path) -> ipaddress.IPv4Network | None:
+    try:
+        subnet = ipaddress.ip_network(path.read_text().strip())
+    except (OSError, ValueError):
+        return None  # first start, or an unreadable file: any free /24
+    return subnet if isinstance(subnet, ipaddress.IPv4Network) else None
+
+
 async def run_dataplane(options: DataPlaneOptions, stop: asyncio.Event) -> None:
     """Run until ``stop`` is set; then stop every pod and remove what was made on the host."""
     ready_file = options.data_dir / DATAPLANE_READY
     ready_file.unlink(missing_ok=True)
     client = await KubeClient.from_kubeconfig(str(options.kubeconfig))
-    network = await open_network(options.isolate)
+    network = await open_network(options.isolate, _last_subnet(options.data_dir / POD_SUBNET))
+    if isinstance(network, BridgeNetwork):
+        (options.data_dir / POD_SUBNET).write_text(f"{network.subnet}\n")
     message = f"data plane: {network.describe()}"
     log.info(message)
     options.announce(message)

@@ -57,3 +57,24 @@ async def _run_pods(kubeconfig) -> list[str]:
         return uids
     finally:
         await kube.close()
+
+
+def test_a_restarted_devcluster_keeps_its_node_address(tmp_path):
+    """The pod bridge of a data dir is made on the same /24 again: the Node's address, which
+    `trainyard up` told the status service to bind, exists again after a restart."""
+    import json
+
+    addresses = []
+    for _ in range(2):
+        server = start_devcluster(tmp_path / "data", ["--dataplane"])
+        try:
+            asyncio.run(wait_until(lambda: (tmp_path / "data" / "dataplane-ready").is_file(),
+                                   what="dataplane-ready"))
+            addresses.append(json.loads((tmp_path / "data" / "dataplane-ready").read_text())["host_ip"])
+            node = json.loads(server.kubectl("get", "node", "devcluster", "-o", "json").stdout)
+            assert node["status"]["addresses"][0] == {"type": "InternalIP", "address": addresses[-1]}
+        finally:
+            server.stop()
+        assert not (tmp_path / "data" / "dataplane-ready").exists()
+    assert addresses[0] == addresses[1]
+

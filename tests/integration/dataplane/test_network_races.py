@@ -139,3 +139,22 @@ async def test_two_instances_reading_the_routes_at_once_take_different_subnets(p
     finally:
         await a.close()
         await b.close()
+
+
+async def test_an_instance_takes_its_data_dirs_last_subnet_when_free(prefix):
+    """A restarted devcluster keeps its Node address (what the status service was told to
+    bind) when its last /24 is still free, and takes another when a live instance has it."""
+    first = await BridgeNetwork.create()
+    last = first.subnet
+    await first.close()
+    again = await BridgeNetwork.create(preferred=last)
+    try:
+        assert again.subnet == last
+        beside = await BridgeNetwork.create(preferred=last)
+        try:
+            assert beside.subnet != last
+            assert bind_error(again.host_ip) is None and bind_error(beside.host_ip) is None
+        finally:
+            await beside.close()
+    finally:
+        await again.close()
