@@ -81,6 +81,7 @@ class Consumer:
         fetch_timeout_s: float = 1.0,
         backlog_interval_s: float = 2.0,
         coalesce: bool = False,
+        label: str | None = None,
     ) -> None:
         self._js = js
         self._spec = spec
@@ -98,10 +99,13 @@ class Consumer:
         self._stopping = False
         self._backlog_interval_s = backlog_interval_s
         self._started: dict[int, float] = {}  # id(msg) -> monotonic start of its handler
-        metrics.init_consumer_metrics(service, spec.durable)
+        # Metrics and spans carry ``label`` (a role's one name, e.g. planner_<cluster>, for all its
+        # partitions' consumers), the backlog gauges the durable itself.
+        self._label = label or spec.durable
+        metrics.init_consumer_metrics(service, self._label)
         # The labelled series of every message, looked up once (``labels()`` per message and
         # metric added up to several per cent of a service's samples).
-        name = spec.durable
+        name = self._label
         self._received = metrics.RECEIVED.labels(service, name)
         self._adds = metrics.WORKQUEUE_ADDS.labels(name)
         self._queue_duration = metrics.WORKQUEUE_QUEUE_DURATION.labels(name)
@@ -282,7 +286,7 @@ class Consumer:
         started = time.perf_counter()
         self._started[id(msg)] = time.monotonic()
         try:
-            with consume_span(msg.subject, msg.headers, self.name):
+            with consume_span(msg.subject, msg.headers, self._label):
                 await self._handler(delivery)
         except asyncio.CancelledError:
             await _quietly(msg.nak())
@@ -303,7 +307,7 @@ class Consumer:
                            "deliveries": delivery.num_delivered, "error": text},
                 )
                 await _quietly(msg.nak(delay=redelivery_delay(delivery.num_delivered)))
-                metrics.WORKQUEUE_RETRIES.labels(self.name).inc()
+                metrics.WORKQUEUE_RETRIES.labels(self._label).inc()
                 self._record("error", started)
             return
         finally:
@@ -316,12 +320,12 @@ class Consumer:
         self._processed_duration.observe(elapsed)
         total = self._reconciled.get(result)
         if total is None:
-            total = self._reconciled[result] = metrics.RECONCILE_TOTAL.labels(self.name, result)
+            total = self._reconciled[result] = metrics.RECONCILE_TOTAL.labels(self._label, result)
         total.inc()
         self._reconcile_time.observe(elapsed)
         self._work_duration.observe(elapsed)
         if result != "success":
-            metrics.RECONCILE_ERRORS.labels(self.name).inc()
+            metrics.RECONCILE_ERRORS.labels(self._label).inc()
 
     async def _dead_letter(self, msg: Msg, delivery: Delivery, error: str) -> None:
         letter = DeadLetter(
@@ -348,7 +352,7 @@ class Consumer:
             log.error("dead letter publish failed: %s", describe(err))
             await _quietly(msg.nak(delay=1.0))
             return
-        metrics.DEAD_LETTERS.labels(self._service, self.name).inc()
+        metrics.DEAD_LETTERS.labels(self._service, self._label).inc()
         await _quietly(msg.term())
 
 

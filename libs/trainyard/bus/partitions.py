@@ -36,7 +36,7 @@ from trainyard.bus.consumer import Consumer, Handler, subject_key
 from trainyard.bus.kv import BucketRequests, BucketRequestError, _put
 from trainyard.bus.session import BusSession
 from trainyard.bus.subjects import encode_token, partitions_setting
-from trainyard.bus.topology import LEASE_TTL_S, LEASES_BUCKET, ConsumerSpec, partition_durable
+from trainyard.bus.topology import LEASE_TTL_S, LEASES_BUCKET, ConsumerSpec, durable_name, partition_durable
 from trainyard.telemetry import metrics
 
 log = logging.getLogger(__name__)
@@ -211,7 +211,7 @@ class PartitionedSubscriber:
             consumer = Consumer(self.bus.js, subscription.spec(self.cluster, partition), subscription.handler,
                                 service=self.service or self.role, publisher=self.bus.publisher,
                                 key_of=subscription.key_of, coalesce=subscription.coalesce,
-                                **self.consumer_options)
+                                label=durable_name(subscription.name, self.cluster), **self.consumer_options)
             tasks.append(asyncio.create_task(consumer.run(stop)))
         self._held[partition] = _Held(revision, stop, tasks)
         self.changes += 1
