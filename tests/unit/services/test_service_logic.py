@@ -218,3 +218,16 @@ def test_elastic_resize_refused_is_no_failure_and_a_resize_is_named():
     assert "conditions" not in after
     assert resized(status, after) == (2, 3)
     assert resized(after, after) is None
+
+
+def test_the_stored_runtime_decides_whether_priority_classes_are_read():
+    """A deleted Volcano runtime whose snapshot remains still needs the PriorityClasses."""
+    from trainyard.pipeline.planning import plan
+    from trainyard_services.planner.reconcile import _uses_volcano, stored_runtime
+
+    volcano = {**RUNTIME, "spec": {**RUNTIME["spec"], "podGroupPolicy": {"volcano": {}}}}
+    snapshot = plan(trainjob(), None, [volcano]).objects[0]
+    assert _uses_volcano(stored_runtime(snapshot))
+    assert not _uses_volcano(stored_runtime(plan(trainjob(), None, [RUNTIME]).objects[0]))
+    assert stored_runtime({"data": {"runtime": "spec: [unclosed"}}) is None
+    assert stored_runtime({"data": {}}) is None and stored_runtime(None) is None
