@@ -83,6 +83,7 @@ class _Held:
     stop: asyncio.Event
     tasks: list[asyncio.Task]
     releasing: bool = False
+    finisher: asyncio.Task | None = None  # the hand-over in progress (drain, then delete the lease)
 
 
 @dataclass
@@ -207,11 +208,14 @@ class PartitionedSubscriber:
     def _start(self, partition: int, revision: int) -> None:
         stop = asyncio.Event()
         tasks = []
+        # The backlog gauges read each consumer's info: spread over the partitions, the role
+        # asks about as often as one consumer did (every 2 s), not once per partition.
+        options = {"backlog_interval_s": max(2.0, 0.5 * self.partitions), **self.consumer_options}
         for subscription in self.subscriptions:
             consumer = Consumer(self.bus.js, subscription.spec(self.cluster, partition), subscription.handler,
                                 service=self.service or self.role, publisher=self.bus.publisher,
                                 key_of=subscription.key_of, coalesce=subscription.coalesce,
-                                label=durable_name(subscription.name, self.cluster), **self.consumer_options)
+                                label=durable_name(subscription.name, self.cluster), **options)
             tasks.append(asyncio.create_task(consumer.run(stop)))
         self._held[partition] = _Held(revision, stop, tasks)
         self.changes += 1
@@ -225,7 +229,8 @@ class PartitionedSubscriber:
         held.releasing = True
         held.stop.set()
         metrics.PARTITIONS_OWNED.labels(self.role).set(len(self.owned))
-        return asyncio.create_task(self._finish_release(partition, held, delete_lease))
+        held.finisher = asyncio.create_task(self._finish_release(partition, held, delete_lease))
+        return held.finisher
 
     async def _finish_release(self, partition: int, held: _Held, delete_lease: bool) -> None:
         """After the partition's consumers drained: forget its state, then free the lease
@@ -245,10 +250,12 @@ class PartitionedSubscriber:
     async def _release_all(self) -> None:
         """Graceful stop: every partition handed over, then the heartbeat removed, so the
         other replicas take the partitions at their next heartbeat."""
-        pending = [self._stop(p, delete_lease=True) for p, held in self._held.items() if not held.releasing]
-        releasing = [held.tasks for held in self._held.values()]
+        for partition in [p for p, held in self._held.items() if not held.releasing]:
+            self._stop(partition, delete_lease=True)
+        # Every hand-over, also those a rebalance began: each deletes its lease when drained.
+        pending = [held.finisher for held in self._held.values() if held.finisher is not None]
         renew = asyncio.create_task(self._renew_while(pending))
-        await asyncio.gather(*pending, *(t for tasks in releasing for t in tasks), return_exceptions=True)
+        await asyncio.gather(*pending, return_exceptions=True)
         renew.cancel()
         await asyncio.gather(renew, return_exceptions=True)
         if self._kv is not None:
