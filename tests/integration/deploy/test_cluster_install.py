@@ -138,6 +138,12 @@ def test_runtimes_and_webhook_are_installed(installed) -> None:
         service = hook["clientConfig"]["service"]
         assert (service["name"], service["namespace"]) == ("kubeflow-trainer-controller-manager", NAMESPACE)
         assert hook["failurePolicy"] == "Fail"
+    # v2.3.0's TrainJob defaulter (runtimePatches[].time), behind the same Service.
+    defaulter = get(cluster, "mutatingwebhookconfiguration", "defaulter.trainer.kubeflow.org", None)
+    (hook,) = defaulter["webhooks"]
+    assert hook["name"] == "defaulter.trainjob.trainer.kubeflow.org" and hook["failurePolicy"] == "Fail"
+    assert hook["clientConfig"]["service"]["path"] == "/mutate-trainer-kubeflow-org-v1alpha1-trainjob"
+    assert hook["clientConfig"]["service"]["name"] == "kubeflow-trainer-controller-manager"
     service = get(cluster, "service", "kubeflow-trainer-controller-manager")
     assert service["spec"]["ports"][0]["targetPort"] == 9443
     assert service["spec"]["selector"]["app.kubernetes.io/component"] == "planner"
