@@ -85,6 +85,14 @@ class Dispatcher:
     # resourceVersion of this process's last write of each manager TrainJob: the event that
     # write causes carries nothing new, and is not worth a pass.
     _own_writes: dict[tuple[str, str], str] = field(default_factory=dict)
+    # Whether a resync has counted every placement on record (this process's and earlier
+    # ones'): until then a fresh process (a restart, a new replica) would see the workers
+    # emptier than they are, so it places nothing.
+    _counted: bool = False
+    # When each assignment was made: a resync forgets the assignments of TrainJobs its list did
+    # not show only if they were made before that list was asked for (a TrainJob created and
+    # placed while the list was in flight is not in it, and must stay counted).
+    _assigned_at: dict[tuple[str, str], float] = field(default_factory=dict)
 
     # -- triggers ------------------------------------------------------------------------------
 
@@ -112,7 +120,7 @@ class Dispatcher:
         if event.cluster == self.cluster:
             key = (event.namespace, event.name)
             if event.type == "DELETED":
-                self.assignments.pop(key, None)
+                self._forget(key)
                 self._own_writes.pop(key, None)
             elif event.resource_version and self._own_writes.get(key) == event.resource_version:
                 return  # the echo of this process's own write
@@ -153,6 +161,7 @@ class Dispatcher:
     async def resync(self) -> None:
         """The delegated TrainJobs that wait for something a timer must notice (every one on a
         full pass, which also sweeps stale copies off reachable workers)."""
+        asked_at = time.monotonic()
         try:
             listed = await self.manager.request("GET", r.TRAINJOB.path())
         except KubeError as err:
@@ -161,13 +170,20 @@ class Dispatcher:
         delegated = [tj for tj in listed.get("items") or [] if d.is_delegated(tj)]
         known = {(tj["metadata"]["namespace"], tj["metadata"]["name"]) for tj in delegated}
         for key in list(self.assignments):
-            if key not in known:
-                self.assignments.pop(key, None)
+            if key not in known and self._assigned_at.get(key, 0.0) < asked_at:
+                self._forget(key)
+        counted = True
         for tj in delegated:  # placements this process did not make count against their worker too
             worker = d.assigned_worker(tj)
             key = (tj["metadata"]["namespace"], tj["metadata"]["name"])
-            if worker is not None and key not in self.assignments:
-                self.assignments[key] = (worker, await self._requests(tj), not d.finished(tj))
+            if worker is not None and self.assignments.get(key, (None,))[0] != worker:
+                try:
+                    self._assign(key, worker, await self._requests(tj), not d.finished(tj))
+                except KubeError as err:
+                    counted = False
+                    log.warning("resync: requests of %s/%s unknown (%s); placing nothing until they are "
+                                "counted", key[0], key[1], err)
+        self._counted = self._counted or counted
         full = self._passes % FULL_RESYNC_EVERY == 0
         self._passes += 1
         due = [tj for tj in delegated if full or self._waiting(tj)]
@@ -224,7 +240,7 @@ class Dispatcher:
         trainjob = manager if manager is not None and copy_hint is None else \
             await self.manager.get(r.TRAINJOB, namespace, name)
         if trainjob is None or not d.is_delegated(trainjob):
-            self.assignments.pop((namespace, name), None)
+            self._forget((namespace, name))
             return
         if trainjob["metadata"].get("deletionTimestamp"):
             await self._finalize(trainjob)
@@ -271,6 +287,14 @@ class Dispatcher:
 
     # -- placement -----------------------------------------------------------------------------
 
+    def _assign(self, key: tuple[str, str], worker: str, need: Amounts, active: bool) -> None:
+        self.assignments[key] = (worker, need, active)
+        self._assigned_at[key] = time.monotonic()
+
+    def _forget(self, key: tuple[str, str]) -> None:
+        self.assignments.pop(key, None)
+        self._assigned_at.pop(key, None)
+
     async def _runtime(self, cluster: str, client: KubeClient, trainjob: dict[str, Any]) -> dict[str, Any] | None:
         """The TrainJob's runtime on one cluster (None when absent), looked up at most once per
         RUNTIME_CACHE_S for each cluster and runtime."""
@@ -282,15 +306,15 @@ class Dispatcher:
         cached = self._runtimes.get(key)
         if cached is not None and cached[0] > time.monotonic():
             return cached[1]
-        try:
-            runtime = await client.get(resource, runtime_ns, ref.get("name") or "", timeout_s=5.0)
-        except KubeError:
-            return None  # unknown now: not cached, asked again next time
+        # A failed lookup raises (unknown is not absent) and is not cached: asked again next time.
+        runtime = await client.get(resource, runtime_ns, ref.get("name") or "", timeout_s=5.0)
         self._runtimes[key] = (time.monotonic() + RUNTIME_CACHE_S, runtime)
         return runtime
 
     async def _requests(self, trainjob: dict[str, Any]) -> Amounts:
-        """What the TrainJob's pods will request, planned with the manager's copy of its runtime."""
+        """What the TrainJob's pods will request, planned with the manager's copy of its runtime.
+        Raises KubeError when the manager cannot tell (e.g. a timeout under load): counting such a
+        TrainJob as requesting nothing would let every placement after it overcommit its worker."""
         runtime = await self._runtime(self.cluster, self.manager, trainjob)
         if runtime is None:
             return {}
@@ -301,7 +325,10 @@ class Dispatcher:
             return {}  # the worker's trainyard reports the planning error on the copy
 
     async def _has_runtime(self, worker: str, client: KubeClient, trainjob: dict[str, Any]) -> bool:
-        return await self._runtime(worker, client, trainjob) is not None
+        try:
+            return await self._runtime(worker, client, trainjob) is not None
+        except KubeError:
+            return False  # not a candidate this time; the next pass asks again
 
     def _worker_view(self, name: str, nodes: list, pods: list, has_runtime: bool) -> Worker:
         ours = {key: need for key, (worker, need, active) in self.assignments.items() if worker == name and active}
@@ -313,6 +340,8 @@ class Dispatcher:
 
     async def _place(self, trainjob: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
         key = (trainjob["metadata"]["namespace"], trainjob["metadata"]["name"])
+        if not self._counted:
+            return trainjob, None  # the first resync counts what is placed, then places this one
         need = await self._requests(trainjob)
         runtime = ((trainjob.get("spec") or {}).get("runtimeRef") or {}).get("name") or ""
         active = self.registry.active()
@@ -323,7 +352,7 @@ class Dispatcher:
             views = [self._worker_view(w.name, w.nodes, w.pods, has) for w, has in zip(active, presence)]
             placement = choose_worker(need, views, runtime)
             if placement.worker is not None:
-                self.assignments[key] = (placement.worker, need, True)
+                self._assign(key, placement.worker, need, True)
         if placement.worker is None:
             await self._set_dispatched(trainjob, "False", placement.reason, placement.message)
             return trainjob, None
@@ -336,7 +365,7 @@ class Dispatcher:
                 finalizers=None if d.FINALIZER in finalizers else [*finalizers, d.FINALIZER])
         except BaseException:
             if self.assignments.get(key, (None,))[0] == placement.worker:
-                self.assignments.pop(key, None)
+                self._forget(key)
             raise
         log.info("dispatched", extra={"trainjob": f"{key[0]}/{key[1]}", "worker": placement.worker})
         self._background(record_event(self.manager, trainjob, "Normal", "Dispatched", placement.message, COMPONENT))
@@ -346,7 +375,7 @@ class Dispatcher:
         message = (f"worker cluster {lost} unreachable for more than {self.registry.lost_timeout_s:g}s; "
                    "re-dispatching (its copy is deleted once it is reachable again)")
         trainjob = await self._update(trainjob, annotations={d.WORKER_ANNOTATION: None})
-        self.assignments.pop((trainjob["metadata"]["namespace"], trainjob["metadata"]["name"]), None)
+        self._forget((trainjob["metadata"]["namespace"], trainjob["metadata"]["name"]))
         log.warning("worker lost", extra={"trainjob": f"{trainjob['metadata']['namespace']}/"
                                                       f"{trainjob['metadata']['name']}", "worker": lost})
         await record_event(self.manager, trainjob, "Warning", REASON_WORKER_LOST, message, COMPONENT)
@@ -442,8 +471,17 @@ class Dispatcher:
         if copy_obj is None:
             return
         key = (trainjob["metadata"]["namespace"], trainjob["metadata"]["name"])
-        need = self.assignments.get(key, (worker, {}, True))[1]
-        self.assignments[key] = (worker, need, not d.finished(copy_obj))
+        known = self.assignments.get(key)
+        if known is not None and known[0] == worker:
+            self._assign(key, worker, known[1], not d.finished(copy_obj))
+        else:
+            # A placement this process has not counted yet (made before a restart, or by another
+            # replica) reserves what its pods request, not nothing; if that cannot be told now,
+            # its pods count as they appear and the next resync counts it whole.
+            try:
+                self._assign(key, worker, await self._requests(trainjob), not d.finished(copy_obj))
+            except KubeError as err:
+                log.debug("requests of %s/%s unknown for now: %s", key[0], key[1], err)
         message = f"dispatched to worker cluster {worker}"
         previous = d.condition(trainjob, d.CONDITION_DISPATCHED)
         dispatched = d.dispatched_condition("True", "Dispatched", message, now_rfc3339(), previous)
@@ -464,7 +502,7 @@ class Dispatcher:
                 return  # the copy's DELETED event (or the resync) brings us back
         elif worker and not self.registry.is_lost(worker):
             return  # unreachable for now: wait until it answers or is lost
-        self.assignments.pop((trainjob["metadata"]["namespace"], trainjob["metadata"]["name"]), None)
+        self._forget((trainjob["metadata"]["namespace"], trainjob["metadata"]["name"]))
         await self._update(trainjob, finalizers=[f for f in trainjob["metadata"].get("finalizers") or []
                                                  if f != d.FINALIZER])
 

@@ -1,0 +1,228 @@
+"""The dispatcher never places more on a worker than its capacity holds — found by the soak
+(bench/soak.py), which saw 344 unfinished copies on a worker with room for 110 pods:
+
+- a resync forgot the placements made while its TrainJob list was in flight (TrainJobs created
+  after the list was taken are not in it), so during a burst every pass freed their capacity;
+- after a restart, the dispatcher placed before it had counted the placements on record, and a
+  copy mirrored before that count was recorded as requesting nothing;
+- a runtime lookup that failed (a timeout under load) made the TrainJob request nothing.
+
+Real API servers: a manager and a worker devcluster (no data plane: the worker's Node is
+declared with room for two pods, and no pod ever starts, so only the dispatcher's own count
+keeps a third TrainJob out). The dispatcher runs in-process without a bus; its triggers
+(events, resyncs, a restart) are called directly, in the order that broke.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from fixtures.devcluster import start_devcluster
+
+REPO = Path(__file__).resolve().parents[3]
+MANAGED_BY = "kueue.x-k8s.io/multikueue"
+WORKER = "worker-1"
+WORKER_ANNOTATION = "trainyard.kubeflow.org/worker-cluster"
+
+pytestmark = pytest.mark.slow
+
+RUNTIME = {
+    "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime", "metadata": {"name": "one-pod"},
+    "spec": {"mlPolicy": {"numNodes": 1}, "template": {"spec": {"replicatedJobs": [{
+        "name": "node",
+        "template": {"metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
+                     "spec": {"template": {"spec": {"containers": [
+                         {"name": "node", "image": "busybox", "command": ["true"]}]}}}}}]}}},
+}
+NODE = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1"},
+        "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "2"},
+                   "capacity": {"cpu": "4", "memory": "8Gi", "pods": "2"},
+                   "conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+@pytest.fixture(scope="module")
+def clusters(tmp_path_factory):
+    root = tmp_path_factory.mktemp("dispatcher-capacity")
+    manager = start_devcluster(root / "manager")
+    try:
+        worker = start_devcluster(root / "worker")
+        try:
+            crds = [arg for path in sorted((REPO / "deploy" / "crds").glob("*_*.yaml")) for arg in ("-f", str(path))]
+            for cluster in (manager, worker):
+                cluster.kubectl("apply", "--server-side", *crds, timeout=120)
+                cluster.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+                cluster.kubectl("apply", "-f", "-", input=json.dumps(RUNTIME))
+            worker.kubectl("create", "-f", "-", input=json.dumps(NODE))
+            worker.kubectl("patch", "node", "node-1", "--subresource=status", "--type=merge",
+                           "-p", json.dumps({"status": NODE["status"]}))
+            yield manager, worker
+        finally:
+            worker.stop()
+    finally:
+        manager.stop()
+
+
+def delegated(name: str) -> dict:
+    return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"managedBy": MANAGED_BY, "runtimeRef": {"name": "one-pod"}}}
+
+
+class Setup:
+    """Clients of both clusters, a registry that knows the worker, and dispatchers on them."""
+
+    def __init__(self, manager_kubeconfig: Path, worker_kubeconfig: Path) -> None:
+        self.paths = (manager_kubeconfig, worker_kubeconfig)
+
+    async def __aenter__(self):
+        from trainyard.kube.client import KubeClient
+        from trainyard.kube import resources as r
+        from trainyard.multicluster.registry import WorkerRegistry, WorkerState
+
+        self.r = r
+        self.manager = await KubeClient.from_kubeconfig(str(self.paths[0]))
+        self.worker = await KubeClient.from_kubeconfig(str(self.paths[1]))
+        nodes = (await self.worker.request("GET", r.NODE.path()))["items"]
+        self.registry = WorkerRegistry(self.manager, "kubeflow-system", lost_timeout_s=900)
+        # What refresh() learns by probing, set directly: the worker answers, its nodes, no pods.
+        self.registry.workers[WORKER] = WorkerState(WORKER, client=self.worker, reachable=True, nodes=nodes)
+        self.registry.listed = True
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.manager.close()
+        await self.worker.close()
+
+    def dispatcher(self):
+        from trainyard_services.dispatcher.service import Dispatcher
+
+        return Dispatcher(None, self.manager, "manager", self.registry)
+
+    async def create(self, *names: str) -> None:
+        for name in names:
+            await self.manager.create(self.r.TRAINJOB, "default", delegated(name))
+
+    async def placed(self, name: str) -> str | None:
+        tj = await self.manager.get(self.r.TRAINJOB, "default", name)
+        return ((tj["metadata"].get("annotations") or {}).get(WORKER_ANNOTATION)) if tj else None
+
+    async def dispatched(self, name: str) -> dict | None:
+        tj = await self.manager.get(self.r.TRAINJOB, "default", name)
+        return next((c for c in (tj.get("status") or {}).get("conditions") or [] if c["type"] == "Dispatched"), None)
+
+    async def copy(self, name: str) -> dict | None:
+        return await self.worker.get(self.r.TRAINJOB, "default", name)
+
+    async def clean(self) -> None:
+        for client in (self.manager, self.worker):
+            for tj in (await client.request("GET", self.r.TRAINJOB.path("default")))["items"]:
+                name = tj["metadata"]["name"]
+                await client.merge_patch(self.r.TRAINJOB, "default", name, {"metadata": {"finalizers": None}})
+                await client.delete(self.r.TRAINJOB, "default", name)
+
+
+def run(clusters, scenario) -> None:
+    manager, worker = clusters
+
+    async def main() -> None:
+        async with Setup(manager.kubeconfig, worker.kubeconfig) as setup:
+            try:
+                await scenario(setup)
+            finally:
+                await setup.clean()
+
+    asyncio.run(main())
+
+
+def test_a_trainjob_placed_while_the_resync_lists_stays_counted(clusters):
+    async def scenario(setup):
+        dispatcher = setup.dispatcher()
+        await setup.create("a")
+        await dispatcher.resync()
+        assert await setup.placed("a") == WORKER, await setup.dispatched("a")
+
+        # The resync's list answers before "b" exists; "b" is placed (an event) before the
+        # resync goes on with that list.
+        real = setup.manager.request
+        listed, go_on = asyncio.Event(), asyncio.Event()
+
+        async def held_list(method, path, *args, **kwargs):
+            answer = await real(method, path, *args, **kwargs)
+            if method == "GET" and path == setup.r.TRAINJOB.path():
+                listed.set()
+                await go_on.wait()
+            return answer
+
+        setup.manager.request = held_list
+        resync = asyncio.ensure_future(dispatcher.resync())
+        await listed.wait()
+        setup.manager.request = real
+        await setup.create("b")
+        await dispatcher.reconcile("default", "b")
+        assert await setup.placed("b") == WORKER
+        go_on.set()
+        await resync
+
+        await setup.create("c")  # the worker's two pod slots are taken by a and b
+        await dispatcher.reconcile("default", "c")
+        assert await setup.placed("c") is None
+        assert (await setup.dispatched("c"))["reason"] == "InsufficientCapacity"
+        assert await setup.copy("c") is None
+
+    run(clusters, scenario)
+
+
+def test_a_restarted_dispatcher_counts_what_is_placed_before_it_places(clusters):
+    async def scenario(setup):
+        before = setup.dispatcher()
+        await setup.create("a", "b")
+        await before.resync()
+        assert {await setup.placed("a"), await setup.placed("b")} == {WORKER}
+
+        after = setup.dispatcher()  # the restarted process: nothing in memory
+        # The first triggers after the restart: a's copy changed on the worker (its event),
+        # and a new TrainJob c was created (its event), both before the first resync.
+        await after.reconcile("default", "a", copy_hint=(WORKER, await setup.copy("a")))
+        await setup.create("c")
+        await after.reconcile("default", "c")
+        assert await setup.placed("c") is None
+        await after.resync()
+        assert await setup.placed("c") is None
+        assert (await setup.dispatched("c"))["reason"] == "InsufficientCapacity"
+
+    run(clusters, scenario)
+
+
+def test_a_runtime_lookup_that_fails_places_nothing(clusters):
+    async def scenario(setup):
+        from trainyard.kube.client import KubeError
+
+        dispatcher = setup.dispatcher()
+        await setup.create("a", "b")
+        await dispatcher.resync()
+        assert {await setup.placed("a"), await setup.placed("b")} == {WORKER}
+
+        real = setup.manager.request
+        runtime_path = setup.r.CLUSTER_TRAINING_RUNTIME.path(None, "one-pod")
+
+        async def timing_out(method, path, *args, **kwargs):
+            if method == "GET" and path == runtime_path:
+                raise KubeError(0, "TimeoutError", "the manager did not answer within 5s")
+            return await real(method, path, *args, **kwargs)
+
+        dispatcher._runtimes.clear()  # the cached answer has expired
+        setup.manager.request = timing_out
+        try:
+            await setup.create("c")
+            await dispatcher.reconcile("default", "c")
+            assert await setup.placed("c") is None  # unknown requests are not "nothing"
+        finally:
+            setup.manager.request = real
+        await dispatcher.reconcile("default", "c")
+        assert await setup.placed("c") is None
+        assert (await setup.dispatched("c"))["reason"] == "InsufficientCapacity"
+
+    run(clusters, scenario)
