@@ -5,7 +5,9 @@ its messages strictly in order, different lanes run concurrently (bounded). A ha
 returns acknowledges the message; one that raises gets the message redelivered with backoff
 (``nak`` with delay) until ``max_deliver``, after which — or at once for
 :class:`PermanentError` — the message is copied to the dead-letter stream with the error and
-terminated, and the consumer goes on with the next one.
+terminated, and the consumer goes on with the next one. On its last delivery, a message whose
+handler failed only because its backend did not answer (:func:`unavailable`) is not
+dead-lettered: it waits in place, kept in progress, until the backend answers.
 """
 from __future__ import annotations
 
@@ -57,7 +59,14 @@ def subject_key(subject: str) -> str:
 
 
 def redelivery_delay(num_delivered: int) -> float:
-    return min(0.25 * (2 ** max(num_delivered - 1, 0)), 10.0)
+    return min(0.25 * (2 ** max(min(num_delivered, 16) - 1, 0)), 10.0)
+
+
+def unavailable(err: BaseException) -> bool:
+    """Whether a handler failed because what it talks to did not answer (an API server
+    restarting, a bus node electing a leader): waiting helps, unlike for any other error.
+    Errors say so with a true ``unavailable`` attribute (trainyard.kube.client.KubeError)."""
+    return bool(getattr(err, "unavailable", False)) or isinstance(err, (NatsTimeoutError, ConnectionClosedError))
 
 
 @dataclass

@@ -52,6 +52,12 @@ class KubeError(Exception):
         return self.status == 409
 
     @property
+    def unavailable(self) -> bool:
+        """The server did not answer, or said it cannot now (connection refused, timeout,
+        throttled, 502/503/504): the same request later may succeed."""
+        return self.status in (0, 429, 502, 503, 504)
+
+    @property
     def transient(self) -> bool:
         """Worth retrying: throttled, server-side trouble, timeouts, optimistic conflicts."""
         return self.status in (0, 408, 409, 429) or self.status >= 500

@@ -388,3 +388,32 @@ async def test_consumer_resumes_after_the_server_restarts(nats_server, bus):
     await recorder.wait_for(lambda seen: ("after", 1) in seen, timeout=30)
     await stop_consumer(stop, task)
     assert recorder.seen.count(("before", 1)) == 1
+
+
+async def test_a_last_delivery_waits_for_an_unavailable_backend_instead_of_dead_lettering(bus):
+    """Found by the soak (bench/soak.py): while a worker's API server restarted (~10 s), its
+    status service dead-lettered every TrainJob event it handled, since the redelivery schedule
+    (0.25 + 0.5 + 1 + 2 s) ran out first. An unavailable backend is waited for on the last
+    delivery; any other error is still dead-lettered (test above)."""
+    from trainyard.kube.client import KubeError
+
+    calls = []
+
+    async def handler(delivery: Delivery) -> None:
+        calls.append(delivery.num_delivered)
+        if len(calls) <= 4:  # the API server answers from the fifth attempt on
+            raise KubeError(0, "ConnectionError", "Cannot connect to host 127.0.0.1:6443")
+
+    stop, task = await run_consumer(bus, handler, max_deliver=2)
+    await publish_events(bus, [event("j-waits")])
+    for _ in range(200):
+        if len(calls) >= 5:
+            break
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(0.3)
+    letters = await read_dead_letters(bus)
+    await stop_consumer(stop, task)
+    assert calls == [1, 2, 2, 2, 2]  # delivered twice; the last delivery retried in place
+    assert letters == []
+    info = await bus.js.consumer_info(EVENTS_STREAM, "t")
+    assert info.num_ack_pending == 0 and info.num_pending == 0
