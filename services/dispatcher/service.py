@@ -52,6 +52,8 @@ RUNTIME_CACHE_S = 2.0
 # Every this many resync passes, every delegated TrainJob is reconciled and every reachable
 # worker swept, not only the TrainJobs that wait for a worker.
 FULL_RESYNC_EVERY = 15
+# Stale copies a sweep deletes at once on one worker.
+SWEEP_CONCURRENCY = 8
 # How long the mirror of a worker copy's status waits for the copy's next change.
 MIRROR_DELAY_S = 0.2
 
@@ -76,7 +78,9 @@ class Dispatcher:
     _locks: KeyedLocks = field(default_factory=KeyedLocks)
     _placement_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     _sweep_now: set[str] = field(default_factory=set)
+    _sweeping: dict[str, asyncio.Task] = field(default_factory=dict)  # worker -> its sweep in flight
     _runtimes: dict[tuple, tuple[float, Any]] = field(default_factory=dict)  # key -> (expiry, answer)
+    _runtime_lookups: dict[tuple, asyncio.Future] = field(default_factory=dict)  # key -> the GET in flight
     _namespaces: set[tuple[str, str]] = field(default_factory=set)  # (worker, namespace) known to exist
     _passes: int = 0
     _fresh: set[tuple[str, str, str]] = field(default_factory=set)  # (worker, ns, name) placed just now
@@ -191,7 +195,7 @@ class Dispatcher:
                                for tj in due))
         if full:
             for worker in self.registry.active():
-                await self.sweep(worker.name)
+                self._sweep_soon(worker.name)
 
     async def detect_kueue(self) -> None:
         """Kueue's MultiKueue acts on the same managedBy value: never run beside it."""
@@ -306,8 +310,15 @@ class Dispatcher:
         cached = self._runtimes.get(key)
         if cached is not None and cached[0] > time.monotonic():
             return cached[1]
+        # One lookup in flight per cluster and runtime: a resync reconciles hundreds of waiting
+        # TrainJobs at once, and as many GETs at once made a loaded API server time them out.
+        pending = self._runtime_lookups.get(key)
+        if pending is None:
+            pending = self._runtime_lookups[key] = asyncio.ensure_future(
+                client.get(resource, runtime_ns, ref.get("name") or "", timeout_s=5.0))
+            pending.add_done_callback(lambda _: self._runtime_lookups.pop(key, None))
         # A failed lookup raises (unknown is not absent) and is not cached: asked again next time.
-        runtime = await client.get(resource, runtime_ns, ref.get("name") or "", timeout_s=5.0)
+        runtime = await asyncio.shield(pending)
         self._runtimes[key] = (time.monotonic() + RUNTIME_CACHE_S, runtime)
         return runtime
 
@@ -324,11 +335,13 @@ class Dispatcher:
         except PlanningError:
             return {}  # the worker's trainyard reports the planning error on the copy
 
-    async def _has_runtime(self, worker: str, client: KubeClient, trainjob: dict[str, Any]) -> bool:
+    async def _has_runtime(self, worker: str, client: KubeClient, trainjob: dict[str, Any]) -> bool | None:
+        """Whether the worker has the TrainJob's runtime; None when it did not say (a timeout)."""
         try:
             return await self._runtime(worker, client, trainjob) is not None
-        except KubeError:
-            return False  # not a candidate this time; the next pass asks again
+        except KubeError as err:
+            log.debug("runtime lookup on %s failed: %s", worker, describe(err))
+            return None
 
     def _worker_view(self, name: str, nodes: list, pods: list, has_runtime: bool) -> Worker:
         ours = {key: need for key, (worker, need, active) in self.assignments.items() if worker == name and active}
@@ -349,11 +362,14 @@ class Dispatcher:
         async with self._placement_lock:
             # Decisions are serial (each sees the load the previous one reserved) and take no
             # I/O; the reservation is made before the write and taken back if the write fails.
-            views = [self._worker_view(w.name, w.nodes, w.pods, has) for w, has in zip(active, presence)]
+            views = [self._worker_view(w.name, w.nodes, w.pods, has) for w, has in zip(active, presence)
+                     if has is not None]
             placement = choose_worker(need, views, runtime)
             if placement.worker is not None:
                 self._assign(key, placement.worker, need, True)
         if placement.worker is None:
+            if None in presence:
+                return trainjob, None  # a worker did not say whether it has the runtime: the next pass asks
             await self._set_dispatched(trainjob, "False", placement.reason, placement.message)
             return trainjob, None
         # The finalizer comes with the placement: one write, and nothing is on a worker before
@@ -521,7 +537,7 @@ class Dispatcher:
             log.debug("sweep of %s skipped: %s", worker, describe(err))
             return 0
         manager = {(tj["metadata"]["namespace"], tj["metadata"]["name"]): tj for tj in listed.get("items") or []}
-        deleted = 0
+        stale = []
         for copy_obj in copies.get("items") or []:
             meta = copy_obj["metadata"]
             if meta.get("deletionTimestamp"):
@@ -530,14 +546,36 @@ class Dispatcher:
             if owner is not None and d.assigned_worker(owner) == worker \
                     and d.copy_is_current(copy_obj, owner, self.cluster):
                 continue
+            stale.append(meta)
+        slots = asyncio.Semaphore(SWEEP_CONCURRENCY)
+
+        async def delete(meta: dict[str, Any]) -> bool:
             log.info("deleting stale copy", extra={"trainjob": f"{meta['namespace']}/{meta['name']}",
                                                    "worker": worker})
-            try:
-                await client.delete(r.TRAINJOB, meta["namespace"], meta["name"], uid=meta.get("uid"))
-                deleted += 1
-            except KubeError as err:
-                log.warning("stale copy %s/%s on %s not deleted: %s", meta["namespace"], meta["name"], worker, describe(err))
-        return deleted
+            async with slots:
+                try:
+                    return await client.delete(r.TRAINJOB, meta["namespace"], meta["name"], uid=meta.get("uid"))
+                except KubeError as err:
+                    log.warning("stale copy %s/%s on %s not deleted: %s", meta["namespace"], meta["name"], worker,
+                                describe(err))
+                    return False
+
+        return sum(await asyncio.gather(*(delete(meta) for meta in stale)))
+
+    def _sweep_soon(self, worker: str) -> None:
+        """Sweeps run beside placement and mirroring, never in their way: a worker back from an
+        outage may hold hundreds of stale copies, and its deletions take as long as they take."""
+        running = self._sweeping.get(worker)
+        if running is not None and not running.done():
+            return  # the next full resync sweeps again
+        task = asyncio.ensure_future(self.sweep(worker))
+        self._sweeping[worker] = task
+
+        def finished(done: asyncio.Task) -> None:
+            if not done.cancelled() and done.exception() is not None:
+                log.warning("sweep of %s failed: %s", worker, describe(done.exception()))
+
+        task.add_done_callback(finished)
 
     # -- loops ---------------------------------------------------------------------------------
 
@@ -550,7 +588,7 @@ class Dispatcher:
                 await self.registry.refresh()
                 for worker in sorted(self._sweep_now):
                     self._sweep_now.discard(worker)
-                    await self.sweep(worker)
+                    self._sweep_soon(worker)
                 if not self.kueue_present and time.monotonic() >= next_resync:
                     await self.resync()
                     next_resync = time.monotonic() + resync_interval_s

@@ -5,7 +5,9 @@
   after the list was taken are not in it), so during a burst every pass freed their capacity;
 - after a restart, the dispatcher placed before it had counted the placements on record, and a
   copy mirrored before that count was recorded as requesting nothing;
-- a runtime lookup that failed (a timeout under load) made the TrainJob request nothing.
+- a runtime lookup that failed (a timeout under load) made the TrainJob request nothing;
+- and placement waited for every stale copy of a worker back from an outage to be deleted
+  (one DELETE at a time, hundreds of them), so nothing was placed for a minute.
 
 Real API servers: a manager and a worker devcluster (no data plane: the worker's Node is
 declared with room for two pods, and no pod ever starts, so only the dispatcher's own count
@@ -56,6 +58,14 @@ def clusters(tmp_path_factory):
                 cluster.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
                 cluster.kubectl("apply", "-f", "-", input=json.dumps(RUNTIME))
             worker.kubectl("create", "-f", "-", input=json.dumps(NODE))
+            # The worker declared on the manager as `trainyard up --workers` declares it.
+            manager.kubectl("apply", "--server-side", "-k", str(REPO / "deploy" / "multicluster" / "crds"))
+            manager.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+            manager.kubectl("create", "secret", "generic", f"{WORKER}-kubeconfig", "-n", "kubeflow-system",
+                            f"--from-file=kubeconfig={worker.kubeconfig}")
+            manager.kubectl("apply", "-f", "-", input=json.dumps({
+                "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "MultiKueueCluster", "metadata": {"name": WORKER},
+                "spec": {"kubeConfig": {"locationType": "Secret", "location": f"{WORKER}-kubeconfig"}}}))
             worker.kubectl("patch", "node", "node-1", "--subresource=status", "--type=merge",
                            "-p", json.dumps({"status": NODE["status"]}))
             yield manager, worker
@@ -224,5 +234,103 @@ def test_a_runtime_lookup_that_fails_places_nothing(clusters):
         await dispatcher.reconcile("default", "c")
         assert await setup.placed("c") is None
         assert (await setup.dispatched("c"))["reason"] == "InsufficientCapacity"
+
+    run(clusters, scenario)
+
+
+def test_a_sweep_of_stale_copies_does_not_hold_up_placement(clusters):
+    async def scenario(setup):
+        from trainyard.multicluster.registry import WorkerRegistry
+        from trainyard_services.dispatcher.service import Dispatcher
+
+        stale = delegated("stale-1")  # a copy whose manager TrainJob is gone
+        del stale["spec"]["managedBy"]
+        stale["metadata"].update(labels={"kueue.x-k8s.io/multikueue-origin": "manager"},
+                                 annotations={"trainyard.kubeflow.org/origin-uid": "gone"})
+        await setup.worker.create(setup.r.TRAINJOB, "default", stale)
+        await setup.create("p")
+
+        registry = WorkerRegistry(setup.manager, "kubeflow-system", lost_timeout_s=900)
+        dispatcher = Dispatcher(None, setup.manager, "manager", registry)
+        registry.on_reachable = dispatcher.worker_reachable
+        await registry.refresh()  # the worker answers: its sweep is due
+        client = registry.workers[WORKER].client
+        real, deleting, released = client.request, asyncio.Event(), asyncio.Event()
+
+        async def slow_delete(method, path, *args, **kwargs):  # a worker that deletes slowly
+            if method == "DELETE":
+                deleting.set()
+                await released.wait()
+            return await real(method, path, *args, **kwargs)
+
+        client.request = slow_delete
+        stop = asyncio.Event()
+        loops = asyncio.ensure_future(dispatcher.run_loops(stop, probe_interval_s=0.2, resync_interval_s=0.2))
+        try:
+            await asyncio.wait_for(deleting.wait(), 30)
+            for _ in range(150):  # placed while the sweep's DELETE hangs
+                if await setup.placed("p") is not None or loops.done():
+                    break
+                await asyncio.sleep(0.2)
+            assert not loops.done(), loops
+            assert await setup.placed("p") == WORKER, "nothing placed while a sweep was deleting"
+        finally:
+            released.set()
+            stop.set()
+            await asyncio.wait_for(loops, 30)
+            await registry.close()
+        assert await setup.placed("p") == WORKER
+        for _ in range(100):
+            if await setup.copy("stale-1") is None:
+                break
+            await asyncio.sleep(0.2)
+        assert await setup.copy("stale-1") is None
+
+    run(clusters, scenario)
+
+
+def test_a_worker_that_cannot_say_whether_it_has_the_runtime_is_asked_again(clusters):
+    """A runtime lookup on a worker that times out is not "runtime not found" (the soak showed
+    336 TrainJobs with a false RuntimeNotFound condition); and a pass over many waiting
+    TrainJobs asks each worker once, not once per TrainJob (those many GETs at once were what
+    timed out)."""
+    async def scenario(setup):
+        from trainyard.kube.client import KubeError
+
+        dispatcher = setup.dispatcher()
+        await dispatcher.resync()  # nothing placed yet: counted
+        runtime_path = setup.r.CLUSTER_TRAINING_RUNTIME.path(None, "one-pod")
+        real, asked = setup.worker.request, []
+
+        async def timing_out(method, path, *args, **kwargs):
+            if method == "GET" and path == runtime_path:
+                raise KubeError(0, "TimeoutError", "the worker did not answer within 5s")
+            return await real(method, path, *args, **kwargs)
+
+        setup.worker.request = timing_out
+        try:
+            await setup.create("q")
+            await dispatcher.reconcile("default", "q")
+            assert await setup.placed("q") is None
+            assert await setup.dispatched("q") is None  # nothing said that is not known
+        finally:
+            setup.worker.request = real
+
+        async def counted(method, path, *args, **kwargs):
+            if method == "GET" and path == runtime_path:
+                asked.append(path)
+            return await real(method, path, *args, **kwargs)
+
+        setup.worker.request = counted
+        try:
+            await setup.create("m0", "m1", "m2", "m3")
+            await asyncio.gather(*(dispatcher.reconcile("default", name) for name in ("q", "m0", "m1", "m2", "m3")))
+        finally:
+            setup.worker.request = real
+        assert len(asked) == 1
+        placed = [name for name in ("q", "m0", "m1", "m2", "m3") if await setup.placed(name) == WORKER]
+        assert len(placed) == 2  # the worker's two pod slots
+        waiting = [await setup.dispatched(n) for n in ("q", "m0", "m1", "m2", "m3") if n not in placed]
+        assert {c["reason"] for c in waiting} == {"InsufficientCapacity"}
 
     run(clusters, scenario)
