@@ -19,7 +19,14 @@ async def open_client(kubeconfig: Path) -> Any:
     return await api_client(resolve(kubeconfig))
 
 
-async def _call(client: Any, method: str, path: str, body: Any = None, content_type: str = "application/json") -> Any:
+# How long one install write may take: creating a CRD on a devcluster that starts beside two
+# others on a loaded 2-core machine took longer than 10 s (the soak, load 25), and a write
+# that is merely slow must not end `trainyard up` (whose whole start has its own budget).
+WRITE_TIMEOUT_S = 60.0
+
+
+async def _call(client: Any, method: str, path: str, body: Any = None, content_type: str = "application/json",
+                timeout_s: float = 10.0) -> Any:
     return await client.call_api(
         path,
         method,
@@ -28,7 +35,7 @@ async def _call(client: Any, method: str, path: str, body: Any = None, content_t
         response_types_map={200: "object", 201: "object"},
         auth_settings=["BearerToken"],
         _return_http_data_only=True,
-        _request_timeout=10,
+        _request_timeout=timeout_s,
     )
 
 
@@ -41,21 +48,28 @@ async def server_answers(kubeconfig: Path) -> bool:
         await client.close()
 
 
-async def create_or_update(client: Any, manifest: Manifest) -> str:
+async def create_or_update(client: Any, manifest: Manifest, timeout_s: float = WRITE_TIMEOUT_S) -> str:
     """POST the manifest; if it exists, merge-patch it to the shipped content. Returns what happened."""
     from kubernetes_asyncio.client.exceptions import ApiException
 
     path = resource_path(manifest)
     try:
-        await _call(client, "POST", path.collection, manifest)
+        await _call(client, "POST", path.collection, manifest, timeout_s=timeout_s)
         return "created"
     except ApiException as err:
         if err.status != 409:
             raise InstallError(f"{manifest['kind']} {path.name}: HTTP {err.status} {err.reason}: {err.body}") from err
+    except asyncio.TimeoutError:
+        raise InstallError(f"{manifest['kind']} {path.name}: the API server did not answer its creation "
+                           f"within {timeout_s:g}s") from None
     try:
-        await _call(client, "PATCH", path.item, manifest, content_type="application/merge-patch+json")
+        await _call(client, "PATCH", path.item, manifest, content_type="application/merge-patch+json",
+                    timeout_s=timeout_s)
     except ApiException as err:
         raise InstallError(f"{manifest['kind']} {path.name}: HTTP {err.status} {err.reason}: {err.body}") from err
+    except asyncio.TimeoutError:
+        raise InstallError(f"{manifest['kind']} {path.name}: the API server did not answer its update "
+                           f"within {timeout_s:g}s") from None
     return "updated"
 
 

@@ -178,3 +178,41 @@ async def test_a_child_that_is_slow_to_start_is_waited_for_aloud_and_then_given_
         await child.stop()
     assert said and all(line.strip().startswith("sleeper     waiting") and "of 1s for it to be ready" in line
                         and str(tmp_path / "sleeper.log") in line for line in said)
+
+
+def test_an_install_write_that_gets_no_answer_is_a_clear_error_naming_the_object(tmp_path: Path) -> None:
+    """`trainyard up` ended in a raw TimeoutError traceback when a CRD creation took longer
+    than 10 s on a loaded machine (found by the soak): a write now has WRITE_TIMEOUT_S, and one
+    that still gets no answer says which object the API server did not answer for."""
+    import asyncio
+
+    import yaml
+
+    from trainyard.supervisor import kubeapi
+
+    async def scenario() -> str:
+        async def silent(reader, writer):  # accepts, reads the request, never answers
+            await reader.read(65536)
+            await asyncio.sleep(3)
+
+        server = await asyncio.start_server(silent, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "c",
+            "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
+            "users": [{"name": "u", "user": {"token": "t"}}],
+            "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
+        client = await kubeapi.open_client(kubeconfig)
+        try:
+            await kubeapi.create_or_update(client, public_configmap(), timeout_s=0.5)
+        except kubeapi.InstallError as err:
+            return str(err)
+        finally:
+            await client.close()
+            server.close()
+        return "no error"
+
+    assert kubeapi.WRITE_TIMEOUT_S > 10
+    message = asyncio.run(scenario())
+    assert message.startswith("ConfigMap ") and "did not answer its creation within 0.5s" in message
