@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
 from nats.aio.msg import Msg
-from nats.errors import ConnectionClosedError
+from nats.errors import ConnectionClosedError, TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
 
 from trainyard.bus import subjects
