@@ -5,9 +5,10 @@ its messages strictly in order, different lanes run concurrently (bounded). A ha
 returns acknowledges the message; one that raises gets the message redelivered with backoff
 (``nak`` with delay) until ``max_deliver``, after which — or at once for
 :class:`PermanentError` — the message is copied to the dead-letter stream with the error and
-terminated, and the consumer goes on with the next one. On its last delivery, a message whose
-handler failed only because its backend did not answer (:func:`unavailable`) is not
-dead-lettered: it waits in place, kept in progress, until the backend answers.
+terminated, and the consumer goes on with the next one. A message whose handler failed only
+because its backend did not answer (:func:`unavailable`) is redelivered until it answers, never
+dead-lettered; so the server's own redelivery limit is off (the limit is counted here), and a
+message in flight when its consumer stops or dies is redelivered to the next one.
 """
 from __future__ import annotations
 
@@ -306,7 +307,9 @@ class Consumer:
             return
         except Exception as err:
             text = f"{type(err).__name__}: {err}"
-            if delivery.num_delivered >= self._spec.max_deliver:
+            # A backend that did not answer (an API server restarting takes longer than the
+            # redelivery schedule) is waited for, never a reason to give the message up.
+            if delivery.num_delivered >= self._spec.max_deliver and not unavailable(err):
                 await self._dead_letter(msg, delivery, text)
                 self._record("dead_letter", started)
             else:

@@ -190,7 +190,10 @@ class ConsumerSpec:
             name=self.durable,
             ack_policy=AckPolicy.EXPLICIT,
             ack_wait=self.ack_wait_s,
-            max_deliver=self.max_deliver,
+            # Unlimited on the server: the consumer counts deliveries itself and dead-letters
+            # at max_deliver, except while the handler's backend is unavailable (consumer.py);
+            # a server limit would silently drop a message whose last delivery was in flight.
+            max_deliver=-1,
             max_ack_pending=self.max_ack_pending,
             deliver_policy=DeliverPolicy.NEW if self.deliver_new_only else DeliverPolicy.ALL,
             filter_subject=None if many else self.filter_subjects[0],
