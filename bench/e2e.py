@@ -624,7 +624,10 @@ async def wait_balanced(url: str, replicas: dict[str, int], timeout_s: float = 6
             for key in keys:
                 role, _, kind, _ = key.split(".", 3)
                 if kind == "p":
-                    holder = (await kv.get(key)).value.decode()
+                    try:
+                        holder = (await kv.get(key)).value.decode()
+                    except Exception:  # handed over between the listing and the read
+                        continue
                     holders.setdefault(role, {}).setdefault(holder, 0)
                     holders[role][holder] += 1
             balanced = all(

@@ -23,7 +23,7 @@ from trainyard.bus.subjects import (
     DEAD_LETTER_PREFIX, EVENTS_PREFIX, PLANS_PREFIX, PROGRESS_PREFIX, RESULTS_PREFIX, encode_token,
 )
 from trainyard.bus.topology import (
-    APPLIED_BUCKET, EVENTS_STREAM, LEASES_BUCKET, OUTCOMES_BUCKET, PLANS_STREAM, PROGRESS_STREAM, RESULTS_STREAM,
+    APPLIED_BUCKET, EVENTS_STREAM, LEASES_BUCKET, MEMBERS_BUCKET, OUTCOMES_BUCKET, PLANS_STREAM, PROGRESS_STREAM, RESULTS_STREAM,
     SNAPSHOTS_BUCKET,
 )
 
@@ -148,8 +148,9 @@ def _partitioned(grants: Grants, role: str, cluster: str, streams: list[tuple[st
             _consumer(grants, stream, partition_durable(name, cluster, partition))
         for legacy in (durable_name(name, cluster), name):
             grants.publish += [f"{API}.CONSUMER.INFO.{stream}.{legacy}", f"{API}.CONSUMER.DELETE.{stream}.{legacy}"]
-    grants.publish.append(f"{API}.STREAM.INFO.KV_{LEASES_BUCKET}")
-    _kv_write(grants, LEASES_BUCKET, f"{encode_token(role)}.{encode_token(cluster)}.>")
+    for bucket in (LEASES_BUCKET, MEMBERS_BUCKET):
+        grants.publish.append(f"{API}.STREAM.INFO.KV_{bucket}")
+        _kv_write(grants, bucket, f"{encode_token(role)}.{encode_token(cluster)}.>")
 
 
 def grants_for(role: str, cluster: str, clusters: list[str] | None = None, partitions: int | None = None) -> Grants:

@@ -3,22 +3,25 @@
 Every TrainJob and everything it owns is published on one partition (``subjects``: a stable
 hash of the TrainJob's namespace/name). Each partition has one durable pull consumer per
 role and stream (``<role>-p<N>_<cluster>``), so its position survives any change of the
-replica that reads it. Which replica reads it is decided on the bus, in the ``ty_leases``
-bucket (entries vanish ``LEASE_TTL_S`` after their last write):
+replica that reads it. Which replica reads it is decided on the bus:
 
-* ``<role>.<cluster>.m.<replica>``: a replica's heartbeat, written every ``heartbeat_s``.
-* ``<role>.<cluster>.p.<N>``: the lease of partition N, created (compare-and-set on "no
-  entry") by the replica that takes it, renewed with compare-and-set on its revision.
+* ``ty_members`` ``<role>.<cluster>.m.<replica>``: a replica's heartbeat, written every
+  ``heartbeat_s``; the bucket drops an entry ``LEASE_TTL_S`` after its last write.
+* ``ty_leases`` ``<role>.<cluster>.p.<N>``: who holds partition N, written with compare-and-set
+  (on "no entry", or on the revision of a lease whose holder's heartbeat has lapsed). A lease
+  is live while its holder's heartbeat is: a steady replica writes one entry per heartbeat,
+  whatever the number of partitions it holds.
 
-Each heartbeat a replica reads the role's entries (one batched direct get), counts the live
-replicas, and aims at its share (partitions / replicas, the first ones in name order taking one
-more of the remainder): above it, it releases partitions (stop fetching, let the running
-handlers finish, ``nak`` what was fetched and not started, then delete the lease); below it,
-it creates leases of free partitions. A replica that stops is gone from the count after the
-lease time; its leases lapse with it, so its partitions are free within ``LEASE_TTL_S`` plus
-a heartbeat. A lease is a performance property: the ``ty_applied`` compare-and-set claims
-and resourceVersion preconditions keep two replicas that both think they own a partition
-correct (docs/bus.md, "Partitions and home replicas").
+Each heartbeat a replica reads the role's heartbeats and leases (one batched direct get each),
+counts the live replicas and aims at its share (partitions / replicas, the first ones in name
+order taking one more of the remainder): above it, it releases partitions (stop fetching, let
+the running handlers finish, ``nak`` what was fetched and not started, then delete the lease);
+below it, it takes free partitions. A replica that stops deletes its leases and heartbeat; a
+crashed one's heartbeat lapses after ``LEASE_TTL_S`` and its partitions are taken at the next
+heartbeat. A replica that finds its lease held by another (its heartbeat lapsed while it
+stalled) stops serving that partition. A lease is a performance property: the ``ty_applied``
+compare-and-set claims and resourceVersion preconditions keep two replicas that both think they
+own a partition correct (docs/bus.md, "Partitions and home replicas").
 """
 from __future__ import annotations
 
@@ -36,7 +39,8 @@ from trainyard.bus.consumer import Consumer, Handler, subject_key
 from trainyard.bus.kv import BucketRequests, BucketRequestError, _put
 from trainyard.bus.session import BusSession
 from trainyard.bus.subjects import encode_token, partitions_setting
-from trainyard.bus.topology import LEASE_TTL_S, LEASES_BUCKET, ConsumerSpec, durable_name, partition_durable
+from trainyard.bus.topology import (LEASE_TTL_S, LEASES_BUCKET, MEMBERS_BUCKET, ConsumerSpec, durable_name,
+                                    partition_durable)
 from trainyard.telemetry import metrics
 
 log = logging.getLogger(__name__)
@@ -106,6 +110,7 @@ class PartitionedSubscriber:
     def __post_init__(self) -> None:
         self._held: dict[int, _Held] = {}
         self._kv: KeyValue | None = None
+        self._members: KeyValue | None = None
         self._prefix = f"{encode_token(self.role)}.{encode_token(self.cluster)}"
         self.changes = 0  # acquisitions and releases (tests and benchmarks read it)
 
@@ -122,8 +127,9 @@ class PartitionedSubscriber:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Holds a share of the partitions until ``stop``, then hands every one over."""
-        self._kv = await self._open(stop)
-        if self._kv is None:
+        self._kv = await self._open(stop, LEASES_BUCKET)
+        self._members = await self._open(stop, MEMBERS_BUCKET)
+        if self._kv is None or self._members is None:
             return
         try:
             while not stop.is_set():
@@ -140,67 +146,78 @@ class PartitionedSubscriber:
         finally:
             await self._release_all()
 
-    async def _open(self, stop: asyncio.Event) -> KeyValue | None:
+    async def _open(self, stop: asyncio.Event, bucket: str) -> KeyValue | None:
         attempt = 0
         while not stop.is_set():
             try:
-                return await self.bus.js.key_value(LEASES_BUCKET)
+                return await self.bus.js.key_value(bucket)
             except asyncio.CancelledError:
                 raise
             except Exception as err:  # created by the bootstrap identity on a secured bus
                 attempt += 1
-                log.warning("bucket %s not ready (%s); retrying", LEASES_BUCKET, err or type(err).__name__)
+                log.warning("bucket %s not ready (%s); retrying", bucket, err or type(err).__name__)
                 try:
                     await asyncio.wait_for(stop.wait(), timeout=min(0.2 * attempt, 2.0))
                 except asyncio.TimeoutError:
                     pass
         return None
 
-    async def _view(self) -> tuple[list[str], dict[int, tuple[str, int]]]:
-        """The live replicas of the role and the held leases (partition -> holder, revision)."""
-        assert self._kv is not None
-        requests = BucketRequests.of(self._kv)
-        request = json.dumps({"multi_last": [f"$KV.{LEASES_BUCKET}.{self._prefix}.>"], "batch": 4096})
+    async def _entries(self, kv: KeyValue) -> dict[str, tuple[bytes, int]]:
+        """The role's entries of ``kv``: one batched direct get."""
+        requests = BucketRequests.of(kv)
+        request = json.dumps({"multi_last": [f"$KV.{kv._name}.{self._prefix}.>"], "batch": 4096})
         found, _ = await requests._ask(requests._api, request.encode(), 1)
-        members: list[str] = []
+        return found
+
+    async def _view(self) -> tuple[list[str], dict[int, tuple[str, int]]]:
+        """The live replicas of the role and every recorded lease (partition -> holder, revision)."""
+        assert self._kv is not None and self._members is not None
+        members = [value.decode() for key, (value, _) in (await self._entries(self._members)).items()
+                   if key.startswith(self._prefix + ".m.")]
         leases: dict[int, tuple[str, int]] = {}
-        for key, (value, revision) in found.items():
-            rest = key[len(self._prefix) + 1:]
-            kind, _, ident = rest.partition(".")
-            if kind == "m":
-                members.append(value.decode())
-            elif kind == "p" and ident.isdigit():
+        for key, (value, revision) in (await self._entries(self._kv)).items():
+            kind, _, ident = key[len(self._prefix) + 1:].partition(".")
+            if kind == "p" and ident.isdigit():
                 leases[int(ident)] = (value.decode(), revision)
         return members, leases
 
     async def _tick(self) -> None:
-        assert self._kv is not None
-        requests = BucketRequests.of(self._kv)
-        await self._kv.put(self._member_key(), self.replica.encode())
-        for partition, held in list(self._held.items()):
-            try:
-                held.revision = await requests.put_if(self._lease_key(partition), self.replica.encode(),
-                                                      held.revision, None)
-            except KeyWrongLastSequenceError:
-                if not held.releasing:
-                    log.warning("lease of partition %d of %s lost; stopping it", partition, self.role)
-                    self._stop(partition, delete_lease=False)
+        assert self._kv is not None and self._members is not None
+        # The heartbeat is the only write of a steady replica: it keeps every lease it holds.
+        await self._members.put(self._member_key(), self.replica.encode())
         try:
             members, leases = await self._view()
         except BucketRequestError as err:
             log.debug("lease view of %s: %s", self.role, err)
             return
+        for partition, held in list(self._held.items()):
+            holder = leases.get(partition, ("", 0))[0]
+            # (No lease at all is a copy of a replicated bucket that lags our own write.)
+            if holder and holder != self.replica and not held.releasing:
+                # Taken over while our heartbeat had lapsed (a stalled process): stop serving it.
+                log.warning("lease of partition %d of %s lost; stopping it", partition, self.role)
+                self._stop(partition, delete_lease=False)
+            elif holder == self.replica:
+                held.revision = leases[partition][1]
+        live = set(members)
         target = share(self.partitions, members, self.replica)
         owned = sorted(self.owned, key=lambda p: preference(self.replica, p), reverse=True)
         if len(owned) > target:
             for partition in owned[: len(owned) - target]:  # the ones it ranks last
                 self._stop(partition, delete_lease=True)
             return
-        free = [p for p in range(self.partitions) if p not in leases and p not in self._held]
+        # Free: no lease, or one whose holder's heartbeat has lapsed.
+        free = [p for p in range(self.partitions)
+                if p not in self._held and (p not in leases or leases[p][0] not in live)]
         free.sort(key=lambda p: preference(self.replica, p))
+        requests = BucketRequests.of(self._kv)
         for partition in free[: max(target - len(owned), 0)]:
             try:
-                revision = await _put(self._kv, self._lease_key(partition), self.replica.encode(), None, None)
+                if partition in leases:  # a dead holder's: compare-and-set on what we read
+                    revision = await requests.put_if(self._lease_key(partition), self.replica.encode(),
+                                                     leases[partition][1], None)
+                else:
+                    revision = await _put(self._kv, self._lease_key(partition), self.replica.encode(), None, None)
             except KeyWrongLastSequenceError:
                 continue  # another replica took it first
             self._start(partition, revision)
@@ -254,25 +271,22 @@ class PartitionedSubscriber:
             self._stop(partition, delete_lease=True)
         # Every hand-over, also those a rebalance began: each deletes its lease when drained.
         pending = [held.finisher for held in self._held.values() if held.finisher is not None]
-        renew = asyncio.create_task(self._renew_while(pending))
+        heartbeat = asyncio.create_task(self._beat_while(pending))
         await asyncio.gather(*pending, return_exceptions=True)
-        renew.cancel()
-        await asyncio.gather(renew, return_exceptions=True)
-        if self._kv is not None:
+        heartbeat.cancel()
+        await asyncio.gather(heartbeat, return_exceptions=True)
+        if self._members is not None:
             try:
-                await self._kv.delete(self._member_key())
+                await self._members.delete(self._member_key())
             except Exception as err:
                 log.debug("removing heartbeat of %s: %s", self.role, err)
 
-    async def _renew_while(self, tasks: list[asyncio.Task]) -> None:
-        """Keeps the leases of partitions still draining at shutdown."""
-        assert self._kv is not None
-        requests = BucketRequests.of(self._kv)
+    async def _beat_while(self, tasks: list[asyncio.Task]) -> None:
+        """Keeps the heartbeat, hence the leases, of partitions still draining at shutdown."""
+        assert self._members is not None
         while any(not t.done() for t in tasks):
             await asyncio.sleep(self.heartbeat_s)
-            for partition, held in list(self._held.items()):
-                try:
-                    held.revision = await requests.put_if(self._lease_key(partition), self.replica.encode(),
-                                                          held.revision, None)
-                except Exception:
-                    pass
+            try:
+                await self._members.put(self._member_key(), self.replica.encode())
+            except Exception:  # NATS away: the leases lapse, the next holder takes over
+                pass

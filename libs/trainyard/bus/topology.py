@@ -34,9 +34,11 @@ PROGRESS_STREAM = "TY_PROGRESS"
 SNAPSHOTS_BUCKET = "ty_objects"
 APPLIED_BUCKET = "ty_applied"
 OUTCOMES_BUCKET = "ty_outcomes"
-# Replica membership and partition leases (trainyard.bus.partitions): entries live LEASE_TTL_S
-# after their last write (the bucket's max age), so a crashed replica's leases lapse on their own.
+# Replica membership and partition leases (trainyard.bus.partitions): a replica's heartbeat lives
+# LEASE_TTL_S after its last write (ty_members' max age); a lease (ty_leases) is live while its
+# holder's heartbeat is, so a crashed replica's leases lapse with its heartbeat.
 LEASES_BUCKET = "ty_leases"
+MEMBERS_BUCKET = "ty_members"
 LEASE_TTL_S = 3.0
 
 DEDUP_WINDOW_S = 120.0
@@ -142,8 +144,10 @@ def bucket_configs(storage: StorageType = StorageType.FILE, replicas: int | None
         # answer only delays taking a free partition (every lease write is compare-and-set on
         # the stream leader). On file like the rest: a bucket that vanished with a restarted
         # NATS would leave a replica that had not leased yet with nothing to serve.
+        KeyValueConfig(bucket=MEMBERS_BUCKET, history=1, storage=storage, replicas=replicas, direct=True,
+                       ttl=LEASE_TTL_S, description="replica heartbeats of the partitioned roles"),
         KeyValueConfig(bucket=LEASES_BUCKET, history=1, storage=storage, replicas=replicas, direct=True,
-                       ttl=LEASE_TTL_S, description="replica membership and partition leases (heartbeats)"),
+                       description="partition leases: held while the holder's heartbeat lives"),
     ]
 
 
