@@ -36,13 +36,20 @@ from fixtures.fuzz_strategies import json_values, paths_of, replaced
 from fixtures.devcluster import start_devcluster
 from fixtures.nats import NatsServer
 from trainyard.bus.envelopes import DEAD_LETTER_DATA_MAX
+from trainyard.bus.subjects import (DEFAULT_PARTITIONS, ObjectKey, event_subject, plan_subject, result_subject,
+                                    trainjob_partition)
+from trainyard.bus.topology import partition_durable
 
 REPO = Path(__file__).resolve().parents[2]
 CRDS = REPO / "deploy" / "crds"
 EXAMPLES = int(os.environ.get("TRAINYARD_FUZZ_EXAMPLES", "0"))
 SERVICES = ("watcher", "planner", "applier", "status")
-CONSUMERS = {"TY_EVENTS": ("planner_default", "status_default"), "TY_PLANS": ("applier_default",),
-             "TY_RESULTS": ("status-results_default",)}
+# The junk is published on the real subjects of TrainJob default/junk: its home partition's
+# subjects, read by each role's durable consumer of that partition.
+JUNK_PARTITION = trainjob_partition("default", "junk", DEFAULT_PARTITIONS)
+CONSUMERS = {stream: tuple(partition_durable(role, "default", JUNK_PARTITION) for role in roles)
+             for stream, roles in {"TY_EVENTS": ("planner", "status"), "TY_PLANS": ("applier",),
+                                   "TY_RESULTS": ("status-results",)}.items()}
 TRAINJOBS = "/apis/trainer.kubeflow.org/v1alpha1/namespaces/default/trainjobs"
 JOBSETS = "/apis/jobset.x-k8s.io/v1alpha2/namespaces/default/jobsets"
 WEBHOOK_CONFIG = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/validator.trainer.kubeflow.org"
@@ -315,11 +322,11 @@ PLAN = {"v": 1, "cluster": "default", "namespace": "default", "name": "junk", "u
 RESULT = {"v": 1, "cluster": "default", "namespace": "default", "name": "junk", "uid": "u-1", "generation": 1,
           "planHash": "h", "outcome": "applied", "applied": [], "deleted": [], "reason": "", "message": ""}
 SUBJECTS = {
-    "event": ("ty.events.default.TrainJob.default.junk", EVENT),
-    "jobset event": ("ty.events.default.JobSet.default.junk", dict(EVENT, kind="JobSet",
-                                                                   apiVersion="jobset.x-k8s.io/v1alpha2")),
-    "plan": ("ty.desired.default.TrainJob.default.junk", PLAN),
-    "result": ("ty.results.default.TrainJob.default.junk", RESULT),
+    "event": (event_subject(ObjectKey("default", "TrainJob", "default", "junk"), JUNK_PARTITION), EVENT),
+    "jobset event": (event_subject(ObjectKey("default", "JobSet", "default", "junk"), JUNK_PARTITION),
+                     dict(EVENT, kind="JobSet", apiVersion="jobset.x-k8s.io/v1alpha2")),
+    "plan": (plan_subject("default", "default", "junk", JUNK_PARTITION), PLAN),
+    "result": (result_subject("default", "default", "junk", JUNK_PARTITION), RESULT),
 }
 AFTER = itertools.count()
 MAX_PAYLOAD = 1024 * 1024  # nats-server's default max_payload
@@ -486,7 +493,7 @@ def test_a_poison_message_near_max_payload_still_gets_its_dead_letter(stack):
     # its base64 in a DeadLetter exceeded NATS's max_payload: the letter could not be published,
     # the message was nak'ed until max_deliver and then dropped with no reason recorded anywhere
     body = json.dumps(dict(PLAN, v=2, pad="x" * (MAX_PAYLOAD - 4096))).encode()
-    subject = "ty.desired.default.TrainJob.default.huge-poison"
+    subject, _ = SUBJECTS["plan"]
     letters = asyncio.run(_publish_and_settle(stack.nats.url, [(subject, body)]))
-    letter = letters[("applier_default", subject, body[:DEAD_LETTER_DATA_MAX])]
+    letter = letters[(CONSUMERS["TY_PLANS"][0], subject, body[:DEAD_LETTER_DATA_MAX])]
     assert letter.truncated and letter.error == "unsupported PlanMessage version v=2"
