@@ -119,6 +119,7 @@ class Webhooks:
     def __init__(self, store: Store) -> None:
         self.store = store
         self._session: Any = None
+        self._fresh_session: Any = None  # one connection per request: for a resend (see _send)
         # Parsed configurations per kind, kept while their resourceVersions stay the same:
         # parsing every configuration on every write was a tenth of the server's CPU.
         self._parsed: dict[tuple[str, str], tuple[tuple[int, ...], list[dict[str, Any]]]] = {}
@@ -299,19 +300,42 @@ class Webhooks:
         ssl_context = _ssl_context(client_config.get("caBundle"))
         deadline = asyncio.get_running_loop().time() + timeout
         for attempt, target in enumerate(targets):
-            remaining = max(deadline - asyncio.get_running_loop().time(), 0.001)
             try:
-                async with self._session.post(target.url, json=review, ssl=ssl_context,
-                                              server_hostname=target.server_hostname,
-                                              timeout=aiohttp.ClientTimeout(total=remaining)) as resp:
-                    if resp.status != 200:
-                        raise RuntimeError(f"the server responded with status {resp.status}")
-                    return await resp.json(content_type=None)
+                return await self._send(target, review, ssl_context, deadline)
             except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError) as err:
                 if attempt == len(targets) - 1:
                     raise
                 log.info("webhook endpoint %s unreachable (%s); trying the next one", target.url, describe(err))
         raise NoEndpoints("no endpoint answered")
+
+    async def _send(self, target: Target, review: dict[str, Any], ssl_context: ssl.SSLContext,
+                    deadline: float) -> Any:
+        """POSTs the review to one endpoint over a kept-alive connection. When that connection
+        fails before any answer (the server closed it as idle while the request was on its way:
+        the close crossed the request), the review goes once more over a new connection, as Go's
+        HTTP transport, which kube-apiserver uses, resends a request whose reused connection
+        was closed under it. A review has no side effects, so sending it twice is safe. A new
+        connection that fails is the endpoint's failure."""
+        try:
+            return await self._post_over(self._session, target, review, ssl_context, deadline)
+        except aiohttp.ClientConnectorError:
+            raise  # no connection could be made: nothing was reused
+        except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError) as err:
+            log.info("webhook endpoint %s closed a kept-alive connection (%s); sending again on a new one",
+                     target.url, describe(err))
+        if self._fresh_session is None or self._fresh_session.closed:
+            self._fresh_session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True))
+        return await self._post_over(self._fresh_session, target, review, ssl_context, deadline)
+
+    @staticmethod
+    async def _post_over(session: aiohttp.ClientSession, target: Target, review: dict[str, Any],
+                         ssl_context: ssl.SSLContext, deadline: float) -> Any:
+        remaining = max(deadline - asyncio.get_running_loop().time(), 0.001)
+        async with session.post(target.url, json=review, ssl=ssl_context, server_hostname=target.server_hostname,
+                                timeout=aiohttp.ClientTimeout(total=remaining)) as resp:
+            if resp.status != 200:
+                raise RuntimeError(f"the server responded with status {resp.status}")
+            return await resp.json(content_type=None)
 
 
 class _BadResponse(Exception):

@@ -299,3 +299,69 @@ async def test_service_webhook_calls_a_live_endpoint(devcluster, tmp_path):
             assert refused.status_code == 500 and "svc.example.com" in refused.json()["message"]
     finally:
         await runner.cleanup()
+
+
+async def _serve_one_review_per_connection(bundle, tmp_path) -> tuple[asyncio.AbstractServer, int, list[str]]:
+    """An HTTPS webhook that answers the first review on each connection and keeps the
+    connection open (HTTP/1.1 keep-alive), then closes it without an answer when the next
+    request arrives on it: a server closing an idle connection just as a request crosses the
+    close (uvicorn closes idle connections after 5 s), made certain instead of timed."""
+    events: list[str] = []
+
+    async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            for answered in range(2):
+                head = await reader.readuntil(b"\r\n\r\n")
+                if answered:
+                    events.append("closed under a request")
+                    return
+                length = next(int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                              if line.lower().startswith(b"content-length:"))
+                review = json.loads(await reader.readexactly(length))
+                body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                                   "response": {"uid": review["request"]["uid"], "allowed": True}}).encode()
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                             b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+                await writer.drain()
+                events.append("answered")
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    (tmp_path / "drop.crt").write_bytes(bundle.chain_pem)
+    (tmp_path / "drop.key").write_bytes(bundle.key_pem)
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(tmp_path / "drop.crt", tmp_path / "drop.key")
+    server = await asyncio.start_server(connection, "127.0.0.1", 0, ssl=ctx)
+    return server, server.sockets[0].getsockname()[1], events
+
+
+async def test_a_kept_alive_connection_closed_under_a_request_is_sent_again_on_a_new_one(devcluster, tmp_path):
+    """A webhook whose only endpoint closed the pooled connection as the next review arrived
+    answers that review on a new connection (Go's transport in kube-apiserver resends such a
+    request): the soak saw creates fail with 'Server disconnected' / 'Can not write request
+    body' from a live planner replica while its sibling was down."""
+    from trainyard.security import pki
+
+    bundle = pki.issue(["127.0.0.1"], ca_common_name="test webhook CA")
+    server, port, events = await _serve_one_review_per_connection(bundle, tmp_path)
+    ctx = ssl.create_default_context(cafile=str(devcluster.ca_cert))
+    try:
+        async with httpx.AsyncClient(base_url=devcluster.url, verify=ctx, timeout=20,
+                                     headers={"Authorization": f"Bearer {devcluster.token}"}) as c:
+            hook = _hook("keepalive.example.com", f"https://127.0.0.1:{port}/check",
+                         base64.b64encode(bundle.ca_bundle_pem).decode())
+            vwc = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+                   "metadata": {"name": "keepalive-hooks"}, "webhooks": [hook]}
+            assert (await c.post("/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
+                                 json=vwc)).status_code == 201
+            for index in range(4):
+                answer = await c.post(CM, json={"apiVersion": "v1", "kind": "ConfigMap",
+                                                "metadata": {"name": f"kept-alive-{index}"}})
+                assert answer.status_code == 201, answer.text
+        assert "closed under a request" in events  # the pooled connection was reused and dropped
+        assert events.count("answered") == 4
+    finally:
+        server.close()
+        await server.wait_closed()
