@@ -25,6 +25,8 @@ FAST = ["--ack-wait", "3"]
 def leases(url: str) -> dict[str, dict[int, str]]:
     """role -> partition -> holder, as the ty_leases bucket has them now."""
     async def read(session):
+        from nats.js.errors import KeyNotFoundError
+
         from trainyard.bus.topology import LEASES_BUCKET
 
         kv = await session.js.key_value(LEASES_BUCKET)
@@ -35,8 +37,13 @@ def leases(url: str) -> dict[str, dict[int, str]]:
         found: dict[str, dict[int, str]] = {}
         for key in keys:
             role, _, kind, ident = key.split(".")
-            if kind == "p":
-                found.setdefault(role, {})[int(ident)] = (await kv.get(key)).value.decode()
+            if kind != "p":
+                continue
+            try:
+                entry = await kv.get(key)
+            except KeyNotFoundError:  # handed over (deleted) between the listing and this read
+                continue
+            found.setdefault(role, {})[int(ident)] = entry.value.decode()
         return found
 
     return bus_call(url, read)
