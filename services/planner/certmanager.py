@@ -18,6 +18,7 @@ from trainyard.errortext import describe
 from trainyard.kube import resources as r
 from trainyard.kube.client import KubeClient, KubeError
 from trainyard.kube.resources import Resource
+from trainyard.pipeline.defaulting import DEFAULTER_CONFIGURATION
 
 from trainyard_services.planner import certs
 from trainyard_services.planner.webhook import TlsFiles, mutating_webhook_configuration, webhook_configuration
@@ -69,11 +70,24 @@ class CertManager:
             webhook_configuration(bundle.ca_bundle_pem, url_base=self.url_base, service=self._service),
             field_manager=WEBHOOK_FIELD_MANAGER,
         )
-        if self._compat.v2_3:  # v2.1.0 has no mutating webhook
+        if self._compat.v2_3:
             await self._kube.apply(
                 mutating_webhook_configuration(bundle.ca_bundle_pem, url_base=self.url_base, service=self._service),
                 field_manager=WEBHOOK_FIELD_MANAGER,
             )
+        elif self.current is None:
+            # v2.1.0 has no mutating webhook. One left by an earlier v2.3 run is never updated
+            # again, so once the planner's address or certificate changes (a new port, a rotated
+            # CA) its failurePolicy Fail rejects every TrainJob write.
+            try:
+                if await self._kube.delete(r.MUTATING_WEBHOOK_CONFIGURATION, None, DEFAULTER_CONFIGURATION):
+                    log.info("removed the v2.3 TrainJob defaulter webhook configuration",
+                             extra={"configuration": DEFAULTER_CONFIGURATION})
+            except KubeError as err:
+                if err.status != 403:
+                    raise
+                log.warning("cannot remove the v2.3 TrainJob defaulter webhook configuration %s: %s "
+                            "(the planner's role needs 'delete' on it)", DEFAULTER_CONFIGURATION, describe(err))
         self.current = bundle
         self.ready = True
         return bundle

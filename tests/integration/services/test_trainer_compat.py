@@ -88,3 +88,20 @@ def test_a_runtime_edit_and_a_trainjob_that_already_uses_it(stack, api, level, r
     assert node_command(resumed) == ["/bin/sh", "-c", resumed_with]
     if level == "v2.1":
         assert api.get(snapshot_path) is None
+
+
+MUTATING = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/defaulter.trainer.kubeflow.org"
+
+
+def test_a_planner_switched_back_to_v2_1_removes_the_defaulter_webhook(stack, api):
+    """v2.3 registers the TrainJob defaulter; a planner restarted at v2.1 (which has none)
+    removes it, so the cluster looks like v2.1.0 and no stale registration (old address, old CA,
+    failurePolicy Fail) is left to reject TrainJob writes."""
+    planner = stack.start_service("planner", "--trainer-compat", "v2.3")
+    wait_for(lambda: api.get(MUTATING), what="the v2.3 defaulter configuration")
+    planner.stop()
+    stack.start_service("planner", "--trainer-compat", "v2.1")
+    wait_for(lambda: api.get(MUTATING) is None, what="the defaulter configuration removed at v2.1")
+    api.create(CTR, small_runtime("plain"))
+    api.create(TRAINJOBS.format(ns="default"), trainjob("after-switch", runtime="plain", suspend=True))
+    assert "runtimePatches" not in api.get(TRAINJOBS.format(ns="default") + "/after-switch")["spec"]
