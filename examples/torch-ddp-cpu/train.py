@@ -114,8 +114,7 @@ def main() -> None:
         if stopping:
             if rank == 0:
                 print(f"SIGTERM: checkpoint saved at step {step}, stopping", flush=True)
-            dist.destroy_process_group()
-            return
+            finish()  # every rank stops at this step (step_done agreed on it): same ending as below
     dist.barrier()
     if rank == 0:
         print("training complete", flush=True)
