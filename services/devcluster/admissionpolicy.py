@@ -7,7 +7,8 @@ custom resources, their ``status`` and ``scale`` subresources included. The rule
 store (policies, bindings, namespaces, parameter objects) and turns a denial into the
 ``Status`` kube-apiserver answers (``<resource> "<name>" is forbidden: ValidatingAdmissionPolicy
 'p' with binding 'b' denied request: ...`` with the validation's reason and code, the same text
-as a cause) and warnings into ``Warning`` headers.
+as a cause), warnings into ``Warning`` headers and audit annotations into the request's audit
+event (``WriteOptions.audit_annotations``, written by ``audit.py``).
 """
 from __future__ import annotations
 
@@ -113,6 +114,8 @@ class ValidatingPolicies:
         )
         outcome = evaluate(policies, bindings, attrs, self.source)
         opts.warnings.extend(outcome.warnings)
+        for key, value in outcome.audit_annotations.items():
+            opts.audit_annotations.setdefault(key, value)
         if outcome.denial is not None:
             denial = outcome.denial
             details: dict[str, Any] = {"name": attrs.name}

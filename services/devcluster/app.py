@@ -30,13 +30,13 @@ def _setup_logging(level: str) -> None:
 
 def run_up(data_dir: Path, host: str, port: int, watch_history: int, log_level: str,
            dataplane: bool = False, authorization_mode: str = "RBAC",
-           jobset_feature_gates: frozenset[str] = frozenset()) -> int:
+           jobset_feature_gates: frozenset[str] = frozenset(), audit_log_path: str | None = None) -> int:
     from trainyard.cli.main import UserError
     from .storage import DataDirError
     _setup_logging(log_level)
     try:
         asyncio.run(_main(data_dir, host, port, watch_history, dataplane, authorization_mode,
-                          jobset_feature_gates=jobset_feature_gates))
+                          jobset_feature_gates=jobset_feature_gates, audit_log_path=audit_log_path))
     except DataDirError as err:
         raise UserError(f"--data-dir: {err}") from None
     except OSError as err:
@@ -47,7 +47,8 @@ def run_up(data_dir: Path, host: str, port: int, watch_history: int, log_level: 
 
 
 async def _main(data_dir: Path, host: str, port: int, watch_history: int, dataplane: bool = False,
-                authorization_mode: str = "RBAC", jobset_feature_gates: frozenset[str] = frozenset()) -> None:
+                authorization_mode: str = "RBAC", jobset_feature_gates: frozenset[str] = frozenset(),
+                audit_log_path: str | None = None) -> None:
     from .server import serve
     from .tls import ensure_credentials, kubeconfig_text
 
@@ -96,7 +97,7 @@ async def _main(data_dir: Path, host: str, port: int, watch_history: int, datapl
     stopper = asyncio.create_task(stop_in_order())
     try:
         await serve(data_dir, host=host, port=port, history_size=watch_history, on_ready=on_ready, stop=server_stop,
-                    authorization_mode=authorization_mode)
+                    authorization_mode=authorization_mode, audit_log_path=audit_log_path)
     finally:
         stopper.cancel()
         stop.set()

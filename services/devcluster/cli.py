@@ -32,6 +32,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     up.add_argument("--authorization-mode", default="RBAC", choices=["RBAC", "AlwaysAllow"],
                     help="RBAC (default): every request is checked against Roles/ClusterRoles and their "
                          "bindings; AlwaysAllow: any authenticated request is allowed")
+    up.add_argument("--audit-log-path", default=None, metavar="PATH",
+                    help="write an audit.k8s.io/v1 Event (level Metadata) per authenticated request to PATH "
+                         "as JSON lines, with admission's audit annotations ('-': stdout; default: no audit log)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -43,6 +46,12 @@ def run(args: argparse.Namespace) -> int:
     if args.watch_history < 1:
         raise UserError("--watch-history: must be at least 1")
     data_dir = (args.data_dir or default_data_dir()).expanduser().resolve()
+    audit_log = args.audit_log_path
+    if audit_log is not None and audit_log != "-":
+        audit_path = Path(audit_log).expanduser().resolve()
+        if audit_path.is_dir() or not audit_path.parent.is_dir():
+            raise UserError(f"--audit-log-path: {audit_log} is not a file in an existing directory")
+        audit_log = str(audit_path)
     if data_dir.exists() and not data_dir.is_dir():
         raise UserError(f"--data-dir: {data_dir} exists and is not a directory")
     from trainyard_services.devcluster.dataplane.admission import parse_feature_gates
@@ -53,4 +62,4 @@ def run(args: argparse.Namespace) -> int:
     from trainyard_services.devcluster.app import run_up
     return run_up(data_dir, args.host, args.port, args.watch_history, args.log_level,
                   dataplane=args.dataplane, authorization_mode=args.authorization_mode,
-                  jobset_feature_gates=gates)
+                  jobset_feature_gates=gates, audit_log_path=audit_log)

@@ -11,6 +11,7 @@ import re
 import ssl
 import time
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 from urllib.parse import parse_qsl, unquote
@@ -22,6 +23,7 @@ from trainyard.apimachinery import rbac
 from . import discovery, errors, machinery, podlogs, tables, watch
 from .authn import ADMIN, Authenticator, ensure_controllers_token
 from .admissionpolicy import ValidatingPolicies
+from .audit import AUDIT_ANNOTATIONS, AUTHENTICATED_USER as AUDIT_USER, AuditLog
 from .apiserver.admission import Admission
 from .apiserver.subresources import Subresources
 from .authz import Authorization
@@ -144,6 +146,7 @@ class ApiServer:
         # log, token, binding, scale (apiserver/subresources.py); status is the generic store's
         self.subresources = Subresources(self.api, self.registry, _Codec(self), self.logs, self.tokens,
                                          self.write_locks)
+        self.audit: AuditLog | None = None  # --audit-log-path (audit.py)
 
     # ---------------------------------------------------------------- app
 
@@ -167,11 +170,14 @@ class ApiServer:
     async def stop(self) -> None:
         self._stopping.set()
         await self.store.close()
+        if self.audit is not None:
+            self.audit.close()
 
     # ---------------------------------------------------------------- dispatch
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         started = time.monotonic()
+        received = datetime.now(timezone.utc) if self.audit is not None else None
         labels = _request_labels(request)
         verb = labels[0]
         kind = devcluster_metrics.request_kind(verb)
@@ -190,7 +196,21 @@ class ApiServer:
             devcluster_metrics.REQUESTS.labels(*labels, code).inc()
             if verb != "WATCH":
                 devcluster_metrics.REQUEST_DURATION.labels(*labels).observe(time.monotonic() - started)
+            if received is not None:
+                self._audit(request, response.status if response is not None else 499, received)
         return response
+
+    def _audit(self, request: web.Request, code: int, received: datetime) -> None:
+        """One audit event for an authenticated request (audit.py)."""
+        authenticated = request.get(AUDIT_USER)
+        if self.audit is None or authenticated is None:
+            return
+        user = request.get("user") or authenticated
+        query = dict(parse_qsl(request.rel_url.raw_query_string, keep_blank_values=True))
+        info = rbac.request_info(user, request.method, unquote(request.rel_url.raw_path), query)
+        self.audit.write(self.audit.event(user, authenticated, info, request.rel_url.raw_path_qs, request.remote or "",
+                                          request.headers.get("User-Agent", ""), code, received,
+                                          request.get(AUDIT_ANNOTATIONS) or {}))
 
     async def _measured_dispatch(self, request: web.Request) -> web.StreamResponse:
         started = time.monotonic()
@@ -253,6 +273,7 @@ class ApiServer:
         if segments == ["openid", "v1", "jwks"] and method == "GET":
             return self._json(self.tokens.jwks(), content_type="application/jwk-set+json")
         user = self.authn.authenticate(request.headers.get("Authorization")) if self.require_auth else ADMIN
+        request[AUDIT_USER] = user
         user = self.authz.impersonate(request.headers.items(), user)
         request["user"] = user
         self.authz.check(rbac.request_info(user, method, request.path, query))
@@ -325,7 +346,8 @@ class ApiServer:
         dry_run = query.get("dryRun", "")
         if dry_run not in ("", "All"):
             raise errors.bad_request(f'Unsupported value: "{dry_run}": supported values: "All"')
-        return WriteOptions(manager=manager, manager_given=bool(query.get("fieldManager")),
+        return WriteOptions(audit_annotations=request.setdefault(AUDIT_ANNOTATIONS, {}),
+                            manager=manager, manager_given=bool(query.get("fieldManager")),
                             field_validation=validation, dry_run=dry_run == "All",
                             force=parse_bool(query.get("force"), "force"), subresource=subresource,
                             user=request.get("user"))
@@ -498,10 +520,12 @@ ReadyCallback = Callable[[str, int], Awaitable[None] | None]
 
 async def serve(data_dir: Path, host: str = "127.0.0.1", port: int = 6443, tls: bool = True, history_size: int = 4096,
                 on_ready: ReadyCallback | None = None, stop: asyncio.Event | None = None,
-                authorization_mode: str = "RBAC") -> None:
+                authorization_mode: str = "RBAC", audit_log_path: str | None = None) -> None:
     """Run the API server until ``stop`` is set (or the task is cancelled)."""
     credentials = ensure_credentials(data_dir)
     server = ApiServer(data_dir, credentials, history_size=history_size, authorization_mode=authorization_mode)
+    if audit_log_path:
+        server.audit = AuditLog(audit_log_path)
     await server.start()
     runner = web.AppRunner(server.make_app(), access_log=None, handle_signals=False, shutdown_timeout=1.0)
     await runner.setup()

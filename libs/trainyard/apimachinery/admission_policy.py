@@ -25,8 +25,14 @@ none, and the warnings to send. Kubernetes' rules, from the API reference and th
   ``messageExpression`` / ``message`` / ``failed expression: <expr>``; an expression error is
   a failure unless ``failurePolicy`` is Ignore;
 - a failure is acted on per the binding's ``validationActions``: Deny refuses the request,
-  Warn adds a ``Validation failed for ...`` warning, Audit is accepted and records nothing
-  (devcluster keeps no audit log; ``auditAnnotations`` are accepted and not evaluated);
+  Warn adds a ``Validation failed for ...`` warning, Audit adds the failure to the request's
+  ``validation.policy.admission.k8s.io/validation_failure`` audit annotation (a JSON list of
+  ``{message, policy, binding, expressionIndex, validationActions}``);
+- ``auditAnnotations`` are evaluated for every binding that applies (matchConditions true):
+  a non-empty string is published as the audit annotation ``<policy>/<key>`` (values of
+  several bindings: the distinct ones joined with ``", "``; over 10 KiB truncated), null or
+  ``""`` publishes nothing; an error or another type refuses the request when
+  ``failurePolicy`` is Fail (whatever the ``validationActions``), and is skipped when Ignore;
 - configuration errors (parameters not found with Deny, an unknown paramKind) refuse the
   request unless ``failurePolicy`` is Ignore.
 
@@ -116,6 +122,12 @@ class Denial:
 class Outcome:
     denial: Denial | None = None
     warnings: list[str] = field(default_factory=list)
+    # the request's audit annotations (key -> value), as kube-apiserver adds them to its audit event
+    audit_annotations: dict[str, str] = field(default_factory=dict)
+
+
+VALIDATION_FAILURE_ANNOTATION = "validation.policy.admission.k8s.io/validation_failure"
+MAX_AUDIT_VALUE = 10 * 1024  # "more than 10kb in length, it will be truncated to 10kb"
 
 
 # --- matching -----------------------------------------------------------------------------
@@ -223,6 +235,7 @@ class CompiledPolicy:
     match_conditions: tuple[tuple[str, CompiledExpression], ...]
     variables: tuple[tuple[str, CompiledExpression], ...]
     validations: tuple[tuple[dict[str, Any], CompiledExpression, CompiledExpression | None], ...]
+    audit_annotations: tuple[tuple[str, CompiledExpression], ...] = ()
 
 
 _COMPILED: dict[tuple[str, int], CompiledPolicy] = {}
@@ -243,6 +256,8 @@ def compiled(policy: Mapping[str, Any]) -> CompiledPolicy:
         tuple((v, compile_expression(str(v.get("expression", ""))),
                compile_expression(str(v["messageExpression"])) if v.get("messageExpression") else None)
               for v in spec.get("validations") or []),
+        tuple((str(a.get("key", "")), compile_expression(str(a.get("valueExpression", ""))))
+              for a in spec.get("auditAnnotations") or [] if isinstance(a, dict)),
     )
     if len(_COMPILED) >= 1024:
         _COMPILED.clear()
@@ -257,6 +272,17 @@ class _Failure:
     message: str
     reason: str = "Invalid"
     config: bool = False  # a configuration error: refuses whatever the validationActions
+    index: int = 0  # the failed validation's index (expressionIndex of the Audit annotation)
+
+
+@dataclass
+class _Result:
+    """One (policy, binding, param) evaluation: its failures, and its audit annotation values
+    (key -> value) when it applied."""
+
+    failures: list[_Failure] = field(default_factory=list)
+    annotations: list[tuple[str, str]] = field(default_factory=list)
+    annotation_errors: list[_Failure] = field(default_factory=list)  # refuse under failurePolicy Fail
 
 
 def _error_message(expression: str, err: CelError) -> str:
@@ -310,8 +336,9 @@ def _message(validation: Mapping[str, Any], message_expression: CompiledExpressi
 
 
 def _validate(policy: CompiledPolicy, inputs: _Inputs, params: dict[str, Any] | None,
-              fail_open: bool) -> list[_Failure]:
-    """The failures of one (policy, binding, param): empty when it passes or does not apply."""
+              fail_open: bool) -> _Result:
+    """The failures and audit annotations of one (policy, binding, param): no failures when it
+    passes or does not apply."""
     activation = inputs.activation(params, policy)
     errors: list[str] = []
     for _, condition in policy.match_conditions:
@@ -324,28 +351,62 @@ def _validate(policy: CompiledPolicy, inputs: _Inputs, params: dict[str, Any] | 
             errors.append(f"expression '{condition.expression}' resulted in error: "
                           "matchCondition must evaluate to bool")
         elif not verdict:
-            return []  # one false condition: the policy does not apply to this request
+            return _Result()  # one false condition: the policy does not apply to this request
     if errors:
-        return [] if fail_open else [_Failure("; ".join(errors))]
+        return _Result() if fail_open else _Result([_Failure("; ".join(errors))])
     failures = []
-    for validation, expression, message_expression in policy.validations:
+    for index, (validation, expression, message_expression) in enumerate(policy.validations):
         try:
             verdict = expression.evaluate(activation)
         except CelError as err:
             if not fail_open:
-                failures.append(_Failure(_error_message(expression.expression, err)))
+                failures.append(_Failure(_error_message(expression.expression, err), index=index))
             continue
         passed = as_bool(verdict)
         if passed is None:
             if not fail_open:
                 failures.append(_Failure(f"expression '{expression.expression}' resulted in error: "
-                                         "validation expression must evaluate to bool"))
+                                         "validation expression must evaluate to bool", index=index))
             continue
         if passed:
             continue
         failures.append(_Failure(_message(validation, message_expression, activation),
-                                 str(validation.get("reason") or "Invalid")))
-    return failures
+                                 str(validation.get("reason") or "Invalid"), index=index))
+    result = _Result(failures)
+    _annotate(policy, activation, fail_open, result)
+    return result
+
+
+def _annotate(policy: CompiledPolicy, activation: dict[str, Any], fail_open: bool, result: _Result) -> None:
+    """The policy's ``auditAnnotations`` for a binding that applies: a non-empty string is
+    published, null or ``""`` is omitted; an error or another type is a failure unless
+    ``failurePolicy`` is Ignore."""
+    for key, expression in policy.audit_annotations:
+        try:
+            value = expression.evaluate(activation)
+        except CelError as err:
+            if not fail_open:
+                result.annotation_errors.append(_Failure(
+                    f"valueExpression '{expression.expression}' resulted in error: {err}"))
+            continue
+        if value is None or (isinstance(value, str) and not value):
+            continue
+        if not isinstance(value, str):
+            if not fail_open:
+                result.annotation_errors.append(_Failure(
+                    f"valueExpression '{expression.expression}' resulted in unsupported return type: "
+                    f"{_cel_type_name(value)}. Return type must be either string or null."))
+            continue
+        result.annotations.append((key, str(value)[:MAX_AUDIT_VALUE]))
+
+
+def _cel_type_name(value: Any) -> str:
+    """The CEL type name of a value, as an error names it (``int``, ``bool``, ``map``...)."""
+    name = type(value).__name__.lower()
+    for cel_name in ("bool", "uint", "int", "double", "bytes", "list", "map", "timestamp", "duration"):
+        if cel_name in name:
+            return cel_name
+    return name
 
 
 def _params(policy: Mapping[str, Any], binding: Mapping[str, Any], attrs: Attributes,
@@ -397,6 +458,8 @@ def evaluate(policies: list[dict[str, Any]], bindings: list[dict[str, Any]], att
         by_policy.setdefault(str((binding.get("spec") or {}).get("policyName", "")), []).append(binding)
     namespace_object = source.namespace(attrs.namespace) if attrs.namespaced and attrs.namespace else None
     inputs = _Inputs(attrs, namespace_object)
+    annotations: dict[str, list[str]] = {}  # "<policy>/<key>" -> distinct values, in order
+    audited: list[dict[str, Any]] = []  # failures of bindings with the Audit action
     for policy in sorted(policies, key=lambda p: (p.get("metadata") or {}).get("name", "")):
         name = str((policy.get("metadata") or {}).get("name", ""))
         spec = policy.get("spec") or {}
@@ -428,14 +491,28 @@ def evaluate(policies: list[dict[str, Any]], bindings: list[dict[str, Any]], att
                 if not fail_open:
                     failures.append(problem)
             for param in params:
-                failures += _validate(program, inputs, param, fail_open)
-            actions = set(bspec.get("validationActions") or [])
+                result = _validate(program, inputs, param, fail_open)
+                failures += result.failures
+                for key, value in result.annotations:
+                    published = annotations.setdefault(f"{name}/{key}", [])
+                    if value not in published:
+                        published.append(value)
+                for error in result.annotation_errors:  # failurePolicy Fail: refuses, whatever the actions
+                    _deny(outcome, name, binding_name, error)
+            listed = list(bspec.get("validationActions") or [])
+            actions = set(listed)
             for failure in failures:
                 if failure.config or "Deny" in actions:
                     _deny(outcome, name, binding_name, failure)
                 if "Warn" in actions and not failure.config:
                     outcome.warnings.append(f"Validation failed for ValidatingAdmissionPolicy '{name}' with binding "
                                             f"'{binding_name}': {failure.message}")
+                if "Audit" in actions and not failure.config:
+                    audited.append({"message": failure.message, "policy": name, "binding": binding_name,
+                                    "expressionIndex": failure.index, "validationActions": listed})
+    outcome.audit_annotations = {key: ", ".join(values) for key, values in annotations.items()}
+    if audited:
+        outcome.audit_annotations[VALIDATION_FAILURE_ANNOTATION] = json.dumps(audited, separators=(",", ":"))
     return outcome
 
 
@@ -580,6 +657,17 @@ def spec_causes(kind: str, obj: dict[str, Any]) -> list[dict[str, str]]:
                                  f'Invalid value: "{name}": name is not a valid CEL identifier'))
         if not str(variable.get("expression") or "").strip():
             causes.append(_required(f"{at}.expression", "expression is not specified"))
+    keys: set[str] = set()
+    for i, annotation in enumerate(_items(spec.get("auditAnnotations"))):
+        at = f"spec.auditAnnotations[{i}]"
+        key = str(annotation.get("key") or "")
+        if not key:
+            causes.append(_required(f"{at}.key"))
+        elif key in keys:
+            causes.append(_cause(f"{at}.key", "FieldValueDuplicate", f'Duplicate value: "{key}"'))
+        keys.add(key)
+        if not str(annotation.get("valueExpression") or "").strip():
+            causes.append(_required(f"{at}.valueExpression", "valueExpression is not specified"))
     validations = _items(spec.get("validations"))
     if not validations and not spec.get("auditAnnotations"):
         detail = "validations or auditAnnotations must contain at least one item"

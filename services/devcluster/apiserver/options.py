@@ -18,3 +18,7 @@ class WriteOptions:
     # the requesting (or impersonated) user: request.userInfo of policies and webhooks; None for
     # the server's own writes, which admission sees as the administrator
     user: UserInfo | None = None
+    # annotations admission adds to the request's audit event (ValidatingAdmissionPolicy
+    # auditAnnotations, validation failures of bindings with the Audit action); the first value
+    # written for a key stays, as kube-apiserver's admission.Attributes.AddAnnotation
+    audit_annotations: dict[str, str] = field(default_factory=dict)

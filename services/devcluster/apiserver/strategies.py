@@ -12,7 +12,10 @@ import base64
 import json
 from typing import Any
 
+from trainyard.apimachinery import openapi_definitions
 from trainyard.apimachinery.admission_policy import set_defaults as set_policy_defaults
+from trainyard.apimachinery.admission_typecheck import (CheckedKind, definitions_resolver, gvk_string,
+                                                        matched_resources, type_checking)
 
 from .. import errors
 from ..clock import now_rfc3339
@@ -140,13 +143,45 @@ class SecretStrategy(Strategy):
 
 
 class PolicyStrategy(Strategy):
-    """ValidatingAdmissionPolicy and its binding: kube-apiserver's v1 defaults."""
+    """ValidatingAdmissionPolicy and its binding: kube-apiserver's v1 defaults; a policy's
+    ``status`` is what kube-apiserver's type-checking controller writes once it has seen the
+    generation: ``observedGeneration`` and ``typeChecking`` (trainyard.apimachinery.admission_typecheck)."""
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, registry: Registry | None = None) -> None:
         self.kind = kind
+        self.registry = registry
 
     def decode(self, obj: dict[str, Any]) -> None:
         set_policy_defaults(self.kind, obj)
+
+    def validate(self, rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> Causes:
+        if self.kind == "ValidatingAdmissionPolicy" and self.registry is not None and isinstance(obj.get("spec"), dict):
+            generation = 1 if old is None else \
+                int((old.get("metadata") or {}).get("generation") or 0) + (obj["spec"] != old.get("spec"))
+            obj["status"] = {"observedGeneration": generation, "typeChecking": self._type_checking(obj["spec"])}
+        return []
+
+    def _schema(self, found: ResourceType | None) -> dict[str, Any] | None:
+        """The definition of a built-in kind (type checking skips custom resources)."""
+        if found is None or not found.builtin or not found.definition \
+                or not openapi_definitions.has_definition(found.definition):
+            return None
+        return openapi_definitions.definition(found.definition)
+
+    def _type_checking(self, spec: dict[str, Any]) -> dict[str, Any]:
+        assert self.registry is not None
+        kinds = []
+        for group, version, resource in matched_resources(spec.get("matchConstraints")):
+            found = self.registry.lookup(group, version, resource)
+            schema = self._schema(found)
+            if found is not None and schema is not None:
+                kinds.append(CheckedKind(gvk_string(group, version, found.kind), schema))
+        param_kind = spec.get("paramKind") if isinstance(spec.get("paramKind"), dict) else {}
+        params = self._schema(self.registry.by_kind(str(param_kind.get("apiVersion", "")),
+                                                    str(param_kind.get("kind", "")))) if param_kind else None
+        namespace = self._schema(self.registry.lookup("", "v1", "namespaces"))
+        return type_checking(spec, kinds, definitions_resolver(openapi_definitions.load_definitions()),
+                             params_schema=params, namespace_schema=namespace)
 
 
 class RoleBindingStrategy(Strategy):
@@ -252,7 +287,8 @@ class Strategies:
             CRDS: CrdStrategy(registry, store),
             ("rbac.authorization.k8s.io", "rolebindings"): binding,
             ("rbac.authorization.k8s.io", "clusterrolebindings"): binding,
-            ("admissionregistration.k8s.io", "validatingadmissionpolicies"): PolicyStrategy("ValidatingAdmissionPolicy"),
+            ("admissionregistration.k8s.io", "validatingadmissionpolicies"):
+                PolicyStrategy("ValidatingAdmissionPolicy", registry),
             ("admissionregistration.k8s.io", "validatingadmissionpolicybindings"):
                 PolicyStrategy("ValidatingAdmissionPolicyBinding"),
         }

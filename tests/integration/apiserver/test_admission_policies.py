@@ -7,16 +7,37 @@ Policies and bindings are removed after every case.
 """
 from __future__ import annotations
 
+import json
 import ssl
+from pathlib import Path
 from typing import Any, Iterator
 
 import httpx
 import pytest
 
+from tests.fixtures.devcluster import Devcluster, start_devcluster
+
 ADM = "/apis/admissionregistration.k8s.io/v1"
 POLICIES = f"{ADM}/validatingadmissionpolicies"
 BINDINGS = f"{ADM}/validatingadmissionpolicybindings"
 NS = "/api/v1/namespaces"
+
+
+@pytest.fixture(scope="module")
+def devcluster_module(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Devcluster]:
+    """The module's one devcluster, with an audit log (kube-apiserver's ``--audit-log-path``)."""
+    base = tmp_path_factory.mktemp("devcluster")
+    cluster = start_devcluster(base / "data", ["--audit-log-path", str(base / "audit.log")])
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def last_audit_event(cluster: Devcluster) -> dict[str, Any]:
+    """The audit event of the last request answered (written before its answer is sent)."""
+    lines = (Path(cluster.data_dir).parent / "audit.log").read_text().splitlines()
+    return json.loads(lines[-1])
 
 
 @pytest.fixture(scope="module")
@@ -119,12 +140,63 @@ def test_warn_sends_the_warning_and_admits(client):
         '299 - "Validation failed for ValidatingAdmissionPolicy \'p\' with binding \'b\': set data.owner"']
 
 
-def test_audit_alone_admits_silently_and_deny_with_audit_denies(client):
-    install(client, [{"expression": "false", "message": "never"}], actions=["Audit"])
+def test_audit_records_the_failure_in_the_audit_event(client, devcluster_module):
+    """validationActions Audit: "a validation failure is included in the published audit event
+    for the request ... a `validation.policy.admission.k8s.io/validation_failure` audit annotation
+    ... a JSON list of objects, each with ... message, policy, binding, expressionIndex,
+    validationActions" (API reference, ValidatingAdmissionPolicyBindingSpec.validationActions;
+    kubernetes-client/python kubernetes/docs/V1ValidatingAdmissionPolicyBindingSpec.md)."""
+    install(client, [{"expression": "true"}, {"expression": "false", "message": "never"}], actions=["Audit"])
     answer = configmap(client, "audited")
     assert answer.status_code == 201 and "Warning" not in answer.headers
+    event = last_audit_event(devcluster_module)
+    assert event["apiVersion"] == "audit.k8s.io/v1" and event["level"] == "Metadata"
+    assert event["verb"] == "create" and event["responseStatus"]["code"] == 201
+    assert event["objectRef"] == {"resource": "configmaps", "namespace": "default", "apiVersion": "v1"}
+    assert json.loads(event["annotations"]["validation.policy.admission.k8s.io/validation_failure"]) == [
+        {"message": "never", "policy": "p", "binding": "b", "expressionIndex": 1, "validationActions": ["Audit"]}]
+    # Deny with Audit: refused, and the refusal is in the audit event too
     install(client, [{"expression": "false", "message": "never"}], name="p2", binding="b2", actions=["Deny", "Audit"])
     denied(configmap(client, "both"), 422, "Invalid", "never", "both", "p2", "b2")
+    failures = json.loads(last_audit_event(devcluster_module)["annotations"][
+        "validation.policy.admission.k8s.io/validation_failure"])
+    assert {"message": "never", "policy": "p2", "binding": "b2", "expressionIndex": 0,
+            "validationActions": ["Deny", "Audit"]} in failures
+
+
+def test_audit_annotations_are_published_as_policy_slash_key(client, devcluster_module):
+    """auditAnnotations: "The key is combined with the resource name of the
+    ValidatingAdmissionPolicy to construct an audit annotation key: {ValidatingAdmissionPolicy
+    name}/{key}"; "If the expression evaluates to null or empty string the audit annotation will
+    be omitted" (API reference, AuditAnnotation; kubernetes-client/python
+    kubernetes/docs/V1AuditAnnotation.md); the documentation's example event
+    (https://kubernetes.io/docs/reference/access-authn-authz/validating-admission-policy/,
+    "Audit annotations"). A policy may have auditAnnotations and no validations."""
+    install(client, [], name="demo", auditAnnotations=[
+        {"key": "many-keys", "valueExpression":
+            "size(object.data) > 1 ? 'ConfigMap ' + object.metadata.name + ' has ' + string(size(object.data)) "
+            "+ ' keys' : null"},
+        {"key": "empty", "valueExpression": "''"}])
+    assert configmap(client, "wide", {"a": "1", "b": "2"}).status_code == 201
+    assert last_audit_event(devcluster_module)["annotations"] == {"demo/many-keys": "ConfigMap wide has 2 keys"}
+    assert configmap(client, "narrow", {"a": "1"}).status_code == 201
+    assert "annotations" not in last_audit_event(devcluster_module)
+
+
+@pytest.mark.parametrize("failure_policy,code", [("Fail", 422), ("Ignore", 201)])
+def test_an_audit_annotation_error_goes_through_failure_policy(client, failure_policy, code):
+    """auditAnnotations valueExpression "must evaluate to either a string or null value" (API
+    reference, AuditAnnotation); kube-apiserver's validator turns an error or another type into
+    a denial when failurePolicy is Fail and skips the annotation when Ignore (k8s.io/apiserver
+    plugin/policy/validating/validator.go, dispatcher.go: "When failurePolicy=fail, audit
+    annotation errors result in deny"), whatever the binding's validationActions."""
+    install(client, [], actions=["Warn"], failurePolicy=failure_policy,
+            auditAnnotations=[{"key": "size", "valueExpression": "size(object.data)"}])
+    answer = configmap(client, "typed", {"a": "1"})
+    assert answer.status_code == code, answer.text
+    if code == 422:
+        denied(answer, 422, "Invalid", "valueExpression 'size(object.data)' resulted in unsupported return type: "
+               "int. Return type must be either string or null.", "typed")
 
 
 def test_kubectl_prints_policy_warnings_and_denials(client, devcluster_module):
@@ -422,6 +494,9 @@ RULES = configmap_rules()
       "matchConditions": [{"name": "a", "expression": "true"}, {"name": "a", "expression": "true"}]},
      [("spec.matchConditions[1].name", 'Duplicate value: "a"'),
       ("spec.variables[0].name", 'Invalid value: "not-an-identifier": name is not a valid CEL identifier')]),
+    ({"matchConstraints": RULES, "auditAnnotations": [{"key": "k", "valueExpression": "'a'"},
+                                                      {"key": "k", "valueExpression": "'b'"}]},
+     [("spec.auditAnnotations[1].key", 'Duplicate value: "k"')]),
     ({"matchConstraints": RULES, "validations": [{"expression": "true"}], "variables": [None]},
      [("spec.variables[0].name", "Required value: name is not specified"),
       ("spec.variables[0].expression", "Required value: expression is not specified")]),
@@ -608,3 +683,69 @@ spec:
     owned = devcluster_module.kubectl("-n", "team-a", "create", "configmap", "owned", "--from-literal=owner=me")
     assert owned.stdout.strip() == "configmap/owned created"
     devcluster_module.kubectl("-n", "team-a", "delete", "configmap", "owned")
+
+
+# --- status.typeChecking ----------------------------------------------------------------------
+
+def policy_status(c: httpx.Client, name: str = "p") -> dict[str, Any]:
+    answer = c.get(f"{POLICIES}/{name}")
+    assert answer.status_code == 200
+    return answer.json()["status"]
+
+
+DEPLOYMENTS = {"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+               "resources": ["deployments"]}
+UNDEFINED_REPLICAS = ("ERROR: <input>:1:7: undefined field 'replicas'\n"
+                      " | object.replicas > 1\n"
+                      " | ......^")
+
+
+def test_type_checking_warns_of_undefined_fields_of_matched_kinds(client):
+    """The documentation's "Type checking" examples, word for word
+    (https://kubernetes.io/docs/reference/access-authn-authz/validating-admission-policy/):
+    ``object.replicas > 1`` against apps/v1 Deployment, then against Deployment and ReplicaSet
+    (one line per kind); the presence of status.typeChecking means the check ran, an empty one
+    that nothing was found; type checking never changes enforcement."""
+    install(client, [{"expression": "object.replicas > 1"}], match={"resourceRules": [DEPLOYMENTS]})
+    status = policy_status(client)
+    assert status == {"observedGeneration": 1, "typeChecking": {"expressionWarnings": [
+        {"fieldRef": "spec.validations[0].expression", "warning": f"apps/v1, Kind=Deployment: {UNDEFINED_REPLICAS}"}]}}
+    both = dict(DEPLOYMENTS, resources=["deployments", "replicasets"])
+    answer = client.patch(f"{POLICIES}/p", json={"spec": {"matchConstraints": {"resourceRules": [both]}}},
+                          headers={"Content-Type": "application/merge-patch+json"})
+    assert answer.status_code == 200, answer.text
+    assert policy_status(client) == {"observedGeneration": 2, "typeChecking": {"expressionWarnings": [
+        {"fieldRef": "spec.validations[0].expression",
+         "warning": f"apps/v1, Kind=Deployment: {UNDEFINED_REPLICAS}\napps/v1, Kind=ReplicaSet: {UNDEFINED_REPLICAS}"}]}}
+
+
+def test_type_checking_of_nested_fields_macros_and_message_expressions(client):
+    """Fields reached through lists, maps and macro variables are checked; map keys
+    (labels) are not fields; messageExpression is checked too ("spec.validations[i].messageExpression")."""
+    containers = "object.spec.template.spec.containers.all(c, c.image != '' && c.imagePullPolicyy != 'x')"
+    message = "'replicas: ' + string(object.spec.replica)"
+    install(client, [
+        {"expression": containers},
+        {"expression": "object.metadata.labels.team == 'a' && object.spec.replicas > 0", "messageExpression": message},
+        {"expression": "has(object.metadata.labels) && !has(object.spec.paused)"},
+    ], match={"resourceRules": [DEPLOYMENTS]})
+    warnings = policy_status(client)["typeChecking"]["expressionWarnings"]
+    assert [w["fieldRef"] for w in warnings] == ["spec.validations[0].expression",
+                                                 "spec.validations[1].messageExpression"]
+    # cel-go places the error at the selection's "." (1-based column), the caret under it
+    column = containers.index(".imagePullPolicyy")
+    assert warnings[0]["warning"] == (f"apps/v1, Kind=Deployment: ERROR: <input>:1:{column + 1}: undefined field "
+                                      f"'imagePullPolicyy'\n | {containers}\n | {'.' * column}^")
+    column = message.index(".replica)")
+    assert warnings[1]["warning"] == (f"apps/v1, Kind=Deployment: ERROR: <input>:1:{column + 1}: undefined field "
+                                      f"'replica'\n | {message}\n | {'.' * column}^")
+
+
+def test_type_checking_skips_wildcards_and_custom_resources(client, widgets):
+    """"No wildcard matching ... the types that "*" matches will not be checked"; "Type Checking
+    does not apply to CRDs" (documentation, "Type checking"): both get an empty typeChecking."""
+    install(client, [{"expression": "object.nothing > 1"}], match=widget_rules(["widgets"]))
+    assert policy_status(client)["typeChecking"] == {}
+    install(client, [{"expression": "object.nothing > 1"}], name="wild", binding="wild-b",
+            match={"resourceRules": [dict(DEPLOYMENTS, apiVersions=["*"])]})
+    assert policy_status(client, "wild")["typeChecking"] == {}
