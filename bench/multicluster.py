@@ -9,12 +9,24 @@
    - sustained: delegated TrainJobs created as fast as the manager takes them, until every
      worker JobSet exists (TrainJobs/s), and the CPU ms each process spent per TrainJob;
    - the ratio delegated / single-cluster of the same run.
-TrainJobs are created suspended in both parts, so JobSets are created and no pod runs: the
-figures are the control planes', not the local data plane's.
+   - with --replicas 1,2,4: the sustained run again with that many dispatcher processes
+     (the stack's own plus extra ones started like it), delegated TrainJobs/s and the
+     dispatchers' CPU ms per TrainJob for each.
+TrainJobs are created suspended in both parts, so JobSets are created and no pod runs (and they
+hold no worker slots, so any number of them is delegated): the figures are the control
+planes', not the local data plane's.
+3. --placement-workers 20: placement alone, in-process, against real API servers and a real
+   nats-server: 20 MultiKueueClusters (sharing one worker API server, each with its own
+   client), optionally --fleet-pods pods on it; prints the p50/p99 of the decision (choosing
+   among the workers' summaries), of decision + the shared slot hold (one compare-and-set on
+   ty_slots), and of the whole placement including the manager's annotation write.
 
 Usage: .venv/bin/python bench/multicluster.py [--sustained 200] [--paced-seconds 5] [--concurrency 16]
+           [--replicas 1,2,4] [--placement-workers 20 --placements 300 --fleet-pods 0] [--only placement]
 Prints figures; asserts nothing (targets: delegated >= 0.4 x single-cluster on 2 cores,
-p50 < 500 ms at 10/s; >= 30 delegated TrainJobs/s on a 16-core machine).
+p50 < 500 ms at 10/s; >= 30 delegated TrainJobs/s on a 16-core machine, >= 150 on the device;
+placement p99 < 5 ms with 20 workers). Every wait says what it waits for and ends the run
+(bench/waiting.py) instead of waiting silently.
 """
 from __future__ import annotations
 
@@ -42,7 +54,7 @@ from e2e import (  # noqa: E402
 from fixtures.devcluster import start_devcluster  # noqa: E402
 from fixtures.nats import NatsServer  # noqa: E402
 from fixtures.stack import start_stack  # noqa: E402
-from waiting import missing, wait_until  # noqa: E402
+from waiting import missing, stop_process, wait_until  # noqa: E402
 
 TRAINJOBS = "/apis/trainer.kubeflow.org/v1alpha1/namespaces/{ns}/trainjobs"
 MANAGED_BY = "kueue.x-k8s.io/multikueue"
@@ -160,6 +172,181 @@ async def single_cluster_up(args, stack) -> float:
     return rate
 
 
+def start_extra_dispatcher(stack, workdir: Path, index: int):
+    """One more dispatcher replica, started as the stack started its own (same argv and
+    environment, so the same identity and flags), on its own health port."""
+    import subprocess
+
+    from trainyard.supervisor.ports import free_port
+
+    pid = stack.state["children"]["dispatcher"]["pid"]
+    argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1]
+    argv = [part.decode() for part in argv]
+    env = dict(item.split("=", 1) for item in Path(f"/proc/{pid}/environ").read_bytes().decode().split("\0")
+               if "=" in item)
+    port = free_port()
+    argv[argv.index("--http-port") + 1] = str(port)
+    log = (workdir / f"dispatcher-extra-{index}.log").open("ab")
+    proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+    began = time.monotonic()
+    while True:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            pass
+        if proc.poll() is not None or time.monotonic() - began > 120:
+            raise SystemExit(f"error: extra dispatcher {index} not ready (exit {proc.poll()}); see {log.name}")
+        time.sleep(0.2)
+
+
+async def replica_rows(args, stack, workdir: Path) -> list[tuple[int, float, float]]:
+    """(dispatchers, delegated TrainJobs/s, dispatchers' CPU ms per TrainJob) for each count."""
+    clusters = stack.state["clusters"]
+    endpoints = {name: Endpoint(Path(info["kubeconfig"]), args.concurrency) for name, info in clusters.items()}
+    manager = endpoints["manager"].client
+    watches = [JobSetWatch(endpoints[name].client) for name in clusters if name != "manager"]
+    for watch in watches:
+        await watch.start()
+
+    async def create(doc):
+        (await manager.post(TRAINJOBS.format(ns=NAMESPACE), json=doc)).raise_for_status()
+
+    extras: list = []
+    rows = []
+    try:
+        for count in args.replicas:
+            while len(extras) < count - 1:
+                extras.append(await asyncio.to_thread(start_extra_dispatcher, stack, workdir, len(extras) + 1))
+            pids = [stack.state["children"]["dispatcher"]["pid"], *(p.pid for p in extras[:count - 1])]
+            warm = [f"warm-r{count}-{i}" for i in range(2 * count)]  # each replica has placed
+            for name in warm:
+                await create(trainjob(name, True))
+            await wait_all(watches, [f"{NAMESPACE}/{n}" for n in warm], timeout=120)
+            cpu_before = sum(cpu_seconds(pid) for pid in pids)
+            names = [f"r{count}-{i}" for i in range(args.sustained)]
+            start = time.perf_counter()
+            await as_fast_as_possible([trainjob(n, True) for n in names], args.concurrency, create)
+            done = await wait_all(watches, [f"{NAMESPACE}/{n}" for n in names], timeout=600)
+            rate = len(done) / (time.perf_counter() - start)
+            cpu = (sum(cpu_seconds(pid) for pid in pids) - cpu_before) * 1000 / args.sustained
+            rows.append((count, rate, cpu))
+            print(f"  {count} dispatcher(s): {rate:.1f} delegated TrainJobs/s, dispatchers {cpu:.1f} CPU ms "
+                  f"per TrainJob (load {os.getloadavg()[0]:.1f})", flush=True)
+    finally:
+        for proc in extras:
+            stop_process(proc)
+        for watch in watches:
+            await watch.stop()
+        for endpoint in endpoints.values():
+            await endpoint.client.aclose()
+    return rows
+
+
+async def placement_bench(args) -> dict[str, float]:
+    """Placement with --placement-workers registered workers, in-process (see the docstring)."""
+    import base64
+
+    import nats as nats_client
+
+    from trainyard.bus.topology import SLOTS_BUCKET, ensure_topology
+    from trainyard.kube import resources as r
+    from trainyard.kube.client import KubeClient
+    from trainyard.multicluster.registry import WorkerRegistry
+    from trainyard.multicluster.slots import SlotLedger
+    from trainyard_services.dispatcher.service import Dispatcher
+
+    workdir = Path(tempfile.mkdtemp(prefix="trainyard-bench-placement-"))
+    nats = NatsServer(workdir / "nats")
+    nats.start()
+    manager_dc = start_devcluster(workdir / "manager")
+    worker_dc = start_devcluster(workdir / "worker")
+    try:
+        crds = [arg for path in sorted((REPO / "deploy" / "crds").glob("*_*.yaml")) for arg in ("-f", str(path))]
+        for cluster in (manager_dc, worker_dc):
+            cluster.kubectl("apply", "--server-side", *crds, timeout=120)
+            cluster.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+            cluster.kubectl("apply", "-f", "-", input=json.dumps(RUNTIME))
+        manager_dc.kubectl("apply", "--server-side", "-k", str(REPO / "deploy" / "multicluster" / "crds"))
+        manager_dc.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+        manager = await KubeClient.from_kubeconfig(str(manager_dc.kubeconfig))
+        worker = await KubeClient.from_kubeconfig(str(worker_dc.kubeconfig))
+        await manager.create(r.NAMESPACE, None, {"apiVersion": "v1", "kind": "Namespace",
+                                                 "metadata": {"name": NAMESPACE}})
+        await manager.create(r.SECRET, "kubeflow-system", {
+            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "shared-kubeconfig", "namespace": "kubeflow-system"},
+            "data": {"kubeconfig": base64.b64encode(Path(worker_dc.kubeconfig).read_bytes()).decode()}})
+        for i in range(args.placement_workers):
+            await manager.create(r.MULTIKUEUE_CLUSTER, None, {
+                "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "MultiKueueCluster",
+                "metadata": {"name": f"worker-{i + 1}"},
+                "spec": {"kubeConfig": {"locationType": "Secret", "location": "shared-kubeconfig"}}})
+        room = {"cpu": "100000", "memory": "100000Gi", "pods": "1000000"}
+        node = await worker.create(r.NODE, None, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "big"}})
+        node["status"] = {"allocatable": room, "capacity": room, "conditions": [{"type": "Ready", "status": "True"}]}
+        await worker.replace_status(r.NODE, node)
+        await worker.create(r.NAMESPACE, None, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+        for i in range(args.fleet_pods):  # pods of the fleet: placement must not scan them
+            await worker.create(r.POD, NAMESPACE, {
+                "apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"fleet-{i}", "namespace": NAMESPACE,
+                                                                "labels": {"jobset.sigs.k8s.io/jobset-name": f"j{i}"}},
+                "spec": {"containers": [{"name": "c", "image": "busybox",
+                                         "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]}})
+        nc = await nats_client.connect(nats.url)
+        js = nc.jetstream()
+        await ensure_topology(js)
+        slots = SlotLedger(await js.key_value(SLOTS_BUCKET), "manager")
+        registry = WorkerRegistry(manager, "kubeflow-system", lost_timeout_s=900)
+        await registry.refresh()
+        active = len(registry.active())
+        if active != args.placement_workers:
+            raise SystemExit(f"error: {active} of {args.placement_workers} workers active: "
+                             + "; ".join(f"{w.name}: {w.message}" for w in registry.workers.values()))
+        dispatcher = Dispatcher(None, manager, "manager", registry, slots)
+        await dispatcher.resync()  # as a live dispatcher's first pass: every worker's slots read once
+        holds: list[float] = []
+        real_reserve = slots.reserve
+
+        async def timed_reserve(*a, **kw):
+            began = time.perf_counter()
+            try:
+                return await real_reserve(*a, **kw)
+            finally:
+                holds.append(time.perf_counter() - began)
+
+        slots.reserve = timed_reserve
+        whole: list[float] = []
+        trainjobs = [await manager.create(r.TRAINJOB, NAMESPACE, {
+            **trainjob(f"place-{i}", True), "spec": {"runtimeRef": {"name": "bench-torch"},
+                                                     "managedBy": MANAGED_BY}}) for i in range(args.placements)]
+        dispatcher.placement_seconds.clear()
+        for tj in trainjobs:
+            began = time.perf_counter()
+            _, chosen = await dispatcher._place(tj)
+            whole.append(time.perf_counter() - began)
+            if chosen is None:
+                raise SystemExit(f"error: {tj['metadata']['name']} not placed: {await dispatcher.manager.get(r.TRAINJOB, NAMESPACE, tj['metadata']['name'])}")
+        decisions = dispatcher.placement_seconds[-args.placements:]
+        used = {}
+        for w in registry.active():
+            used[w.name] = len(slots.cached(w.name).holds)
+        await nc.close()
+        await registry.close()
+        await manager.close()
+        await worker.close()
+        ms = lambda values, q: percentile([v * 1000 for v in values], q)  # noqa: E731
+        with_hold = [d + h for d, h in zip(decisions, holds)]
+        return {"workers": args.placement_workers, "fleet_pods": args.fleet_pods, "placements": args.placements,
+                "decision_p50_ms": round(ms(decisions, 0.5), 3), "decision_p99_ms": round(ms(decisions, 0.99), 3),
+                "with_hold_p50_ms": round(ms(with_hold, 0.5), 3), "with_hold_p99_ms": round(ms(with_hold, 0.99), 3),
+                "whole_p50_ms": round(ms(whole, 0.5), 3), "whole_p99_ms": round(ms(whole, 0.99), 3),
+                "spread_min": min(used.values()), "spread_max": max(used.values())}
+    finally:
+        worker_dc.stop()
+        manager_dc.stop()
+        nats.stop()
+
+
 async def delegated(args, stack) -> tuple[list[float], float, dict[str, float]]:
     clusters = stack.state["clusters"]
     endpoints = {name: Endpoint(Path(info["kubeconfig"]), args.concurrency) for name, info in clusters.items()}
@@ -214,8 +401,32 @@ def main() -> int:
     parser.add_argument("--sustained", type=int, default=200, help="TrainJobs in each sustained run")
     parser.add_argument("--paced-seconds", type=float, default=5.0, help="seconds of the 10/s paced run")
     parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--replicas", default="", help="dispatcher counts to compare, e.g. 1,2,4 (default: none)")
+    parser.add_argument("--placement-workers", type=int, default=20,
+                        help="workers registered in the placement run (0: skip it)")
+    parser.add_argument("--placements", type=int, default=300, help="TrainJobs placed in the placement run")
+    parser.add_argument("--fleet-pods", type=int, default=0, help="pods on the placement run's worker")
+    parser.add_argument("--only", choices=["placement", "delegated"], default=None,
+                        help="run only the placement run, or only the delegated (multi-cluster) runs")
     args = parser.parse_args()
+    try:
+        args.replicas = [int(v) for v in args.replicas.split(",") if v.strip()]
+    except ValueError:
+        parser.error(f"--replicas: expected counts such as 1,2,4, got {args.replicas!r}")
+    if any(v < 1 for v in args.replicas):
+        parser.error("--replicas: every count must be at least 1")
     print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
+    if args.only != "delegated" and args.placement_workers > 0:
+        figures = asyncio.run(placement_bench(args))
+        print(f"placement with {figures['workers']} workers ({figures['fleet_pods']} pods in the fleet, "
+              f"{figures['placements']} placements): decision p50 {figures['decision_p50_ms']} ms, "
+              f"p99 {figures['decision_p99_ms']} ms; with the shared slot hold p50 {figures['with_hold_p50_ms']} ms, "
+              f"p99 {figures['with_hold_p99_ms']} ms; whole placement incl. the manager write "
+              f"p50 {figures['whole_p50_ms']} ms, p99 {figures['whole_p99_ms']} ms; "
+              f"TrainJobs per worker {figures['spread_min']}..{figures['spread_max']}", flush=True)
+        print(json.dumps({"placement": figures}), flush=True)
+        if args.only == "placement":
+            return 0
     single = asyncio.run(single_cluster(args))
     print(f"single-cluster sustained: {single:.1f} TrainJobs/s (bench/e2e.py's setup: devcluster without data "
           f"plane; create -> JobSet applied, {args.sustained} TrainJobs)")
@@ -229,8 +440,12 @@ def main() -> int:
     print(f"single-cluster sustained on `trainyard up` (data plane on, as each worker): {single_up:.1f} TrainJobs/s")
     data_dir = Path(tempfile.mkdtemp(prefix="trainyard-bench-mc-")) / "data"
     stack = start_stack(data_dir, "--workers", "2", timeout=300)
+    rows = []
     try:
         latencies, rate, cpu = asyncio.run(delegated(args, stack))
+        if args.replicas:
+            print("delegated sustained by dispatcher replicas (2 workers):", flush=True)
+            rows = asyncio.run(replica_rows(args, stack, data_dir.parent))
     finally:
         stack.stop()
         stack.kill()
@@ -245,7 +460,9 @@ def main() -> int:
     print(json.dumps({"single_rate": round(single, 1), "single_up_rate": round(single_up, 1),
                       "delegated_rate": round(rate, 1),
                       "p50_ms_at_10": round(percentile(latencies, 0.5), 1),
-                      "p99_ms_at_10": round(percentile(latencies, 0.99), 1)}))
+                      "p99_ms_at_10": round(percentile(latencies, 0.99), 1),
+                      "by_dispatchers": {str(n): {"rate": round(v, 1), "dispatcher_cpu_ms": round(c, 2)}
+                                         for n, v, c in rows}}))
     return 0
 
 

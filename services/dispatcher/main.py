@@ -53,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
         import asyncio
 
         from trainyard.multicluster.registry import WorkerRegistry
+        from trainyard.multicluster.slots import SlotLedger
         from trainyard.telemetry.runtime import ServiceRuntime
         from trainyard_services.dispatcher.service import Dispatcher
 
@@ -61,7 +62,8 @@ def run(args: argparse.Namespace) -> int:
         try:
             await runtime.start(stop)
             registry = WorkerRegistry(runtime.kube, args.secrets_namespace, lost_timeout)
-            dispatcher = Dispatcher(runtime.bus, runtime.kube, config.cluster, registry,
+            slots = await SlotLedger.open(runtime.bus.js, config.cluster)
+            dispatcher = Dispatcher(runtime.bus, runtime.kube, config.cluster, registry, slots,
                                     ack_wait_s=config.ack_wait_s)
             registry.on_reachable = dispatcher.worker_reachable
             runtime.add_check("kueue-multikueue-absent", lambda: not dispatcher.kueue_present)

@@ -9,6 +9,13 @@ in an update guarded by resourceVersion) *before* any copy is created, and a cop
 created on the worker that annotation names, so one TrainJob never has two current copies.
 Copies on a worker that the manager no longer points at (re-dispatched, or the manager
 TrainJob is gone) are deleted by the sweep whenever that worker is reachable.
+
+Capacity: a TrainJob that may run on a worker holds what its pods request in that worker's
+``ty_slots`` entry (trainyard.multicluster.slots), taken with compare-and-set by whichever
+replica places or resumes it, so N replicas never overcommit a worker. A suspended TrainJob
+holds nothing: it is placed (its copy waits there, suspended) and takes its slots when it is
+resumed; while its worker has no room its copy stays suspended and the manager TrainJob says
+why (Dispatched=False, InsufficientCapacity, and an Event), and every resync tries again.
 """
 from __future__ import annotations
 
@@ -16,8 +23,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
-from fractions import Fraction
-from typing import Any
+from typing import Any, Callable
 
 from trainyard.clock import now_rfc3339
 from trainyard.bus.consumer import Consumer, Delivery, PermanentError
@@ -31,9 +37,10 @@ from trainyard.kube.client import KubeClient, KubeError
 from trainyard.keyed_locks import KeyedLocks
 from trainyard.kube.events import record_event
 from trainyard.multicluster import delegation as d
-from trainyard.multicluster.placement import Amounts, Worker, choose_worker, node_allocatable, \
-    plan_requests, pods_in_use
-from trainyard.multicluster.registry import WorkerRegistry
+from trainyard.multicluster.placement import REASON_NO_CAPACITY, Amounts, Placement, Worker, choose_worker, plan_requests, \
+    render_amounts, unheld_use
+from trainyard.multicluster.registry import WorkerRegistry, WorkerState
+from trainyard.multicluster.slots import SlotLedger, hold_key
 from trainyard.pipeline.curve_keys import deferred_curve_key
 from trainyard.pipeline.errors import PlanningError
 from trainyard.pipeline.planning import plan
@@ -56,6 +63,13 @@ FULL_RESYNC_EVERY = 15
 SWEEP_CONCURRENCY = 8
 # How long the mirror of a worker copy's status waits for the copy's next change.
 MIRROR_DELAY_S = 0.2
+# A hold younger than this is kept by a resync even if its TrainJob's placement is not listed
+# yet (taken by a replica that is writing the placement now; clocks of replicas may differ).
+HOLD_GRACE_S = 30.0
+
+
+def _key(trainjob: dict[str, Any]) -> tuple[str, str]:
+    return trainjob["metadata"]["namespace"], trainjob["metadata"]["name"]
 
 
 def _lane(subject: str) -> str:
@@ -69,14 +83,12 @@ class Dispatcher:
     manager: KubeClient
     cluster: str
     registry: WorkerRegistry
+    slots: SlotLedger
     ack_wait_s: float = 30.0
-    # Placements this process made that a later manager list may not show yet, and every
-    # dispatched TrainJob's requests: placement counts them against their worker until the
-    # worker's pods exist.
-    assignments: dict[tuple[str, str], tuple[str, Amounts, bool]] = field(default_factory=dict)
     kueue_present: str | None = None  # why the dispatcher stands down, when it does
     _locks: KeyedLocks = field(default_factory=KeyedLocks)
-    _placement_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # Per worker: (summary generation, holds removed, use of the pods of no held TrainJob).
+    _unheld: dict[str, tuple[int, int, Amounts]] = field(default_factory=dict)
     _sweep_now: set[str] = field(default_factory=set)
     _sweeping: dict[str, asyncio.Task] = field(default_factory=dict)  # worker -> its sweep in flight
     _runtimes: dict[tuple, tuple[float, Any]] = field(default_factory=dict)  # key -> (expiry, answer)
@@ -89,14 +101,7 @@ class Dispatcher:
     # resourceVersion of this process's last write of each manager TrainJob: the event that
     # write causes carries nothing new, and is not worth a pass.
     _own_writes: dict[tuple[str, str], str] = field(default_factory=dict)
-    # Whether a resync has counted every placement on record (this process's and earlier
-    # ones'): until then a fresh process (a restart, a new replica) would see the workers
-    # emptier than they are, so it places nothing.
-    _counted: bool = False
-    # When each assignment was made: a resync forgets the assignments of TrainJobs its list did
-    # not show only if they were made before that list was asked for (a TrainJob created and
-    # placed while the list was in flight is not in it, and must stay counted).
-    _assigned_at: dict[tuple[str, str], float] = field(default_factory=dict)
+    placement_seconds: list[float] = field(default_factory=list)  # the last placements' decision times
 
     # -- triggers ------------------------------------------------------------------------------
 
@@ -124,8 +129,10 @@ class Dispatcher:
         if event.cluster == self.cluster:
             key = (event.namespace, event.name)
             if event.type == "DELETED":
-                self._forget(key)
                 self._own_writes.pop(key, None)
+                worker = d.assigned_worker(obj)
+                if worker is not None:
+                    await self.slots.release(worker, hold_key(*key))
             elif event.resource_version and self._own_writes.get(key) == event.resource_version:
                 return  # the echo of this process's own write
             elif d.is_delegated(obj):
@@ -160,34 +167,22 @@ class Dispatcher:
         if d.finished(trainjob):
             return False
         worker = d.assigned_worker(trainjob)
-        return worker is None or self.registry.is_lost(worker) or self.registry.client(worker) is None
+        if worker is None or self.registry.is_lost(worker) or self.registry.client(worker) is None:
+            return True
+        # Resumed (or running) without a hold: waits for room on its worker.
+        return not d.suspended(trainjob) and not self.slots.holds(worker, hold_key(*_key(trainjob)))
 
     async def resync(self) -> None:
         """The delegated TrainJobs that wait for something a timer must notice (every one on a
         full pass, which also sweeps stale copies off reachable workers)."""
-        asked_at = time.monotonic()
+        asked_at = time.time()
         try:
             listed = await self.manager.request("GET", r.TRAINJOB.path())
         except KubeError as err:
             log.warning("resync: cannot list TrainJobs: %s", describe(err))
             return
         delegated = [tj for tj in listed.get("items") or [] if d.is_delegated(tj)]
-        known = {(tj["metadata"]["namespace"], tj["metadata"]["name"]) for tj in delegated}
-        for key in list(self.assignments):
-            if key not in known and self._assigned_at.get(key, 0.0) < asked_at:
-                self._forget(key)
-        counted = True
-        for tj in delegated:  # placements this process did not make count against their worker too
-            worker = d.assigned_worker(tj)
-            key = (tj["metadata"]["namespace"], tj["metadata"]["name"])
-            if worker is not None and self.assignments.get(key, (None,))[0] != worker:
-                try:
-                    self._assign(key, worker, await self._requests(tj), not d.finished(tj))
-                except KubeError as err:
-                    counted = False
-                    log.warning("resync: requests of %s/%s unknown (%s); placing nothing until they are "
-                                "counted", key[0], key[1], err)
-        self._counted = self._counted or counted
+        await self._prune_holds(delegated, asked_at)
         full = self._passes % FULL_RESYNC_EVERY == 0
         self._passes += 1
         due = [tj for tj in delegated if full or self._waiting(tj)]
@@ -196,6 +191,25 @@ class Dispatcher:
         if full:
             for worker in self.registry.active():
                 self._sweep_soon(worker.name)
+
+    async def _prune_holds(self, delegated: list[dict[str, Any]], asked_at: float) -> None:
+        """Drops the holds of TrainJobs that no longer run on that worker (finished, suspended,
+        gone, moved), taken before the list was asked for; reads every worker's entry afresh."""
+        running: dict[str, set[str]] = {}
+        for tj in delegated:
+            worker = d.assigned_worker(tj)
+            if worker is not None and not d.finished(tj) and not d.suspended(tj):
+                running.setdefault(worker, set()).add(hold_key(*_key(tj)))
+        for worker in list(self.registry.workers):
+            keep = running.get(worker, set())
+            try:
+                dropped = await self.slots.prune(
+                    worker, lambda key, at: key not in keep and at < asked_at - HOLD_GRACE_S)
+            except Exception as err:  # the bus is away: the next resync prunes
+                log.warning("resync: slots of %s not pruned: %s", worker, describe(err))
+                continue
+            if dropped:
+                log.info("released %d slot holds of TrainJobs no longer running on %s", dropped, worker)
 
     async def detect_kueue(self) -> None:
         """Kueue's MultiKueue acts on the same managedBy value: never run beside it."""
@@ -244,8 +258,7 @@ class Dispatcher:
         trainjob = manager if manager is not None and copy_hint is None else \
             await self.manager.get(r.TRAINJOB, namespace, name)
         if trainjob is None or not d.is_delegated(trainjob):
-            self._forget((namespace, name))
-            return
+            return  # a hold it had is released by the next resync
         if trainjob["metadata"].get("deletionTimestamp"):
             await self._finalize(trainjob)
             return
@@ -268,10 +281,13 @@ class Dispatcher:
             return  # unreachable for now: nothing to copy or mirror until it answers (or is lost)
         hinted = copy_hint[1] if copy_hint is not None and copy_hint[0] == worker else None
         if hinted is not None and d.copy_is_current(hinted, trainjob, self.cluster):
-            copy_obj = await self._propagate_suspend(client, trainjob, hinted)
+            copy_obj = hinted
         else:
             copy_obj = await self._ensure_copy(client, worker, trainjob)
-        await self._mirror(trainjob, copy_obj, worker)
+        waiting = None
+        if copy_obj is not None:
+            copy_obj, waiting = await self._hold_and_suspend(client, worker, trainjob, copy_obj)
+        await self._mirror(trainjob, copy_obj, worker, waiting)
 
     async def _update(self, trainjob: dict[str, Any], *, finalizers: list[str] | None = None,
                       annotations: dict[str, str | None] | None = None) -> dict[str, Any]:
@@ -290,14 +306,6 @@ class Dispatcher:
         return trainjob
 
     # -- placement -----------------------------------------------------------------------------
-
-    def _assign(self, key: tuple[str, str], worker: str, need: Amounts, active: bool) -> None:
-        self.assignments[key] = (worker, need, active)
-        self._assigned_at[key] = time.monotonic()
-
-    def _forget(self, key: tuple[str, str]) -> None:
-        self.assignments.pop(key, None)
-        self._assigned_at.pop(key, None)
 
     async def _runtime(self, cluster: str, client: KubeClient, trainjob: dict[str, Any]) -> dict[str, Any] | None:
         """The TrainJob's runtime on one cluster (None when absent), looked up at most once per
@@ -343,30 +351,58 @@ class Dispatcher:
             log.debug("runtime lookup on %s failed: %s", worker, describe(err))
             return None
 
-    def _worker_view(self, name: str, nodes: list, pods: list, has_runtime: bool) -> Worker:
-        ours = {key: need for key, (worker, need, active) in self.assignments.items() if worker == name and active}
-        used = pods_in_use(pods, excluded=set(ours))
-        for need in ours.values():
-            for resource, amount in need.items():
-                used[resource] = used.get(resource, Fraction(0)) + amount
-        return Worker(name, node_allocatable(nodes), used, has_runtime)
+    def _unheld_use(self, worker: WorkerState) -> Amounts:
+        """What the worker's pods of no held TrainJob request (held ones count whole, as held),
+        recounted only when a new summary came or a hold went away."""
+        entry = self.slots.cached(worker.name)
+        known = self._unheld.get(worker.name)
+        if known is None or known[:2] != (worker.generation, entry.removals):
+            held = {tuple(key.split("/", 1)) for key in entry.holds}
+            known = self._unheld[worker.name] = (worker.generation, entry.removals, unheld_use(worker.pod_use, held))
+        return known[2]
+
+    def _view(self, worker: WorkerState, has_runtime: bool, held: Amounts | None = None) -> Worker:
+        """The worker as placement sees it: allocatable, and in use what its other pods request
+        plus what the held TrainJobs reserve, whether their pods exist yet or not."""
+        used = dict(self._unheld_use(worker))
+        for resource, amount in (self.slots.cached(worker.name).total if held is None else held).items():
+            used[resource] = used.get(resource, 0) + amount
+        return Worker(worker.name, worker.allocatable, used, has_runtime)
+
+    def _fits(self, worker: WorkerState, need: Amounts) -> Callable[[Amounts], bool]:
+        """For the ledger's compare-and-set: whether ``need`` fits beside the holds it read."""
+        return lambda held: self._view(worker, True, held).fits(need)
 
     async def _place(self, trainjob: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
-        key = (trainjob["metadata"]["namespace"], trainjob["metadata"]["name"])
-        if not self._counted:
-            return trainjob, None  # the first resync counts what is placed, then places this one
-        need = await self._requests(trainjob)
+        key = _key(trainjob)
+        suspended = d.suspended(trainjob)
+        # A suspended TrainJob holds nothing: it goes where the runtime is, least loaded first.
+        need = {} if suspended else await self._requests(trainjob)
         runtime = ((trainjob.get("spec") or {}).get("runtimeRef") or {}).get("name") or ""
         active = self.registry.active()
         presence = await asyncio.gather(*(self._has_runtime(w.name, w.client, trainjob) for w in active))
-        async with self._placement_lock:
-            # Decisions are serial (each sees the load the previous one reserved) and take no
-            # I/O; the reservation is made before the write and taken back if the write fails.
-            views = [self._worker_view(w.name, w.nodes, w.pods, has) for w, has in zip(active, presence)
-                     if has is not None]
-            placement = choose_worker(need, views, runtime)
-            if placement.worker is not None:
-                self._assign(key, placement.worker, need, True)
+        candidates = [(w, has) for w, has in zip(active, presence) if has is not None]
+        refused: set[str] = set()
+        while True:
+            began = time.perf_counter()
+            placement = choose_worker(need, [self._view(w, has) for w, has in candidates if w.name not in refused],
+                                      runtime)
+            self._timed(time.perf_counter() - began)
+            if placement.worker is None or suspended:
+                break
+            # The hold is taken before the placement is written (and given back if the write
+            # fails); a replica that took the room first makes it fail: choose again.
+            chosen = next(w for w, _ in candidates if w.name == placement.worker)
+            if await self.slots.reserve(chosen.name, hold_key(*key), need, self._fits(chosen, need)):
+                break
+            refused.add(chosen.name)
+        if placement.worker is None and refused:
+            # Why not, over every worker as the holds just read show them.
+            placement = choose_worker(need, [self._view(w, has) for w, has in candidates], runtime)
+            if placement.worker is not None:  # its room went while this pass ran
+                placement = Placement(None, REASON_NO_CAPACITY,
+                                      f"no worker cluster has free capacity for {render_amounts(need)}; "
+                                      "waiting for capacity")
         if placement.worker is None:
             if None in presence:
                 return trainjob, None  # a worker did not say whether it has the runtime: the next pass asks
@@ -380,18 +416,47 @@ class Dispatcher:
                 trainjob, annotations={d.WORKER_ANNOTATION: placement.worker},
                 finalizers=None if d.FINALIZER in finalizers else [*finalizers, d.FINALIZER])
         except BaseException:
-            if self.assignments.get(key, (None,))[0] == placement.worker:
-                self._forget(key)
+            if not suspended:
+                await asyncio.shield(self.slots.release(placement.worker, hold_key(*key)))
             raise
         log.info("dispatched", extra={"trainjob": f"{key[0]}/{key[1]}", "worker": placement.worker})
         self._background(record_event(self.manager, trainjob, "Normal", "Dispatched", placement.message, COMPONENT))
         return trainjob, placement.worker
 
+    def _timed(self, seconds: float) -> None:
+        self.placement_seconds.append(seconds)
+        if len(self.placement_seconds) > 10000:
+            del self.placement_seconds[:5000]
+
+    async def _hold_and_suspend(self, client: KubeClient, worker: str, trainjob: dict[str, Any],
+                                copy_obj: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, str] | None]:
+        """The copy runs only while its TrainJob holds its slots on the worker: a suspended or
+        finished TrainJob gives them back, a resumed one takes them (or its copy stays suspended
+        and the returned (reason, message) says why)."""
+        held_key = hold_key(*_key(trainjob))
+        copy_suspended = bool((copy_obj.get("spec") or {}).get("suspend"))
+        if d.finished(trainjob) or d.finished(copy_obj) or d.suspended(trainjob):
+            if self.slots.holds(worker, held_key) or not copy_suspended:
+                await self.slots.release(worker, held_key)
+            return await self._propagate_suspend(client, trainjob, copy_obj), None
+        if not self.slots.holds(worker, held_key):
+            need = await self._requests(trainjob)
+            state = self.registry.workers.get(worker)
+            # A copy already running (its hold lost, or placed by an older release) is counted
+            # as it is; a suspended one is resumed only if it fits.
+            fits = None if not copy_suspended or state is None else self._fits(state, need)
+            if not await self.slots.reserve(worker, held_key, need, fits):
+                free = render_amounts(self._view(state, True).free()) if state is not None else ""
+                message = (f"worker cluster {worker} has no free capacity for {render_amounts(need)} "
+                           f"(free {free or 'nothing'}); the TrainJob stays suspended there until it has")
+                return copy_obj, (REASON_NO_CAPACITY, message)
+        return await self._propagate_suspend(client, trainjob, copy_obj), None
+
     async def _redispatch(self, trainjob: dict[str, Any], lost: str) -> dict[str, Any]:
         message = (f"worker cluster {lost} unreachable for more than {self.registry.lost_timeout_s:g}s; "
                    "re-dispatching (its copy is deleted once it is reachable again)")
         trainjob = await self._update(trainjob, annotations={d.WORKER_ANNOTATION: None})
-        self._forget((trainjob["metadata"]["namespace"], trainjob["metadata"]["name"]))
+        await self.slots.release(lost, hold_key(*_key(trainjob)))
         log.warning("worker lost", extra={"trainjob": f"{trainjob['metadata']['namespace']}/"
                                                       f"{trainjob['metadata']['name']}", "worker": lost})
         await record_event(self.manager, trainjob, "Warning", REASON_WORKER_LOST, message, COMPONENT)
@@ -452,7 +517,7 @@ class Dispatcher:
                                        f"worker cluster {worker} already has a TrainJob {namespace}/{name} "
                                        "that trainyard did not create")
             return None
-        return await self._propagate_suspend(client, trainjob, existing)
+        return existing
 
     async def _propagate_suspend(self, client: KubeClient, trainjob: dict[str, Any],
                                  copy_obj: dict[str, Any]) -> dict[str, Any]:
@@ -483,24 +548,19 @@ class Dispatcher:
                     continue  # the worker's pods will wait for it, as they would on the manager
                 await client.apply(d.replica_of(source, self.cluster), field_manager=FIELD_MANAGER)
 
-    async def _mirror(self, trainjob: dict[str, Any], copy_obj: dict[str, Any] | None, worker: str) -> None:
+    async def _mirror(self, trainjob: dict[str, Any], copy_obj: dict[str, Any] | None, worker: str,
+                      waiting: tuple[str, str] | None = None) -> None:
         if copy_obj is None:
             return
-        key = (trainjob["metadata"]["namespace"], trainjob["metadata"]["name"])
-        known = self.assignments.get(key)
-        if known is not None and known[0] == worker:
-            self._assign(key, worker, known[1], not d.finished(copy_obj))
-        else:
-            # A placement this process has not counted yet (made before a restart, or by another
-            # replica) reserves what its pods request, not nothing; if that cannot be told now,
-            # its pods count as they appear and the next resync counts it whole.
-            try:
-                self._assign(key, worker, await self._requests(trainjob), not d.finished(copy_obj))
-            except KubeError as err:
-                log.debug("requests of %s/%s unknown for now: %s", key[0], key[1], err)
-        message = f"dispatched to worker cluster {worker}"
         previous = d.condition(trainjob, d.CONDITION_DISPATCHED)
-        dispatched = d.dispatched_condition("True", "Dispatched", message, now_rfc3339(), previous)
+        if waiting is not None:
+            reason, message = waiting
+            if previous is None or previous.get("reason") != reason:
+                await record_event(self.manager, trainjob, "Warning", reason, message, COMPONENT)
+            dispatched = d.dispatched_condition("False", reason, message, now_rfc3339(), previous)
+        else:
+            message = f"dispatched to worker cluster {worker}"
+            dispatched = d.dispatched_condition("True", "Dispatched", message, now_rfc3339(), previous)
         await self._write_status(trainjob, d.mirrored_status(trainjob, copy_obj, dispatched))
 
     # -- deletion and stale copies -------------------------------------------------------------
@@ -518,7 +578,8 @@ class Dispatcher:
                 return  # the copy's DELETED event (or the resync) brings us back
         elif worker and not self.registry.is_lost(worker):
             return  # unreachable for now: wait until it answers or is lost
-        self._forget((trainjob["metadata"]["namespace"], trainjob["metadata"]["name"]))
+        if worker:
+            await self.slots.release(worker, hold_key(*_key(trainjob)))
         await self._update(trainjob, finalizers=[f for f in trainjob["metadata"].get("finalizers") or []
                                                  if f != d.FINALIZER])
 

@@ -23,7 +23,7 @@ from trainyard.bus.subjects import (
     DEAD_LETTER_PREFIX, EVENTS_PREFIX, PLANS_PREFIX, PROGRESS_PREFIX, RESULTS_PREFIX, encode_token,
 )
 from trainyard.bus.topology import (
-    APPLIED_BUCKET, EVENTS_STREAM, LEASES_BUCKET, MEMBERS_BUCKET, OUTCOMES_BUCKET, PLANS_STREAM, PROGRESS_STREAM, RESULTS_STREAM,
+    APPLIED_BUCKET, EVENTS_STREAM, LEASES_BUCKET, SLOTS_BUCKET, MEMBERS_BUCKET, OUTCOMES_BUCKET, PLANS_STREAM, PROGRESS_STREAM, RESULTS_STREAM,
     SNAPSHOTS_BUCKET,
 )
 
@@ -201,6 +201,9 @@ def grants_for(role: str, cluster: str, clusters: list[str] | None = None, parti
         for own in dict.fromkeys([cluster, *(clusters or [])]):
             _consumer(grants, EVENTS_STREAM, durable_name("dispatcher", own))
         grants.publish.append(f"{DEAD_LETTER_PREFIX}.{EVENTS_PREFIX}.*.*.{encode_token('TrainJob')}.>")
+        # The worker slots its manager's TrainJobs hold (entries <its --cluster>.<worker>).
+        grants.publish.append(f"{API}.STREAM.INFO.KV_{SLOTS_BUCKET}")
+        _kv_write(grants, SLOTS_BUCKET, mine)
     elif role == "dashboard":
         for other in clusters or [cluster]:
             other_token = encode_token(other)

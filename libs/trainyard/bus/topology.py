@@ -40,6 +40,9 @@ OUTCOMES_BUCKET = "ty_outcomes"
 LEASES_BUCKET = "ty_leases"
 MEMBERS_BUCKET = "ty_members"
 LEASE_TTL_S = 3.0
+# The worker slots held by delegated TrainJobs, one entry per manager and worker, written with
+# compare-and-set by every dispatcher replica (trainyard.multicluster.slots).
+SLOTS_BUCKET = "ty_slots"
 
 DEDUP_WINDOW_S = 120.0
 
@@ -148,6 +151,8 @@ def bucket_configs(storage: StorageType = StorageType.FILE, replicas: int | None
                        ttl=LEASE_TTL_S, description="replica heartbeats of the partitioned roles"),
         KeyValueConfig(bucket=LEASES_BUCKET, history=1, storage=storage, replicas=replicas, direct=True,
                        description="partition leases: held while the holder's heartbeat lives"),
+        KeyValueConfig(bucket=SLOTS_BUCKET, history=1, storage=storage, replicas=replicas, direct=direct,
+                       description="worker slots held by delegated TrainJobs (compare-and-set)"),
     ]
 
 

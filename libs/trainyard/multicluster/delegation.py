@@ -35,6 +35,10 @@ def assigned_worker(trainjob: Mapping[str, Any]) -> str | None:
     return ((trainjob.get("metadata") or {}).get("annotations") or {}).get(WORKER_ANNOTATION) or None
 
 
+def suspended(trainjob: Mapping[str, Any]) -> bool:
+    return bool((trainjob.get("spec") or {}).get("suspend"))
+
+
 def finished(trainjob: Mapping[str, Any]) -> bool:
     return any(c.get("type") in TERMINAL_CONDITIONS and c.get("status") == "True"
                for c in (trainjob.get("status") or {}).get("conditions") or [])

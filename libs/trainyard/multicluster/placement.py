@@ -96,6 +96,32 @@ def pods_in_use(pods: Iterable[Mapping[str, Any]], excluded: set[tuple[str, str]
     return total
 
 
+Owner = tuple[str, str] | None  # (namespace, JobSet name) of a pod; None for pods of no JobSet
+
+
+def pod_use_by_owner(pods: Iterable[Mapping[str, Any]]) -> dict[Owner, Amounts]:
+    """Requests of non-terminal pods summed per owning JobSet (a worker's JobSet is named as
+    its TrainJob): the summary placement keeps of a worker instead of its pods."""
+    use: dict[Owner, Amounts] = {}
+    for pod in pods:
+        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        meta = pod.get("metadata") or {}
+        jobset = (meta.get("labels") or {}).get("jobset.sigs.k8s.io/jobset-name")
+        owner = (meta.get("namespace") or "default", jobset) if jobset is not None else None
+        _add(use.setdefault(owner, {}), pod_requests(pod.get("spec") or {}))
+    return use
+
+
+def unheld_use(use: Mapping[Owner, Amounts], held: Iterable[tuple[str, str]] | set) -> Amounts:
+    """What pods of owners not in ``held`` request (held TrainJobs count whole, as reserved)."""
+    total: Amounts = {}
+    for owner, amounts in use.items():
+        if owner is None or owner not in held:
+            _add(total, amounts)
+    return total
+
+
 @dataclass(frozen=True)
 class Worker:
     """One Active worker as placement sees it."""

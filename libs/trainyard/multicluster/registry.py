@@ -6,8 +6,9 @@ probes the worker's API, and writes the ``Active`` condition as Kueue does. A wo
 not answered for ``lost_timeout_s`` is *lost*: its TrainJobs may be re-dispatched. Kubeconfigs
 are read from the API server by this process only; they never go on the bus.
 
-Between refreshes the registry also keeps each Active worker's capacity picture (nodes and
-pods), so placement decisions of a burst read memory, not the worker's API.
+Between refreshes the registry also keeps each Active worker's capacity summary (what its
+nodes can allocate, and what its pods request summed per owning JobSet), so placement reads a
+few sums per worker, never the worker's API nor its pods one by one.
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from trainyard.api.multikueue import KUBECONFIG_SECRET_KEY
 from trainyard.errortext import describe
 from trainyard.kube import resources as r
 from trainyard.kube.client import KubeClient, KubeError
+from trainyard.multicluster.placement import Amounts, Owner, node_allocatable, pod_use_by_owner
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +48,14 @@ class WorkerState:
     unreachable_since: float | None = None  # monotonic; None while reachable
     reason: str = REASON_CONNECTION_FAILED
     message: str = "not probed yet"
-    nodes: list[dict[str, Any]] = field(default_factory=list)
-    pods: list[dict[str, Any]] = field(default_factory=list)
+    allocatable: Amounts = field(default_factory=dict)
+    pod_use: dict[Owner, Amounts] = field(default_factory=dict)
+    generation: int = 0  # bumped by each capacity summary
+
+    def observe(self, nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> None:
+        """Keeps the capacity summary of a Node and Pod listing (not the listing itself)."""
+        self.allocatable, self.pod_use = node_allocatable(nodes), pod_use_by_owner(pods)
+        self.generation += 1
 
 
 class WorkerRegistry:
@@ -177,7 +185,7 @@ class WorkerRegistry:
         except KubeError as err:
             self._mark_unreachable(worker, REASON_CONNECTION_FAILED, str(err.message or err))
             return
-        worker.nodes, worker.pods = nodes.get("items") or [], pods.get("items") or []
+        worker.observe(nodes.get("items") or [], pods.get("items") or [])
         worker.reachable, worker.unreachable_since = True, None
         worker.reason, worker.message = REASON_ACTIVE, "Connected"
 

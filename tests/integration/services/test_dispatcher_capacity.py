@@ -10,9 +10,10 @@
   (one DELETE at a time, hundreds of them), so nothing was placed for a minute.
 
 Real API servers: a manager and a worker devcluster (no data plane: the worker's Node is
-declared with room for two pods, and no pod ever starts, so only the dispatcher's own count
-keeps a third TrainJob out). The dispatcher runs in-process without a bus; its triggers
-(events, resyncs, a restart) are called directly, in the order that broke.
+declared with room for two pods, and no pod ever starts, so only the dispatcher's count keeps
+a third TrainJob out), and a real nats-server for the slots the dispatchers share (ty_slots).
+The dispatcher runs in-process without event consumers; its triggers (events, resyncs, a
+restart, a second replica) are called directly, in the order that broke.
 """
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ NODE = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1"},
 
 
 @pytest.fixture(scope="module")
-def clusters(tmp_path_factory):
+def clusters(tmp_path_factory, nats_server_module):
     root = tmp_path_factory.mktemp("dispatcher-capacity")
     manager = start_devcluster(root / "manager")
     try:
@@ -68,7 +69,7 @@ def clusters(tmp_path_factory):
                 "spec": {"kubeConfig": {"locationType": "Secret", "location": f"{WORKER}-kubeconfig"}}}))
             worker.kubectl("patch", "node", "node-1", "--subresource=status", "--type=merge",
                            "-p", json.dumps({"status": NODE["status"]}))
-            yield manager, worker
+            yield manager, worker, nats_server_module
         finally:
             worker.stop()
     finally:
@@ -84,32 +85,51 @@ def delegated(name: str) -> dict:
 class Setup:
     """Clients of both clusters, a registry that knows the worker, and dispatchers on them."""
 
-    def __init__(self, manager_kubeconfig: Path, worker_kubeconfig: Path) -> None:
+    def __init__(self, manager_kubeconfig: Path, worker_kubeconfig: Path, nats_url: str) -> None:
         self.paths = (manager_kubeconfig, worker_kubeconfig)
+        self.nats_url = nats_url
 
     async def __aenter__(self):
+        import nats
+
+        from trainyard.bus.topology import SLOTS_BUCKET, ensure_topology
         from trainyard.kube.client import KubeClient
         from trainyard.kube import resources as r
         from trainyard.multicluster.registry import WorkerRegistry, WorkerState
 
         self.r = r
+        self.nc = await nats.connect(self.nats_url)
+        self.js = self.nc.jetstream()
+        await ensure_topology(self.js)
+        self.kv = await self.js.key_value(SLOTS_BUCKET)
+        try:
+            await self.kv.purge(f"manager.{WORKER}")  # the holds an earlier test left
+        except Exception:
+            pass
         self.manager = await KubeClient.from_kubeconfig(str(self.paths[0]))
         self.worker = await KubeClient.from_kubeconfig(str(self.paths[1]))
         nodes = (await self.worker.request("GET", r.NODE.path()))["items"]
         self.registry = WorkerRegistry(self.manager, "kubeflow-system", lost_timeout_s=900)
         # What refresh() learns by probing, set directly: the worker answers, its nodes, no pods.
-        self.registry.workers[WORKER] = WorkerState(WORKER, client=self.worker, reachable=True, nodes=nodes)
+        self.registry.workers[WORKER] = WorkerState(WORKER, client=self.worker, reachable=True)
+        self.registry.workers[WORKER].observe(nodes, [])
         self.registry.listed = True
         return self
 
     async def __aexit__(self, *exc) -> None:
         await self.manager.close()
         await self.worker.close()
+        await self.nc.close()
 
-    def dispatcher(self):
+    def slots(self):
+        from trainyard.multicluster.slots import SlotLedger
+
+        return SlotLedger(self.kv, "manager")  # a process's own view of the shared slots
+
+    def dispatcher(self, registry=None):
         from trainyard_services.dispatcher.service import Dispatcher
 
-        return Dispatcher(None, self.manager, "manager", self.registry)
+        return Dispatcher(None, self.manager, "manager", registry or self.registry, self.slots())
 
     async def create(self, *names: str) -> None:
         for name in names:
@@ -135,10 +155,10 @@ class Setup:
 
 
 def run(clusters, scenario) -> None:
-    manager, worker = clusters
+    manager, worker, nats_server = clusters
 
     async def main() -> None:
-        async with Setup(manager.kubeconfig, worker.kubeconfig) as setup:
+        async with Setup(manager.kubeconfig, worker.kubeconfig, nats_server.url) as setup:
             try:
                 await scenario(setup)
             finally:
@@ -241,7 +261,6 @@ def test_a_runtime_lookup_that_fails_places_nothing(clusters):
 def test_a_sweep_of_stale_copies_does_not_hold_up_placement(clusters):
     async def scenario(setup):
         from trainyard.multicluster.registry import WorkerRegistry
-        from trainyard_services.dispatcher.service import Dispatcher
 
         stale = delegated("stale-1")  # a copy whose manager TrainJob is gone
         del stale["spec"]["managedBy"]
@@ -251,7 +270,7 @@ def test_a_sweep_of_stale_copies_does_not_hold_up_placement(clusters):
         await setup.create("p")
 
         registry = WorkerRegistry(setup.manager, "kubeflow-system", lost_timeout_s=900)
-        dispatcher = Dispatcher(None, setup.manager, "manager", registry)
+        dispatcher = setup.dispatcher(registry)
         registry.on_reachable = dispatcher.worker_reachable
         await registry.refresh()  # the worker answers: its sweep is due
         client = registry.workers[WORKER].client
@@ -332,5 +351,108 @@ def test_a_worker_that_cannot_say_whether_it_has_the_runtime_is_asked_again(clus
         assert len(placed) == 2  # the worker's two pod slots
         waiting = [await setup.dispatched(n) for n in ("q", "m0", "m1", "m2", "m3") if n not in placed]
         assert {c["reason"] for c in waiting} == {"InsufficientCapacity"}
+
+    run(clusters, scenario)
+
+
+async def events_of(setup, name: str, reason: str) -> list[dict]:
+    listed = await setup.manager.request("GET", "/api/v1/namespaces/default/events")
+    return [e for e in listed["items"]
+            if e["involvedObject"].get("name") == name and e["involvedObject"].get("kind") == "TrainJob"
+            and e["reason"] == reason]
+
+
+def second_registry(setup):
+    """Another replica's registry: its own client of the worker, the same summary."""
+    from trainyard.multicluster.registry import WorkerRegistry, WorkerState
+
+    registry = WorkerRegistry(setup.manager, "kubeflow-system", lost_timeout_s=900)
+    state = registry.workers[WORKER] = WorkerState(WORKER, client=setup.worker, reachable=True)
+    state.allocatable, state.pod_use = setup.registry.workers[WORKER].allocatable, {}
+    registry.listed = True
+    return registry
+
+
+def test_two_replicas_never_overcommit_a_worker(clusters):
+    """Each replica alone sees the worker's two pod slots free; placing five TrainJobs from both
+    at once, in opposite orders, still puts only two on it (the slots are shared on the bus)."""
+    async def scenario(setup):
+        one, two = setup.dispatcher(), setup.dispatcher(second_registry(setup))
+        names = [f"r{i}" for i in range(5)]
+        await setup.create(*names)
+        await asyncio.gather(*(one.reconcile("default", n) for n in names),
+                             *(two.reconcile("default", n) for n in reversed(names)))
+        placed = [n for n in names if await setup.placed(n) == WORKER]
+        assert len(placed) == 2, placed
+        copies = (await setup.worker.request("GET", setup.r.TRAINJOB.path("default")))["items"]
+        assert sorted(c["metadata"]["name"] for c in copies) == sorted(placed)
+        for name in set(names) - set(placed):
+            condition = await setup.dispatched(name)
+            assert condition["status"] == "False" and condition["reason"] == "InsufficientCapacity", condition
+            assert "pods=1" in condition["message"], condition  # names what is missing
+        assert await events_of(setup, next(iter(set(names) - set(placed))), "InsufficientCapacity")
+
+    run(clusters, scenario)
+
+
+def test_a_suspended_trainjob_holds_no_slot_and_runs_once_resumed_and_room_frees(clusters):
+    async def scenario(setup):
+        one, two = setup.dispatcher(), setup.dispatcher(second_registry(setup))
+        held = delegated("s")
+        held["spec"]["suspend"] = True
+        await setup.manager.create(setup.r.TRAINJOB, "default", held)
+        await one.reconcile("default", "s")
+        assert await setup.placed("s") == WORKER  # its copy waits there, suspended
+        assert (await setup.copy("s"))["spec"]["suspend"] is True
+
+        await setup.create("a", "b")  # both slots stay free for them
+        await two.reconcile("default", "a")
+        await one.reconcile("default", "b")
+        assert [await setup.placed("a"), await setup.placed("b")] == [WORKER, WORKER]
+
+        # Resumed while the worker is full: its copy stays suspended, and the TrainJob says why.
+        await setup.manager.merge_patch(setup.r.TRAINJOB, "default", "s", {"spec": {"suspend": False}})
+        await two.reconcile("default", "s")
+        assert (await setup.copy("s"))["spec"]["suspend"] is True
+        condition = await setup.dispatched("s")
+        assert (condition["status"], condition["reason"]) == ("False", "InsufficientCapacity"), condition
+        assert WORKER in condition["message"] and "pods=1" in condition["message"], condition
+        assert await events_of(setup, "s", "InsufficientCapacity")
+        await one.resync()  # retried: still no room
+        assert (await setup.copy("s"))["spec"]["suspend"] is True
+
+        # A running TrainJob is suspended by its user: its slot goes back, and the next resync
+        # (of the other replica) resumes s there.
+        await setup.manager.merge_patch(setup.r.TRAINJOB, "default", "a", {"spec": {"suspend": True}})
+        await one.reconcile("default", "a")
+        assert (await setup.copy("a"))["spec"]["suspend"] is True
+        await two.resync()
+        assert (await setup.copy("s"))["spec"]["suspend"] is False
+        condition = await setup.dispatched("s")
+        assert (condition["status"], condition["reason"]) == ("True", "Dispatched"), condition
+
+    run(clusters, scenario)
+
+
+def test_an_unplaceable_trainjob_is_placed_when_capacity_frees(clusters):
+    async def scenario(setup):
+        dispatcher = setup.dispatcher()
+        await setup.create("ua", "ub", "uc")  # names no earlier test used: its Events stay
+        for name in ("ua", "ub", "uc"):
+            await dispatcher.reconcile("default", name)
+        assert await setup.placed("uc") is None
+        condition = await setup.dispatched("uc")
+        assert (condition["status"], condition["reason"]) == ("False", "InsufficientCapacity"), condition
+        assert condition["message"].startswith("no worker cluster has free capacity for pods=1"), condition
+        assert len(await events_of(setup, "uc", "InsufficientCapacity")) == 1
+
+        # a is deleted on the manager: its copy goes, then its finalizer and its slot.
+        await setup.manager.delete(setup.r.TRAINJOB, "default", "ua")
+        await dispatcher.reconcile("default", "ua")
+        await dispatcher.reconcile("default", "ua", copy_hint=(WORKER, None))
+        assert await setup.manager.get(setup.r.TRAINJOB, "default", "ua") is None
+        await dispatcher.resync()
+        assert await setup.placed("uc") == WORKER
+        assert (await setup.copy("uc"))["metadata"]["labels"]["kueue.x-k8s.io/multikueue-origin"] == "manager"
 
     run(clusters, scenario)

@@ -16,7 +16,7 @@ def test_the_setting_reaches_every_stream_and_bucket(monkeypatch: pytest.MonkeyP
     monkeypatch.setenv(topology.REPLICAS_ENV, "3")
     streams, buckets = topology.stream_configs(), topology.bucket_configs()
     assert len(streams) == 5 and {c.num_replicas for c in streams} == {3}
-    assert len(buckets) == 5 and {b.replicas for b in buckets} == {3}
+    assert len(buckets) == 6 and {b.replicas for b in buckets} == {3}
     assert {c.num_replicas for c in topology.stream_configs(replicas=5)} == {5}
 
 
