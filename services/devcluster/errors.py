@@ -29,6 +29,18 @@ class ApiError(Exception):
         return body
 
 
+class StaleObject(ApiError):
+    """A commit's compare-and-swap lost: the object changed, appeared or went since the write read
+    it. Answered as ``base`` (409 Conflict, 409 AlreadyExists or 404) unless the writer had no
+    precondition from its client: then it recomputes the write on the new object and commits
+    again (``apiserver.guaranteed``, kube-apiserver's GuaranteedUpdate). ``key`` names the object
+    ((group, resource), namespace, name) so only the write of that object retries."""
+
+    def __init__(self, base: ApiError, key: tuple[tuple[str, str], str, str]) -> None:
+        super().__init__(base.code, base.reason, base.message, base.details)
+        self.key = key
+
+
 def _details(name: str, group: str, kind: str) -> dict[str, Any]:
     details: dict[str, Any] = {"name": name}
     if group:

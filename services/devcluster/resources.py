@@ -17,8 +17,10 @@ from typing import Any
 
 from . import errors, machinery
 from .apiserver.chain import WriteChain
-from .apiserver.controllers import FOREGROUND, ORPHAN, GarbageCollector, NamespaceController
+from .apiserver.controllers import FOREGROUND, ORPHAN, Change, GarbageCollector, NamespaceController
+from .apiserver.bodies import check_body, check_identity, place_namespace
 from .apiserver.deletion import Deletion, stored_or_404
+from .apiserver.guaranteed import guaranteed_update
 from .apiserver.options import WriteOptions
 from .apiserver.strategies import Strategies, initial_status, invalid
 from .clock import now_rfc3339
@@ -129,12 +131,12 @@ class Api:
         """``pruned``: a custom resource's body holds no field its schema does not know (an apply
         configuration pruned by ``_prune_config``), so schema processing does not prune it again."""
         if is_events_v1(rt):
-            self._check_body(rt, body)
+            check_body(rt, body)
             created = await self.create(self._core_events(), namespace, events_v1_to_core(body), opts, managed_fields)
             return core_to_events_v1(created)
-        obj = self._check_body(rt, body)
+        obj = check_body(rt, body)
         meta = _meta(obj)
-        self._place_namespace(rt, namespace, meta)
+        place_namespace(rt, namespace, meta)
         if not meta.get("name"):
             prefix = meta.get("generateName")
             if not prefix:
@@ -184,61 +186,29 @@ class Api:
             if err.code != 409:  # created meanwhile by someone else: fine
                 raise
 
-    def _check_body(self, rt: ResourceType, body: Any) -> dict[str, Any]:
-        if not isinstance(body, dict):
-            raise errors.bad_request(f"the body of a {rt.kind} must be a JSON object")
-        obj = body  # callers pass freshly decoded bodies they no longer use
-        if rt.builtin:
-            # built-in decoding defaults the group/version/kind from the endpoint, as upstream
-            obj.setdefault("apiVersion", rt.api_version)
-            obj.setdefault("kind", rt.kind)
-        api_version, kind = obj.get("apiVersion"), obj.get("kind")
-        for field_name, value in (("apiVersion", api_version), ("kind", kind)):
-            if value is not None and not isinstance(value, str):
-                raise errors.bad_request(f"{field_name}: must be a string, got {json.dumps(value)[:100]}")
-        if not kind:
-            raise errors.bad_request("Object 'Kind' is missing in the request body")
-        if not api_version:
-            raise errors.bad_request("Object 'apiVersion' is missing in the request body")
-        if kind != rt.kind or (api_version != rt.api_version and api_version not in self._accepted_versions(rt)):
-            raise errors.bad_request(
-                f"the API version in the data ({api_version}) does not match the expected API version "
-                f"({rt.api_version})" if kind == rt.kind else
-                f"the kind in the data ({kind}) does not match the expected kind ({rt.kind}) for {rt.qualified_resource}")
-        obj["apiVersion"] = rt.api_version
-        if not isinstance(obj.get("metadata", {}), dict):
-            raise errors.bad_request("metadata must be a JSON object")
-        for key in ("name", "generateName", "namespace", "resourceVersion", "uid"):
-            value = (obj.get("metadata") or {}).get(key)
-            if value is not None and not isinstance(value, str):
-                raise errors.bad_request(f"metadata.{key}: must be a string, got {json.dumps(value)[:100]}")
-        obj.setdefault("metadata", {})
-        return obj
-
-    def _accepted_versions(self, rt: ResourceType) -> set[str]:
-        return {f"{rt.group}/{v}" if rt.group else v for v in rt.served_versions}
-
-    def _place_namespace(self, rt: ResourceType, namespace: str | None, meta: dict[str, Any]) -> None:
-        if rt.namespaced:
-            body_ns = meta.get("namespace")
-            if body_ns and namespace and body_ns != namespace:
-                raise errors.bad_request(
-                    "the namespace of the provided object does not match the namespace sent on the request")
-            meta["namespace"] = namespace or body_ns or "default"
-        else:
-            meta.pop("namespace", None)
-
     # ------------------------------------------------------------------ update / patch
 
     async def update(self, rt: ResourceType, namespace: str | None, name: str, body: Any, opts: WriteOptions
                      ) -> dict[str, Any]:
+        """PUT. With a resourceVersion in the body, a write committed since answers 409; without
+        one (a built-in kind allows that), the update is made again on the new object."""
+        meta = body.get("metadata") if isinstance(body, dict) else None
+        if isinstance(meta, dict) and meta.get("resourceVersion"):
+            return await self._update_once(rt, namespace, name, body, opts)
+        target = self._core_events() if is_events_v1(rt) else rt
+        return await guaranteed_update((target.storage_key, namespace or "", name),
+                                       lambda: self._update_once(rt, namespace, name, copy.deepcopy(body), opts), opts)
+
+    async def _update_once(self, rt: ResourceType, namespace: str | None, name: str, body: Any, opts: WriteOptions
+                           ) -> dict[str, Any]:
         if is_events_v1(rt):
-            self._check_body(rt, body)
-            return core_to_events_v1(await self.update(self._core_events(), namespace, name, events_v1_to_core(body), opts))
-        obj = self._check_body(rt, body)
+            check_body(rt, body)
+            return core_to_events_v1(await self._update_once(self._core_events(), namespace, name,
+                                                             events_v1_to_core(body), opts))
+        obj = check_body(rt, body)
         old = self._stored(rt, namespace, name).load()
         meta = _meta(obj)
-        self._check_identity(rt, namespace, name, meta)
+        check_identity(rt, namespace, name, meta)
         rv = meta.get("resourceVersion")
         if not rv:
             if not rt.builtin:
@@ -251,6 +221,15 @@ class Api:
 
     async def patch(self, rt: ResourceType, namespace: str | None, name: str, patch_type: str, body: bytes,
                     opts: WriteOptions) -> tuple[int, dict[str, Any]]:
+        """PATCH and server-side apply: computed on the stored object and, when another write
+        commits first, computed again on the new one (a resourceVersion in the patch then answers
+        409), as kube-apiserver's GuaranteedUpdate."""
+        target = self._core_events() if is_events_v1(rt) else rt
+        return await guaranteed_update((target.storage_key, namespace or "", name),
+                                       lambda: self._patch_once(rt, namespace, name, patch_type, body, opts), opts)
+
+    async def _patch_once(self, rt: ResourceType, namespace: str | None, name: str, patch_type: str, body: bytes,
+                          opts: WriteOptions) -> tuple[int, dict[str, Any]]:
         stored = self.store.get(rt.storage_key, namespace or "", name)
         if is_events_v1(rt):
             return await self._patch_events_v1(rt, namespace, name, patch_type, body, opts)
@@ -265,7 +244,7 @@ class Api:
         patched.setdefault("metadata", {})
         if not isinstance(patched["metadata"], dict):
             raise errors.bad_request("metadata must be a JSON object")
-        self._check_identity(rt, namespace, name, patched["metadata"], patched_kind=patched.get("kind"))
+        check_identity(rt, namespace, name, patched["metadata"], patched_kind=patched.get("kind"))
         if patched.get("kind") != rt.kind:
             raise errors.bad_request(f"the kind in the data ({patched.get('kind')}) does not match the expected kind ({rt.kind})")
         rv = patched["metadata"].get("resourceVersion")
@@ -288,8 +267,8 @@ class Api:
         if not isinstance(patched, dict):
             raise errors.bad_request("the patch result is not a JSON object")
         old = self._stored(core, namespace, name).load()
-        new = self._check_body(core, events_v1_to_core(patched))
-        self._check_identity(core, namespace, name, new["metadata"])
+        new = check_body(core, events_v1_to_core(patched))
+        check_identity(core, namespace, name, new["metadata"])
         rv = new["metadata"].get("resourceVersion")
         if rv and rv != old["metadata"].get("resourceVersion"):
             raise errors.conflict(rt.qualified_resource, name, rt.group, rt.resource)
@@ -302,16 +281,16 @@ class Api:
             raise errors.bad_request('PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: '
                                      "is required for apply patch")
         config = machinery.parse_apply_body(body)
-        config = self._check_body(rt, config)
+        config = check_body(rt, config)
         meta = config["metadata"]
         if not meta.get("name"):
             raise errors.bad_request("metadata.name is required in an apply configuration")
-        self._check_identity(rt, namespace, name, meta)
+        check_identity(rt, namespace, name, meta)
         if stored is None and opts.subresource:
             raise errors.not_found(rt.qualified_resource, name, rt.group, rt.resource)
         config = self._prune_config(rt, config, opts)
         if stored is None:
-            self._place_namespace(rt, namespace, config["metadata"])
+            place_namespace(rt, namespace, config["metadata"])
             result = machinery.server_side_apply(rt, None, config, opts)
             obj = result.object
             managed = obj["metadata"].pop("managedFields", [])
@@ -349,21 +328,6 @@ class Api:
         if rt.builtin:
             return machinery.check_builtin_fields(rt, config, opts)
         return self.schemas.process_config(rt, config, opts)
-
-    def _check_identity(self, rt: ResourceType, namespace: str | None, name: str, meta: dict[str, Any],
-                        patched_kind: str | None = None) -> None:
-        body_name = meta.get("name")
-        if body_name and body_name != name:
-            raise errors.bad_request(f"the name of the object ({body_name}) does not match the name on the URL ({name})")
-        meta["name"] = name
-        if rt.namespaced:
-            body_ns = meta.get("namespace")
-            if body_ns and body_ns != namespace:
-                raise errors.bad_request(
-                    "the namespace of the provided object does not match the namespace sent on the request")
-            meta["namespace"] = namespace
-        else:
-            meta.pop("namespace", None)
 
     async def _update_from(self, rt: ResourceType, old: dict[str, Any], new: dict[str, Any], opts: WriteOptions,
                            managed_fields_done: bool = False) -> dict[str, Any]:
@@ -405,10 +369,21 @@ class Api:
         result = await self._finish_write(rt, "UPDATE", new, old, opts, managed_fields_done=managed_fields_done)
         return result
 
-    async def write_update(self, rt: ResourceType, new: dict[str, Any], old: dict[str, Any], opts: WriteOptions,
-                           managed_fields_done: bool = False) -> dict[str, Any]:
-        """An update of ``old`` to ``new`` through the chain (the controllers' writes)."""
-        return await self._finish_write(rt, "UPDATE", new, old, opts, managed_fields_done=managed_fields_done)
+    async def update_with(self, rt: ResourceType, namespace: str, name: str, change: Change, opts: WriteOptions,
+                          managed_fields_done: bool = False) -> dict[str, Any] | None:
+        """The controllers' writes: ``change`` of a copy of the stored object through the chain,
+        made again on the new object when another write commits first. None: the object is
+        gone; the stored object when ``change`` makes no write."""
+        async def attempt() -> dict[str, Any] | None:
+            stored = self.store.get(rt.storage_key, namespace, name)
+            if stored is None:
+                return None
+            new = change(stored.load())
+            if new is None:
+                return stored.load()
+            return await self._finish_write(rt, "UPDATE", new, stored.load(), opts,
+                                            managed_fields_done=managed_fields_done)
+        return await guaranteed_update((rt.storage_key, namespace, name), attempt, opts)
 
     async def _finish_write(self, rt: ResourceType, operation: str, obj: dict[str, Any], old: dict[str, Any] | None,
                             opts: WriteOptions, managed_fields_done: bool = False, pruned: bool = False

@@ -36,7 +36,6 @@ from .storage import Store, dumps
 from .tls import Credentials, ensure_credentials
 from .tokens import TokenIssuer
 from .webhooks import Webhooks
-from .writelocks import ObjectWriteLocks
 from . import metrics as devcluster_metrics
 
 log = logging.getLogger("trainyard.devcluster.server")
@@ -130,7 +129,6 @@ class ApiServer:
         self.store = Store(data_dir, history_size=history_size)
         self.registry = Registry()
         self.api = Api(self.store, self.registry)
-        self.write_locks = ObjectWriteLocks()
         self.openapi = OpenApiCache(self.registry)
         self.credentials = credentials
         self.require_auth = require_auth and credentials is not None
@@ -144,8 +142,7 @@ class ApiServer:
         self.authz = Authorization(self.api, self.registry, authorization_mode)
         devcluster_metrics.register_store(self.store)
         # log, token, binding, scale (apiserver/subresources.py); status is the generic store's
-        self.subresources = Subresources(self.api, self.registry, _Codec(self), self.logs, self.tokens,
-                                         self.write_locks)
+        self.subresources = Subresources(self.api, self.registry, _Codec(self), self.logs, self.tokens)
         self.audit: AuditLog | None = None  # --audit-log-path (audit.py)
 
     # ---------------------------------------------------------------- app
@@ -406,10 +403,7 @@ class ApiServer:
                 body = await self._decode_object(request)
                 if rt.namespaced and ns is None:
                     raise errors.method_not_allowed("POST", rt.qualified_resource, rt.group, rt.resource)
-                meta = body.get("metadata") if isinstance(body, dict) else None
-                named = meta.get("name") if isinstance(meta, dict) and isinstance(meta.get("name"), str) else None
-                async with self.write_locks.hold((rt.storage_key, ns or "", named or id(body))):
-                    obj = await self.api.create(rt, ns, body, opts)
+                obj = await self.api.create(rt, ns, body, opts)
                 return self._json(self._written_body(rt, obj, opts), 201, warnings=opts.warnings)
             if method == "DELETE":
                 options = await self._delete_options(request, query)
@@ -432,8 +426,7 @@ class ApiServer:
                 sub = None
             opts = self._options(request, query, sub)
             body = await self._decode_object(request)
-            async with self.write_locks.hold((rt.storage_key, ns or "", name)):
-                obj = await self.api.update(rt, ns, name, body, opts)
+            obj = await self.api.update(rt, ns, name, body, opts)
             return self._json(self._written_body(rt, obj, opts), warnings=opts.warnings)
         if method == "PATCH":
             opts = self._options(request, query, sub)
@@ -442,17 +435,15 @@ class ApiServer:
             if patch_type is None or (patch_type == "strategic" and not rt.builtin):
                 raise errors.unsupported_media_type(machinery.BUILTIN_PATCH_TYPES if rt.builtin else machinery.CR_PATCH_TYPES)
             body = await self._body(request)
-            async with self.write_locks.hold((rt.storage_key, ns or "", name)):
-                if patch_type == "apply" and not sub and self.api.store.get(rt.storage_key, ns or "", name) is None:
-                    self.authz.check_create_on_update(request["user"], rt, ns, name)
-                code, obj = await self.api.patch(rt, ns, name, patch_type, body, opts)
+            if patch_type == "apply" and not sub and self.api.store.get(rt.storage_key, ns or "", name) is None:
+                self.authz.check_create_on_update(request["user"], rt, ns, name)
+            code, obj = await self.api.patch(rt, ns, name, patch_type, body, opts)
             return self._json(self._written_body(rt, obj, opts), code, warnings=opts.warnings)
         if method == "DELETE":
             if sub:
                 raise errors.method_not_allowed(method, rt.qualified_resource, rt.group, rt.resource)
             options = await self._delete_options(request, query)
-            async with self.write_locks.hold((rt.storage_key, ns or "", name)):
-                body, _ = await self.api.delete(rt, ns, name, options, self._options(request, query, None))
+            body, _ = await self.api.delete(rt, ns, name, options, self._options(request, query, None))
             return self._json(body)
         raise errors.method_not_allowed(method, rt.qualified_resource, rt.group, rt.resource)
 

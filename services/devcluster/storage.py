@@ -249,9 +249,18 @@ class Store:
         self._enqueue(("put", key[0], key[1], namespace, name, self.rv, raw))
         return stored
 
-    def delete(self, key: Key, namespace: str, name: str, last_state: dict[str, Any]) -> StoredObject:
-        """Remove the object; the DELETED event carries ``last_state`` at a new resourceVersion."""
+    def delete(self, key: Key, namespace: str, name: str, last_state: dict[str, Any], expect_rv: int | None = None
+               ) -> StoredObject:
+        """Remove the object; the DELETED event carries ``last_state`` at a new resourceVersion.
+
+        ``expect_rv``: compare-and-swap as in ``put``: only if the stored object is still at that
+        resourceVersion, else ``StaleWrite`` (with the current object, or None when it is gone)."""
         bucket = self._objects.get(key, {})
+        current = bucket.get((namespace, name))
+        if current is None or (expect_rv is not None and current.rv != expect_rv):
+            if expect_rv is None:
+                raise KeyError((key, namespace, name))
+            raise StaleWrite(current)
         old = bucket.pop((namespace, name))
         self._index_owners(key, namespace, name, old.owners, ())
         self.rv += 1

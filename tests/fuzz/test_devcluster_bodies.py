@@ -614,6 +614,7 @@ def test_the_patch_machinery_only_ever_refuses_with_a_status(fuzz_count, data):
     from trainyard_services.devcluster.errors import ApiError
     from trainyard_services.devcluster.registry import Registry
     from trainyard_services.devcluster.resources import Api, WriteOptions
+    from trainyard_services.devcluster.apiserver.bodies import check_body
 
     registry = Registry()
     kind = data.draw(st.sampled_from(["Pod", "ConfigMap", "Deployment"]), label="kind")
@@ -627,7 +628,7 @@ def test_the_patch_machinery_only_ever_refuses_with_a_status(fuzz_count, data):
             body, _, query = data.draw(apply_requests(live), label="apply")
             opts = WriteOptions(manager=clean_text(query.get("fieldManager") or "fuzz"), force=query.get("force") == "true")
             api = Api(None, registry)  # the checks Api._apply makes before applying (no store needed)
-            config = api._prune_config(rt, api._check_body(rt, machinery.parse_apply_body(body)), opts)
+            config = api._prune_config(rt, check_body(rt, machinery.parse_apply_body(body)), opts)
             result = machinery.server_side_apply(rt, json.loads(json.dumps(live)), config, opts)
             json.dumps(result.object, allow_nan=False)
             return

@@ -24,7 +24,8 @@ from .options import WriteOptions
 from .strategies import Strategies, initial_status, invalid
 
 RbacGuard = Callable[[ResourceType, dict[str, Any], WriteOptions], None]
-Remover = Callable[[ResourceType, dict[str, Any], WriteOptions], Awaitable[dict[str, Any]]]
+# (kind, the object's last state, options, the resourceVersion the removal was decided on)
+Remover = Callable[[ResourceType, dict[str, Any], WriteOptions, int], Awaitable[dict[str, Any]]]
 
 
 def _without_volatile(obj: dict[str, Any]) -> dict[str, Any]:
@@ -41,6 +42,19 @@ def _without_volatile(obj: dict[str, Any]) -> dict[str, Any]:
 def _outside_metadata(obj: dict[str, Any], with_status: bool) -> dict[str, Any]:
     skip = {"metadata", "apiVersion", "kind"} | ({"status"} if with_status else set())
     return {k: v for k, v in obj.items() if k not in skip}
+
+
+def stale_object(rt: ResourceType, namespace: str, name: str, creating: bool, gone: bool) -> errors.StaleObject:
+    """Another writer committed while this one was in admission: a create finds the object made
+    (409 AlreadyExists), an update finds it changed (409) or gone (404); a writer without a
+    client precondition recomputes instead (``guaranteed``)."""
+    if creating:
+        base = errors.already_exists(rt.qualified_resource, name, rt.group, rt.resource)
+    elif gone:
+        base = errors.not_found(rt.qualified_resource, name, rt.group, rt.resource)
+    else:
+        base = errors.conflict(rt.qualified_resource, name, rt.group, rt.resource)
+    return errors.StaleObject(base, (rt.storage_key, namespace, name))
 
 
 class WriteChain:
@@ -88,7 +102,7 @@ class WriteChain:
                 and not meta.get("deletionGracePeriodSeconds"):
             # The last finalizer is gone; a pod still in its grace period waits for its kubelet.
             assert self.remove is not None, "the chain removes through the deletion stage"
-            return await self.remove(rt, obj, opts)
+            return await self.remove(rt, obj, opts, int(old["metadata"].get("resourceVersion") or 0))
         if opts.dry_run:
             return obj
         ns = meta.get("namespace", "") if rt.namespaced else ""
@@ -96,13 +110,7 @@ class WriteChain:
         try:
             self.store.put(rt.storage_key, ns, name, obj, expect_rv=expected)
         except StaleWrite as stale:
-            # another writer got there while this one was in admission: an update finds the
-            # object changed (409) or gone (404), a create finds it made (409 AlreadyExists)
-            if old is None:
-                raise errors.already_exists(rt.qualified_resource, name, rt.group, rt.resource) from stale
-            if stale.current is None:
-                raise errors.not_found(rt.qualified_resource, name, rt.group, rt.resource) from stale
-            raise errors.conflict(rt.qualified_resource, name, rt.group, rt.resource) from stale
+            raise stale_object(rt, ns, name, creating=old is None, gone=stale.current is None) from stale
         self.strategies.of(rt).after_commit(obj)
         await self.store.durable(self.store.rv)
         return obj

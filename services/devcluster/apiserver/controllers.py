@@ -9,14 +9,13 @@ internal bookkeeping here).
 """
 from __future__ import annotations
 
-import copy
 import logging
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from ..errors import ApiError
 from ..events import is_events_v1
 from ..registry import Registry, ResourceType
-from ..storage import Store
+from ..storage import StaleWrite, Store
 from .options import WriteOptions
 
 log = logging.getLogger("trainyard.devcluster.controllers")
@@ -27,14 +26,34 @@ GC_MANAGER = "generic-garbage-collector"
 NAMESPACE_MANAGER = "namespace-controller"
 
 
+# A controller's change of an object: the new object from a copy of the stored one, or None
+# for no write. It runs again on the new object when another writer commits first.
+Change = Callable[[dict[str, Any]], dict[str, Any] | None]
+
+
+def _without_owner(uid: str) -> Change:
+    def change(dep: dict[str, Any]) -> dict[str, Any] | None:
+        refs = dep["metadata"].get("ownerReferences") or []
+        kept = [r for r in refs if r.get("uid") != uid]
+        if len(kept) == len(refs):
+            return None
+        if kept:
+            dep["metadata"]["ownerReferences"] = kept
+        else:
+            del dep["metadata"]["ownerReferences"]
+        return dep
+    return change
+
+
 class ObjectWriter(Protocol):
-    """The writes controllers make: the generic store's delete and its update chain."""
+    """The writes controllers make: the generic store's delete and its guaranteed update
+    through the chain (``change`` recomputed on the new object after a lost commit)."""
 
     async def delete(self, rt: ResourceType, namespace: str | None, name: str, options: dict[str, Any],
                      opts: WriteOptions) -> tuple[dict[str, Any], bool]: ...
 
-    async def write_update(self, rt: ResourceType, new: dict[str, Any], old: dict[str, Any], opts: WriteOptions,
-                           managed_fields_done: bool = False) -> dict[str, Any]: ...
+    async def update_with(self, rt: ResourceType, namespace: str, name: str, change: Change, opts: WriteOptions,
+                          managed_fields_done: bool = False) -> dict[str, Any] | None: ...
 
 
 class GarbageCollector:
@@ -76,8 +95,7 @@ class GarbageCollector:
             refs = dep["metadata"].get("ownerReferences") or []
             others = [r for r in refs if r.get("uid") != uid]
             if policy == "Background" and any(self.find_owner(r, ns) for r in others):
-                dep["metadata"]["ownerReferences"] = others
-                await self._writer().write_update(rt, dep, stored.load(), WriteOptions(manager=GC_MANAGER))
+                await self._writer().update_with(rt, ns, name, _without_owner(uid), WriteOptions(manager=GC_MANAGER))
                 continue
             try:
                 await self._writer().delete(rt, ns or None, name, {"propagationPolicy": policy},
@@ -93,12 +111,7 @@ class GarbageCollector:
             stored = self.store.get(key, ns, name)
             if rt is None or stored is None:
                 continue
-            dep = stored.load()
-            dep["metadata"]["ownerReferences"] = [r for r in dep["metadata"].get("ownerReferences") or []
-                                                  if r.get("uid") != uid]
-            if not dep["metadata"]["ownerReferences"]:
-                del dep["metadata"]["ownerReferences"]
-            await self._writer().write_update(rt, dep, stored.load(), WriteOptions(manager=GC_MANAGER))
+            await self._writer().update_with(rt, ns, name, _without_owner(uid), WriteOptions(manager=GC_MANAGER))
 
     async def owners_changed(self, removed: dict[str, Any]) -> None:
         """A removed dependent may let an owner in foreground deletion finish."""
@@ -114,18 +127,18 @@ class GarbageCollector:
 
     async def maybe_finish_foreground(self, rt: ResourceType, namespace: str, name: str) -> dict[str, Any] | None:
         """Drop the foregroundDeletion finalizer of an owner whose dependents are all gone."""
-        stored = self.store.get(rt.storage_key, namespace, name)
-        if stored is None:
-            return None
-        owner = stored.load()
-        if self.store.dependents(owner["metadata"]["uid"]):
+        def finish(owner: dict[str, Any]) -> dict[str, Any] | None:
+            finalizers = owner["metadata"].get("finalizers") or []
+            if FOREGROUND not in finalizers or self.store.dependents(owner["metadata"]["uid"]):
+                return None
+            kept = [f for f in finalizers if f != FOREGROUND]
+            if kept:
+                owner["metadata"]["finalizers"] = kept
+            else:
+                del owner["metadata"]["finalizers"]
             return owner
-        updated = copy.deepcopy(owner)
-        updated["metadata"]["finalizers"] = [f for f in owner["metadata"].get("finalizers") or [] if f != FOREGROUND]
-        if not updated["metadata"]["finalizers"]:
-            del updated["metadata"]["finalizers"]
-        return await self._writer().write_update(rt, updated, owner, WriteOptions(manager=GC_MANAGER),
-                                                 managed_fields_done=True)
+        return await self._writer().update_with(rt, namespace, name, finish, WriteOptions(manager=GC_MANAGER),
+                                                managed_fields_done=True)
 
 
 class NamespaceController:
@@ -162,9 +175,16 @@ class NamespaceController:
                                              WriteOptions(manager=NAMESPACE_MANAGER))
                 except ApiError:
                     pass
-        remaining = any(self.store.list(rt.storage_key, namespace) for rt in self.registry.all() if rt.namespaced)
-        ns_stored = self.store.get(ns_type.storage_key, "", namespace)
-        if not remaining and ns_stored is not None:
+        while True:  # until removed, or something keeps it
+            remaining = any(self.store.list(rt.storage_key, namespace) for rt in self.registry.all() if rt.namespaced)
+            ns_stored = self.store.get(ns_type.storage_key, "", namespace)
+            if remaining or ns_stored is None:
+                return
             ns_obj = ns_stored.load()
-            if not ns_obj["metadata"].get("finalizers"):
-                self.store.delete(ns_type.storage_key, "", namespace, ns_obj)
+            if ns_obj["metadata"].get("finalizers"):
+                return
+            try:
+                self.store.delete(ns_type.storage_key, "", namespace, ns_obj, expect_rv=ns_stored.rv)
+                return
+            except StaleWrite:
+                continue  # written meanwhile (without yielding to it: a write of another process)

@@ -16,8 +16,9 @@ from .. import errors
 from ..clock import rfc3339_in
 from ..registry import ResourceType
 from ..storage import StaleWrite, Store, StoredObject
-from .chain import WriteChain
+from .chain import WriteChain, stale_object
 from .controllers import FOREGROUND, GarbageCollector, NamespaceController
+from .guaranteed import guaranteed_update
 from .options import WriteOptions
 
 
@@ -38,7 +39,14 @@ class Deletion:
 
     async def delete(self, rt: ResourceType, namespace: str | None, name: str, options: dict[str, Any],
                      opts: WriteOptions) -> tuple[dict[str, Any], bool]:
-        """Returns (body, is_object): a Status for a removed object, else the object."""
+        """Returns (body, is_object): a Status for a removed object, else the object. A delete
+        that loses its commit to another write runs again on the new object (its preconditions,
+        when given, then answer 409)."""
+        return await guaranteed_update((rt.storage_key, namespace or "", name),
+                                       lambda: self._delete_once(rt, namespace, name, options, opts))
+
+    async def _delete_once(self, rt: ResourceType, namespace: str | None, name: str, options: dict[str, Any],
+                           opts: WriteOptions) -> tuple[dict[str, Any], bool]:
         stored = stored_or_404(self.store, rt, namespace, name)
         obj = stored.load()
         meta = obj["metadata"]
@@ -90,9 +98,7 @@ class Deletion:
             try:  # compare-and-swap: a write made while this delete was in admission wins
                 self.store.put(rt.storage_key, namespace or "", name, marked, expect_rv=stored.rv)
             except StaleWrite as stale:
-                if stale.current is None:
-                    raise errors.not_found(rt.qualified_resource, name, rt.group, rt.resource) from stale
-                raise errors.conflict(rt.qualified_resource, name, rt.group, rt.resource) from stale
+                raise stale_object(rt, namespace or "", name, creating=False, gone=stale.current is None) from stale
             if policy == "Orphan":
                 await self.gc.orphan_dependents(marked)
             if FOREGROUND in finalizers:
@@ -108,7 +114,7 @@ class Deletion:
             return obj, rt.return_deleted_object
         if policy == "Orphan":
             await self.gc.orphan_dependents(obj)
-        removed = await self.remove(rt, obj, opts)
+        removed = await self.remove(rt, obj, opts, stored.rv)
         await self.store.durable(self.store.rv)
         if rt.return_deleted_object:
             return removed, True
@@ -134,21 +140,31 @@ class Deletion:
         mmeta["deletionGracePeriodSeconds"] = grace
         if opts.dry_run:
             return marked, True
+        expected = int(meta.get("resourceVersion") or 0)
         if grace == 0 and not mmeta.get("finalizers"):
-            removed = await self.remove(rt, marked, opts)
+            removed = await self.remove(rt, marked, opts, expected)
             await self.store.durable(self.store.rv)
             return removed, True
-        self.store.put(rt.storage_key, mmeta.get("namespace", ""), mmeta["name"], marked)
+        ns = mmeta.get("namespace", "")
+        try:
+            self.store.put(rt.storage_key, ns, mmeta["name"], marked, expect_rv=expected)
+        except StaleWrite as stale:
+            raise stale_object(rt, ns, mmeta["name"], creating=False, gone=stale.current is None) from stale
         await self.store.durable(self.store.rv)
         return marked, True
 
-    async def remove(self, rt: ResourceType, obj: dict[str, Any], opts: WriteOptions) -> dict[str, Any]:
-        """Remove the object for good, then collect its dependents (background)."""
+    async def remove(self, rt: ResourceType, obj: dict[str, Any], opts: WriteOptions, expect_rv: int
+                     ) -> dict[str, Any]:
+        """Remove the object for good, then collect its dependents (background). ``expect_rv``:
+        the resourceVersion the removal was decided on; a write since then wins (``StaleObject``)."""
         meta = obj["metadata"]
         ns = meta.get("namespace", "") if rt.namespaced else ""
-        if self.store.get(rt.storage_key, ns, meta["name"]) is None:
-            return obj
-        self.store.delete(rt.storage_key, ns, meta["name"], obj)
+        try:
+            self.store.delete(rt.storage_key, ns, meta["name"], obj, expect_rv=expect_rv)
+        except StaleWrite as stale:
+            if stale.current is None:
+                return obj  # removed meanwhile by another writer: the outcome this one wanted
+            raise stale_object(rt, ns, meta["name"], creating=False, gone=False) from stale
         self.strategies.of(rt).after_removal(obj)
         await self.gc.delete_dependents(obj, "Background")
         await self.gc.owners_changed(obj)

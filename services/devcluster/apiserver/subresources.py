@@ -20,7 +20,7 @@ from ..registry import Registry, ResourceType
 from ..resources import Api
 from ..scale import ScaleEndpoint
 from ..tokens import TokenIssuer
-from ..writelocks import ObjectWriteLocks
+from .guaranteed import guaranteed_update
 from .options import WriteOptions
 
 Handler = Callable[[web.Request, ResourceType, str | None, str, dict[str, str]], Awaitable[web.StreamResponse]]
@@ -49,14 +49,12 @@ def _only(method: str, request: web.Request, rt: ResourceType) -> None:
 class Subresources:
     """The handlers by subresource name."""
 
-    def __init__(self, api: Api, registry: Registry, codec: Codec, logs: PodLogs, tokens: TokenIssuer,
-                 write_locks: ObjectWriteLocks) -> None:
+    def __init__(self, api: Api, registry: Registry, codec: Codec, logs: PodLogs, tokens: TokenIssuer) -> None:
         self.api = api
         self.registry = registry
         self.codec = codec
         self.logs = logs
         self.tokens = tokens
-        self.write_locks = write_locks
         self._handlers: dict[str, Handler] = {"log": self.log, "token": self.token, "binding": self.binding,
                                               "scale": self.scale}
 
@@ -89,22 +87,31 @@ class Subresources:
         namespace = ns or "default"
         if not isinstance(body, dict) or not isinstance(body.get("target"), dict) or not body["target"].get("name"):
             raise errors.bad_request("a Binding needs target.name (the node)")
-        pod = self.api.get(rt, namespace, name)
-        current = (pod.get("spec") or {}).get("nodeName")
-        if current:
-            raise errors.conflict(rt.qualified_resource, name, rt.group, rt.resource,
-                                  f"pod {name} is already assigned to node \"{current}\"")
-        pod["spec"]["nodeName"] = body["target"]["name"]
-        conditions = [c for c in (pod.get("status") or {}).get("conditions") or [] if c.get("type") != "PodScheduled"]
-        conditions.append({"type": "PodScheduled", "status": "True", "lastProbeTime": None,
-                           "lastTransitionTime": now_rfc3339()})
         opts.manager = opts.manager or "default-scheduler"
-        async with self.write_locks.hold((rt.storage_key, namespace, name)):
+        node = body["target"]["name"]
+        key = (rt.storage_key, namespace, name)
+
+        async def assign() -> None:
+            # read, check and write again when another write (a kubelet's status) commits first
+            pod = self.api.get(rt, namespace, name)
+            current = (pod.get("spec") or {}).get("nodeName")
+            if current:
+                raise errors.conflict(rt.qualified_resource, name, rt.group, rt.resource,
+                                      f"pod {name} is already assigned to node \"{current}\"")
+            pod["spec"]["nodeName"] = node
             await self.api.update(rt, namespace, name, pod, opts)
-            updated = self.api.get(rt, namespace, name)
-            updated.setdefault("status", {})["conditions"] = conditions
-            await self.api.update(rt, namespace, name, updated,
-                                  WriteOptions(manager=opts.manager, subresource="status"))
+
+        async def scheduled() -> None:
+            pod = self.api.get(rt, namespace, name)
+            conditions = [c for c in (pod.get("status") or {}).get("conditions") or []
+                          if c.get("type") != "PodScheduled"]
+            conditions.append({"type": "PodScheduled", "status": "True", "lastProbeTime": None,
+                               "lastTransitionTime": now_rfc3339()})
+            pod.setdefault("status", {})["conditions"] = conditions
+            await self.api.update(rt, namespace, name, pod, WriteOptions(manager=opts.manager, subresource="status"))
+
+        await guaranteed_update(key, assign, opts)
+        await guaranteed_update(key, scheduled)
         return self.codec.json({**STATUS_SUCCESS, "code": 201}, 201)
 
     async def scale(self, request: web.Request, rt: ResourceType, ns: str | None, name: str,
@@ -120,8 +127,8 @@ class Subresources:
         opts = self.codec.options(request, query, "scale")
         if request.method == "PUT":
             body = await self.codec.decode_object(request)
-            async with self.write_locks.hold((rt.storage_key, ns or "", name)):
-                scale = await endpoint.update(rt, ns, name, body, opts)
+            scale = await guaranteed_update((rt.storage_key, ns or "", name),
+                                            lambda: endpoint.update(rt, ns, name, body, opts), opts)
             return self.codec.json(scale, warnings=opts.warnings)
         patch_type = self.codec.patch_type(request)
         if patch_type is None:
@@ -130,6 +137,6 @@ class Subresources:
             raise errors.bad_request('PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: '
                                      "is required for apply patch")
         body = await self.codec.body(request)
-        async with self.write_locks.hold((rt.storage_key, ns or "", name)):
-            scale = await endpoint.patch(rt, ns, name, patch_type, body, opts)
+        scale = await guaranteed_update((rt.storage_key, ns or "", name),
+                                        lambda: endpoint.patch(rt, ns, name, patch_type, body, opts), opts)
         return self.codec.json(scale, warnings=opts.warnings)

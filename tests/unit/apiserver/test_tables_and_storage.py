@@ -6,7 +6,7 @@ import asyncio
 import pytest
 
 from trainyard_services.devcluster.events import core_to_events_v1, events_v1_to_core
-from trainyard_services.devcluster.storage import DataDirError, Expired, Store
+from trainyard_services.devcluster.storage import DataDirError, Expired, StaleWrite, Store
 from trainyard_services.devcluster.tables import humanise_age, jsonpath
 
 
@@ -48,6 +48,28 @@ def test_store_keeps_objects_and_resource_version_across_reopen(tmp_path):
     reopened = Store(tmp_path)
     assert reopened.rv == rv == 3
     assert [name for (_, name), _ in reopened.list(("", "configmaps"))] == ["b"]
+
+
+def test_puts_and_deletes_commit_only_at_the_resource_version_they_were_computed_from(tmp_path):
+    """The store holds each object's write order: a write computed from resourceVersion N
+    commits only while the object is at N (0: absent), whoever the writer is."""
+    store = Store(tmp_path)
+    key = ("", "configmaps")
+    first = store.put(key, "default", "a", {"metadata": {"name": "a"}}, expect_rv=0)
+    with pytest.raises(StaleWrite) as made:
+        store.put(key, "default", "a", {"metadata": {"name": "a"}}, expect_rv=0)
+    assert made.value.current == first
+    second = store.put(key, "default", "a", {"metadata": {"name": "a", "labels": {"x": "1"}}}, expect_rv=first.rv)
+    with pytest.raises(StaleWrite):
+        store.put(key, "default", "a", {"metadata": {"name": "a"}}, expect_rv=first.rv)
+    with pytest.raises(StaleWrite):
+        store.delete(key, "default", "a", {"metadata": {"name": "a"}}, expect_rv=first.rv)
+    assert store.get(key, "default", "a") == second
+    store.delete(key, "default", "a", second.load(), expect_rv=second.rv)
+    with pytest.raises(StaleWrite) as gone:
+        store.delete(key, "default", "a", second.load(), expect_rv=second.rv)
+    assert gone.value.current is None
+    assert [c.type for c in store.changes_since(0)] == ["ADDED", "MODIFIED", "DELETED"]
 
 
 def test_watch_history_is_bounded_and_older_versions_expire(tmp_path):
