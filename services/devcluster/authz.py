@@ -9,7 +9,7 @@ binding allows with kube-apiserver's 403; ``AlwaysAllow`` allows every authentic
 """
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from trainyard.apimachinery import rbac
 from trainyard.apimachinery import rbac_bootstrap
@@ -38,6 +38,15 @@ class Authorization:
         self._policy: rbac.Policy | None = None
         self._policy_rv = -1
         self._fingerprint: tuple = ()
+        # the review kinds (create-only, never stored), each answered by its handler
+        self._reviews: dict[str, Callable[[ResourceType, dict[str, Any], rbac.UserInfo, str | None],
+                                          dict[str, Any]]] = {
+            "SelfSubjectReview": self._self_review,
+            "SelfSubjectRulesReview": self._rules_review,
+            "SelfSubjectAccessReview": self._self_access_review,
+            "SubjectAccessReview": self._access_review,
+            "LocalSubjectAccessReview": self._local_access_review,
+        }
 
     # ---------------------------------------------------------------- policy snapshot
 
@@ -85,10 +94,11 @@ class Authorization:
             details: dict[str, Any] = {"name": name, **({"group": rt.group} if rt.group else {}), "kind": rt.resource}
             raise errors.ApiError(403, "Forbidden", f'{rt.qualified_resource} "{name}" is forbidden: {reason}', details)
 
-    def guard_rbac_write(self, rt: ResourceType, obj: dict[str, Any], opts: WriteOptions) -> None:
-        """Kubernetes' escalation prevention on a Role/ClusterRole or binding written by a user:
-        allowed when the user is in system:masters, may ``escalate`` (roles) or ``bind`` (the
-        referenced role), or already holds every permission granted; else 403."""
+    def guard_rbac_write(self, check: str, rt: ResourceType, obj: dict[str, Any], opts: WriteOptions) -> None:
+        """Kubernetes' escalation prevention on a Role/ClusterRole (``check`` "rules", the kind's
+        strategy says) or binding ("binding") written by a user: allowed when the user is in
+        system:masters, may ``escalate`` (roles) or ``bind`` (the referenced role), or already
+        holds every permission granted; else 403."""
         user = opts.user
         if not isinstance(user, rbac.UserInfo) or self.mode == "AlwaysAllow" or opts.dry_run:
             return
@@ -97,7 +107,7 @@ class Authorization:
             return
         meta = obj.get("metadata") or {}
         namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
-        if rt.resource in ("roles", "clusterroles"):
+        if check == "rules":
             if self.decide(rbac.Attributes(user, "escalate", True, namespace, rt.group, rt.resource, "", name))[0]:
                 return
             granted = obj.get("rules") if isinstance(obj.get("rules"), list) else []
@@ -159,31 +169,48 @@ class Authorization:
         meta.setdefault("creationTimestamp", None)
         answer["metadata"] = meta
         spec = answer.get("spec") if isinstance(answer.get("spec"), dict) else {}
-        if rt.kind == "SelfSubjectReview":
-            answer["status"] = {"userInfo": user.as_json()}
-            return answer
-        if rt.kind == "SelfSubjectRulesReview":
-            ns = spec.get("namespace") or ""
-            if self.mode == "AlwaysAllow":
-                answer["status"] = {"resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}],
-                                    "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
-                                    "incomplete": False}
-            else:
-                rules, problems = self.policy().rules_for(user, str(ns))
-                answer["status"] = rbac.rules_review_status(rules, problems)
-            return answer
-        subject = user
-        if rt.kind in ("SubjectAccessReview", "LocalSubjectAccessReview"):
-            subject = self._review_subject(rt, spec)
-        attributes = self._review_attributes(rt, spec, subject, namespace)
+        handler = self._reviews.get(rt.kind)
+        if handler is None:
+            raise errors.not_found_path()
+        answer["status"] = handler(rt, spec, user, namespace)
+        return answer
+
+    # the review kinds, each answered by its handler (kube-apiserver: a REST storage per kind)
+
+    def _self_review(self, rt: ResourceType, spec: dict[str, Any], user: rbac.UserInfo,
+                     namespace: str | None) -> dict[str, Any]:
+        return {"userInfo": user.as_json()}
+
+    def _rules_review(self, rt: ResourceType, spec: dict[str, Any], user: rbac.UserInfo,
+                      namespace: str | None) -> dict[str, Any]:
+        if self.mode == "AlwaysAllow":
+            return {"resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}],
+                    "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}], "incomplete": False}
+        rules, problems = self.policy().rules_for(user, str(spec.get("namespace") or ""))
+        return rbac.rules_review_status(rules, problems)
+
+    def _self_access_review(self, rt: ResourceType, spec: dict[str, Any], user: rbac.UserInfo,
+                            namespace: str | None) -> dict[str, Any]:
+        return self._access_status(self._review_attributes(rt, spec, user))
+
+    def _access_review(self, rt: ResourceType, spec: dict[str, Any], user: rbac.UserInfo,
+                       namespace: str | None) -> dict[str, Any]:
+        return self._access_status(self._review_attributes(rt, spec, self._review_subject(rt, spec)))
+
+    def _local_access_review(self, rt: ResourceType, spec: dict[str, Any], user: rbac.UserInfo,
+                             namespace: str | None) -> dict[str, Any]:
+        """A SubjectAccessReview bound to the request's namespace: resource attributes only, in it."""
+        subject = self._review_subject(rt, spec)
+        return self._access_status(self._review_attributes(rt, spec, subject, local_to=namespace or ""))
+
+    def _access_status(self, attributes: rbac.Attributes) -> dict[str, Any]:
         allowed, reason = self.decide(attributes)
         status: dict[str, Any] = {"allowed": allowed}
         if self.mode == "AlwaysAllow":
             reason = _ALWAYS_ALLOW_REASON
         if reason:
             status["reason"] = reason
-        answer["status"] = status
-        return answer
+        return status
 
     def _invalid(self, rt: ResourceType, field: str, message: str) -> errors.ApiError:
         return errors.invalid(rt.qualified_kind, "", rt.group, rt.kind,
@@ -201,7 +228,9 @@ class Authorization:
                              {str(k): tuple(v) for k, v in extra.items() if isinstance(v, list)})
 
     def _review_attributes(self, rt: ResourceType, spec: dict[str, Any], subject: rbac.UserInfo,
-                           namespace: str | None) -> rbac.Attributes:
+                           local_to: str | None = None) -> rbac.Attributes:
+        """The attributes a review asks about; ``local_to``: the namespace a local review is bound
+        to (no non-resource attributes, no other namespace)."""
         resource = spec.get("resourceAttributes")
         non_resource = spec.get("nonResourceAttributes")
         if (resource is None) == (non_resource is None):
@@ -209,7 +238,7 @@ class Authorization:
                                 f'Invalid value: "{"null" if resource is None else "object"}": exactly one of '
                                 "nonResourceAttributes or resourceAttributes must be specified")
         if non_resource is not None:
-            if rt.kind == "LocalSubjectAccessReview":
+            if local_to is not None:
                 raise self._invalid(rt, "spec.nonResourceAttributes",
                                     "Invalid value: disallowed on this kind of request")
             if not isinstance(non_resource, dict):
@@ -219,11 +248,11 @@ class Authorization:
         if not isinstance(resource, dict):
             raise self._invalid(rt, "spec.resourceAttributes", "Invalid value: must be an object")
         ns = str(resource.get("namespace") or "")
-        if rt.kind == "LocalSubjectAccessReview":
-            if ns and ns != namespace:
+        if local_to is not None:
+            if ns and ns != local_to:
                 raise self._invalid(rt, "spec.resourceAttributes.namespace",
                                     f'Invalid value: "{ns}": must match metadata.namespace')
-            ns = namespace or ""
+            ns = local_to
         return rbac.Attributes(subject, str(resource.get("verb") or ""), True, ns, str(resource.get("group") or ""),
                                str(resource.get("resource") or ""), str(resource.get("subresource") or ""),
                                str(resource.get("name") or ""), api_version=str(resource.get("version") or ""))

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainyard.apimachinery.admission_policy import spec_causes
 from trainyard.apimachinery.quantity import QuantityError, parse_quantity
 
 _REF_PREFIX = "#/$defs/"
@@ -115,9 +114,6 @@ def validate_definition(value: Any, schema: dict[str, Any], definitions: Any, pa
             validate_definition(item, schema["items"], definitions, f"{path}[{i}]", causes)
 
 
-_WORKLOAD_KINDS = {"Deployment", "StatefulSet", "ReplicaSet", "DaemonSet"}
-
-
 def _selector_matches(selector: dict[str, Any], labels: dict[str, Any]) -> bool:
     for key, value in (selector.get("matchLabels") or {}).items():
         if labels.get(key) != value:
@@ -135,38 +131,45 @@ def _selector_matches(selector: dict[str, Any], labels: dict[str, Any]) -> bool:
     return True
 
 
-def semantic_causes(kind: str, obj: dict[str, Any]) -> list[dict[str, str]]:
-    """The cross-field checks of the real server that clients rely on for the stored-only kinds."""
-    causes: list[dict[str, str]] = []
+# The cross-field checks of the real server that clients rely on for the stored-only kinds;
+# each kind's strategy (apiserver/strategies.py) names the ones it has.
+
+def workload_selector_causes(obj: dict[str, Any]) -> list[dict[str, str]]:
+    """Deployments, StatefulSets, ReplicaSets, DaemonSets: the selector matches the template."""
     spec = obj.get("spec") or {}
-    if kind in _WORKLOAD_KINDS:
-        selector = spec.get("selector") or {}
-        labels = ((spec.get("template") or {}).get("metadata") or {}).get("labels") or {}
-        if selector and not (selector.get("matchLabels") or selector.get("matchExpressions")):
-            causes.append({"reason": "FieldValueInvalid", "field": "spec.selector",
-                           "message": "Invalid value: \"null\": empty selector is invalid for deployment"})
-        elif selector and not _selector_matches(selector, labels):
-            causes.append({"reason": "FieldValueInvalid", "field": "spec.template.metadata.labels",
-                           "message": f"Invalid value: {labels}: `selector` does not match template `labels`"})
-    if kind == "PodDisruptionBudget" and "minAvailable" in spec and "maxUnavailable" in spec:
-        causes.append({"reason": "FieldValueInvalid", "field": "spec",
-                       "message": "Invalid value: minAvailable and maxUnavailable cannot be both set"})
-    if kind == "HorizontalPodAutoscaler":
-        causes += _hpa_causes(spec)
-    if kind in {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}:
-        causes += spec_causes(kind, obj)
-    if kind in {"RoleBinding", "ClusterRoleBinding"}:
-        ref = obj.get("roleRef") or {}
-        allowed = {"ClusterRole"} if kind == "ClusterRoleBinding" else {"Role", "ClusterRole"}
-        if ref.get("kind") and ref["kind"] not in allowed:
-            causes.append({"reason": "FieldValueNotSupported", "field": "roleRef.kind",
-                           "message": f'Unsupported value: "{ref["kind"]}": supported values: '
-                                      + ", ".join(f'"{k}"' for k in sorted(allowed))})
-    return causes
+    selector = spec.get("selector") or {}
+    labels = ((spec.get("template") or {}).get("metadata") or {}).get("labels") or {}
+    if selector and not (selector.get("matchLabels") or selector.get("matchExpressions")):
+        return [{"reason": "FieldValueInvalid", "field": "spec.selector",
+                 "message": "Invalid value: \"null\": empty selector is invalid for deployment"}]
+    if selector and not _selector_matches(selector, labels):
+        return [{"reason": "FieldValueInvalid", "field": "spec.template.metadata.labels",
+                 "message": f"Invalid value: {labels}: `selector` does not match template `labels`"}]
+    return []
 
 
-def _hpa_causes(spec: dict[str, Any]) -> list[dict[str, str]]:
+def pdb_causes(obj: dict[str, Any]) -> list[dict[str, str]]:
+    """PodDisruptionBudget: one of minAvailable and maxUnavailable."""
+    spec = obj.get("spec") or {}
+    if "minAvailable" in spec and "maxUnavailable" in spec:
+        return [{"reason": "FieldValueInvalid", "field": "spec",
+                 "message": "Invalid value: minAvailable and maxUnavailable cannot be both set"}]
+    return []
+
+
+def role_ref_kind_causes(obj: dict[str, Any], allowed: frozenset[str]) -> list[dict[str, str]]:
+    """A binding's roleRef kind: Role or ClusterRole (a ClusterRoleBinding: ClusterRole)."""
+    ref = obj.get("roleRef") or {}
+    if ref.get("kind") and ref["kind"] not in allowed:
+        return [{"reason": "FieldValueNotSupported", "field": "roleRef.kind",
+                 "message": f'Unsupported value: "{ref["kind"]}": supported values: '
+                            + ", ".join(f'"{k}"' for k in sorted(allowed))}]
+    return []
+
+
+def hpa_causes(obj: dict[str, Any]) -> list[dict[str, str]]:
     """autoscaling/v2 HorizontalPodAutoscaler bounds, as kube-apiserver's validation words them."""
+    spec = obj.get("spec") or {}
     causes: list[dict[str, str]] = []
     low, high = spec.get("minReplicas"), spec.get("maxReplicas")
     if isinstance(low, int) and low < 1:
@@ -269,13 +272,6 @@ def _target_causes(target: dict[str, Any], path: str) -> list[dict[str, str]]:
         causes.append(_cause("FieldValueInvalid", f"{path}.averageUtilization",
                              f"Invalid value: {utilization}: must be greater than 0"))
     return causes
-
-
-def update_causes(key: tuple[str, str], obj: dict[str, Any], old: dict[str, Any]) -> list[dict[str, str]]:
-    """Update rules of built-in kinds the server enforces (beyond the create-time checks)."""
-    if key == ("batch", "jobs"):
-        return job_update_causes(obj, old)
-    return []
 
 
 def job_update_causes(job: dict[str, Any], old: dict[str, Any]) -> list[dict[str, str]]:

@@ -20,7 +20,7 @@ from trainyard.apimachinery.structural import normalise_numbers
 
 from . import errors
 from .apiserver.options import WriteOptions
-from .builtin_fields import prune_unknown, semantic_causes, validate_definition
+from .builtin_fields import prune_unknown, validate_definition
 from .clock import now_rfc3339
 from .errors import ApiError
 from .fieldvalidation import report_unknown
@@ -239,11 +239,12 @@ def check_builtin_fields(rt: ResourceType, obj: dict[str, Any], opts: WriteOptio
 
 def validate_builtin(rt: ResourceType, obj: dict[str, Any]) -> list[dict[str, str]]:
     """Why ``obj`` is invalid for a stored-only built-in kind (types, required fields, enums from
-    its Kubernetes definition, plus the cross-field checks clients rely on); empty when valid."""
+    its Kubernetes definition; the kind's cross-field checks are its strategy's
+    ``validate_fields``); empty when valid."""
     causes: list[dict[str, str]] = []
     body = {k: v for k, v in obj.items() if k not in ("metadata", "status")}
     validate_definition(body, openapi_definitions.definition(rt.definition), openapi_definitions.load_definitions(), "", causes)
-    return causes or semantic_causes(rt.kind, obj)
+    return causes
 
 
 # ---------------------------------------------------------------- protobuf

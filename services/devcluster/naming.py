@@ -23,39 +23,50 @@ DNS1035_MSG = ("a DNS-1035 label must consist of lower case alphanumeric charact
                "character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for "
                "validation is '[a-z]([-a-z0-9]*[a-z0-9])?')")
 
-# Kinds whose names are DNS labels (63 chars) rather than subdomains (253 chars).
-LABEL_NAMED = {("", "namespaces")}
-DNS1035_NAMED = {("", "services")}
-
-
 def _invalid(field: str, value: Any, message: str) -> dict[str, str]:
     return field_cause(field, "FieldValueInvalid", f"Invalid value: {json.dumps(value)}: {message}")
 
 
-def name_errors(group: str, resource: str, name: str) -> list[dict[str, str]]:
-    if (group, resource) in LABEL_NAMED:
-        limit, pattern, msg = 63, _LABEL, LABEL_MSG
-    elif (group, resource) in DNS1035_NAMED:
-        limit, pattern, msg = 63, _DNS1035, DNS1035_MSG
-    elif group == "rbac.authorization.k8s.io":
-        # RBAC names are path segments (system:discovery, trainyard:planner), as kube-apiserver's
-        # ValidateRBACName: not "." or "..", no "/" or "%"
-        if name in (".", ".."):
-            return [_invalid("metadata.name", name, f"may not be '{name}'")]
-        return [_invalid("metadata.name", name, f"may not contain '{c}'") for c in "/%" if c in name]
-    elif (group, resource) == ("", "events"):
-        # event names carry a dot-separated suffix; any path-safe name is accepted
-        if "/" in name or name in (".", "..") or "%" in name:
-            return [_invalid("metadata.name", name, "may not contain '/' or '%'")]
-        return []
-    else:
-        limit, pattern, msg = 253, _SUBDOMAIN, SUBDOMAIN_MSG
+# The name rules kube-apiserver's kinds validate ``metadata.name`` with; each kind's strategy
+# (apiserver/strategies.py) names its rule.
+
+def _pattern_errors(name: str, limit: int, pattern: re.Pattern[str], message: str) -> list[dict[str, str]]:
     errors = []
     if len(name) > limit:
         errors.append(_invalid("metadata.name", name, f"must be no more than {limit} characters"))
     if not pattern.match(name):
-        errors.append(_invalid("metadata.name", name, msg))
+        errors.append(_invalid("metadata.name", name, message))
     return errors
+
+
+def subdomain_name_errors(name: str) -> list[dict[str, str]]:
+    """Most kinds: a DNS-1123 subdomain (253 characters)."""
+    return _pattern_errors(name, 253, _SUBDOMAIN, SUBDOMAIN_MSG)
+
+
+def label_name_errors(name: str) -> list[dict[str, str]]:
+    """Namespaces: a DNS-1123 label (63 characters)."""
+    return _pattern_errors(name, 63, _LABEL, LABEL_MSG)
+
+
+def dns1035_name_errors(name: str) -> list[dict[str, str]]:
+    """Services: a DNS-1035 label (starts with a letter)."""
+    return _pattern_errors(name, 63, _DNS1035, DNS1035_MSG)
+
+
+def path_segment_name_errors(name: str) -> list[dict[str, str]]:
+    """RBAC kinds: names are path segments (system:discovery, trainyard:planner), as
+    kube-apiserver's ValidateRBACName: not "." or "..", no "/" or "%"."""
+    if name in (".", ".."):
+        return [_invalid("metadata.name", name, f"may not be '{name}'")]
+    return [_invalid("metadata.name", name, f"may not contain '{c}'") for c in "/%" if c in name]
+
+
+def event_name_errors(name: str) -> list[dict[str, str]]:
+    """Events: names carry a dot-separated suffix; any path-safe name is accepted."""
+    if "/" in name or name in (".", "..") or "%" in name:
+        return [_invalid("metadata.name", name, "may not contain '/' or '%'")]
+    return []
 
 
 def label_errors(labels: Any, field: str = "metadata.labels") -> list[dict[str, str]]:

@@ -74,9 +74,9 @@ class Api:
                 await self.create(ns_type, None, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}},
                                   WriteOptions(manager="devcluster"))
         for _, stored in self.store.list(ns_type.storage_key):  # data directories from before
-            meta = stored.load()["metadata"]
-            if not meta.get("deletionTimestamp"):
-                await self.ensure_default_service_account(meta["name"])
+            namespace = stored.load()
+            if not namespace["metadata"].get("deletionTimestamp"):
+                await self.create_follow_ups(ns_type, namespace)
 
     # ------------------------------------------------------------------ reads
 
@@ -169,22 +169,23 @@ class Api:
             meta["managedFields"] = managed_fields
         obj = await self._finish_write(rt, "CREATE", obj, None, opts, managed_fields_done=managed_fields is not None,
                                        pruned=pruned)
-        if rt.group == "" and rt.kind == "Namespace" and not opts.dry_run:
-            await self.ensure_default_service_account(name)
+        if not opts.dry_run:
+            await self.create_follow_ups(rt, obj)
         return obj
 
-    async def ensure_default_service_account(self, namespace: str) -> None:
-        """The ServiceAccount controller's part: every namespace has a ``default`` ServiceAccount
-        (pods run as it unless they name another, and their projected tokens are its tokens)."""
-        accounts = self.registry.lookup("", "v1", "serviceaccounts")
-        if accounts is None or self.store.get(accounts.storage_key, namespace, "default") is not None:
-            return
-        body = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": namespace}}
-        try:
-            await self.create(accounts, namespace, body, WriteOptions(manager="devcluster"))
-        except errors.ApiError as err:
-            if err.code != 409:  # created meanwhile by someone else: fine
-                raise
+    async def create_follow_ups(self, rt: ResourceType, obj: dict[str, Any]) -> None:
+        """What the server's controllers create once ``obj`` exists (the kind's strategy says:
+        a namespace's ``default`` ServiceAccount), unless it exists already."""
+        for body in self.strategies.of(rt).follow_ups(obj):
+            meta = body["metadata"]
+            kind = self.registry.by_kind(body["apiVersion"], body["kind"])
+            if kind is None or self.store.get(kind.storage_key, meta.get("namespace", ""), meta["name"]) is not None:
+                continue
+            try:
+                await self.create(kind, meta.get("namespace"), body, WriteOptions(manager="devcluster"))
+            except errors.ApiError as err:
+                if err.code != 409:  # created meanwhile by someone else: fine
+                    raise
 
     # ------------------------------------------------------------------ update / patch
 

@@ -15,7 +15,6 @@ import copy
 from typing import Any, Awaitable, Callable
 
 from .. import errors, machinery, naming
-from ..builtin_fields import update_causes
 from ..registry import Registry, ResourceType
 from ..schema import SchemaProcessor
 from ..storage import StaleWrite, Store
@@ -23,7 +22,7 @@ from .admission import Admission
 from .options import WriteOptions
 from .strategies import Strategies, initial_status, invalid
 
-RbacGuard = Callable[[ResourceType, dict[str, Any], WriteOptions], None]
+RbacGuard = Callable[[str, ResourceType, dict[str, Any], WriteOptions], None]  # (strategy's check, ...)
 # (kind, the object's last state, options, the resourceVersion the removal was decided on)
 Remover = Callable[[ResourceType, dict[str, Any], WriteOptions, int], Awaitable[dict[str, Any]]]
 
@@ -85,8 +84,9 @@ class WriteChain:
                 obj = self._decode(rt, mutated, opts, report_unknown=False)
                 self._prepare_again(rt, obj, old, opts)
         self._validate(rt, operation, obj, old, opts)
-        if self.rbac_guard is not None and rt.group == "rbac.authorization.k8s.io":
-            self.rbac_guard(rt, obj, opts)
+        check = self.strategies.of(rt).escalation_check
+        if self.rbac_guard is not None and check is not None:
+            self.rbac_guard(check, rt, obj, opts)
         if self.admission is not None:
             await self.admission.validate(operation, rt, obj, old, opts)
         meta = obj["metadata"]
@@ -153,7 +153,8 @@ class WriteChain:
         kind's checks, and the fields an update may not change."""
         meta = obj["metadata"]
         name = meta["name"]
-        cause_list = naming.name_errors(rt.group, rt.resource, name) if operation == "CREATE" else []
+        strategy = self.strategies.of(rt)
+        cause_list = strategy.name_errors(name) if operation == "CREATE" else []
         cause_list += naming.label_errors(meta.get("labels"))
         cause_list += naming.annotation_errors(meta.get("annotations"))
         if cause_list:
@@ -161,11 +162,11 @@ class WriteChain:
         if not rt.builtin:
             self.schemas.validate(rt, obj, old, opts)
             return
-        causes = self.strategies.of(rt).validate(rt, obj, old)
+        causes = strategy.validate(rt, obj, old)
         if not causes and rt.validated:
-            causes = machinery.validate_builtin(rt, obj)
+            causes = machinery.validate_builtin(rt, obj) or strategy.validate_fields(obj)
         if not causes and old is not None and opts.subresource != "status":
-            causes = update_causes(rt.storage_key, obj, old)
+            causes = strategy.validate_update(obj, old)
         if causes:
             raise invalid(rt, name, causes)
 

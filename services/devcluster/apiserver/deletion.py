@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 from .. import errors
 from ..clock import rfc3339_in
@@ -36,6 +36,8 @@ class Deletion:
         self.strategies = chain.strategies
         self.gc = gc
         self.namespaces = namespaces
+        # the controllers a kind's deletion is left to (Strategy.deletion_controller), by name
+        self.controllers: dict[str, Callable[[str], Awaitable[None]]] = {"namespace": namespaces.sweep}
 
     async def delete(self, rt: ResourceType, namespace: str | None, name: str, options: dict[str, Any],
                      opts: WriteOptions) -> tuple[dict[str, Any], bool]:
@@ -80,8 +82,9 @@ class Deletion:
         finalizers = list(meta.get("finalizers") or [])
         if policy == "Foreground" and FOREGROUND not in finalizers and self.store.dependents(meta["uid"]):
             finalizers.append(FOREGROUND)
-        is_namespace = rt.storage_key == ("", "namespaces")
-        if finalizers or is_namespace or grace:
+        strategy = self.strategies.of(rt)
+        controller = self.controllers.get(strategy.deletion_controller or "")
+        if finalizers or controller is not None or grace:
             marked = copy.deepcopy(obj)
             mmeta = marked["metadata"]
             # A running pod is deleted gracefully: it stays, marked, until its kubelet has
@@ -91,8 +94,7 @@ class Deletion:
             mmeta["generation"] = int(mmeta.get("generation") or 0) + 1
             if finalizers:
                 mmeta["finalizers"] = finalizers
-            if is_namespace:
-                marked.setdefault("status", {})["phase"] = "Terminating"
+            strategy.mark_deleting(marked)
             if opts.dry_run:
                 return marked, True
             try:  # compare-and-swap: a write made while this delete was in admission wins
@@ -104,8 +106,8 @@ class Deletion:
             if FOREGROUND in finalizers:
                 await self.gc.delete_dependents(marked, "Foreground")
                 marked = await self.gc.maybe_finish_foreground(rt, namespace or "", name) or marked
-            if is_namespace:
-                await self.namespaces.sweep(name)
+            if controller is not None:
+                await controller(name)
                 current = self.store.get(rt.storage_key, "", name)
                 marked = current.load() if current else marked
             await self.store.durable(self.store.rv)

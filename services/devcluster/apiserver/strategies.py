@@ -1,10 +1,14 @@
 """Per-kind strategies: what kube-apiserver's registry of each kind decides for the generic store.
 
-The generic store (``resources.Api``) asks the kind's ``Strategy`` instead of switching on the
-kind: the status a create starts with (PrepareForCreate), the defaults it gets, what decoding
-does to its body, its validation on create and update, the default deletion propagation, and
-what happens after a commit or a removal. ``Strategies.of(rt)`` answers the strategy registered
-for the kind's storage key, else the plain one.
+The generic store (``resources.Api``), the write chain and the deletion stage ask the kind's
+``Strategy`` instead of switching on the kind: the status a create starts with
+(PrepareForCreate), the defaults it gets, what decoding does to its body, the rule its names
+follow, its validation on create (beyond its definition's types) and update, which RBAC
+escalation check its writes get, the default deletion propagation, whether a deletion waits for
+a controller (namespaces), what the server creates beside a new object, and what happens after a
+commit or a removal. ``Strategies.of(rt)`` answers the strategy registered for the kind's
+storage key, else the plain one. (The ``kubectl get`` columns are printers registered the same
+way, in ``tables.py``.)
 """
 from __future__ import annotations
 
@@ -14,10 +18,13 @@ from typing import Any
 
 from trainyard.apimachinery import openapi_definitions
 from trainyard.apimachinery.admission_policy import set_defaults as set_policy_defaults
+from trainyard.apimachinery.admission_policy import spec_causes
 from trainyard.apimachinery.admission_typecheck import (CheckedKind, definitions_resolver, gvk_string,
                                                         matched_resources, type_checking)
 
-from .. import errors
+from .. import errors, naming
+from ..builtin_fields import (hpa_causes, job_update_causes, pdb_causes, role_ref_kind_causes,
+                              workload_selector_causes)
 from ..clock import now_rfc3339
 from ..errors import field_cause
 from ..registry import Registry, ResourceType
@@ -31,6 +38,32 @@ class Strategy:
     """The plain kind: no status of its own on create, no defaults, Background deletion."""
 
     default_propagation = "Background"
+    # RBAC escalation check of a write (authz.py): "rules" (Roles: the rules granted), "binding"
+    # (bindings: the role referenced); None: none
+    escalation_check: str | None = None
+    # the controller a deletion is left to: the object is always marked (deletionTimestamp) and
+    # the controller removes it ("namespace": the namespace controller empties it, then it goes)
+    deletion_controller: str | None = None
+
+    def name_errors(self, name: str) -> Causes:
+        """``metadata.name`` of a create, by the kind's rule: a DNS-1123 subdomain."""
+        return naming.subdomain_name_errors(name)
+
+    def validate_fields(self, obj: dict[str, Any]) -> Causes:
+        """A built-in kind's cross-field rules, checked once its definition's types hold."""
+        return []
+
+    def validate_update(self, obj: dict[str, Any], old: dict[str, Any]) -> Causes:
+        """Rules of an update of the main resource (not of ``/status``)."""
+        return []
+
+    def mark_deleting(self, marked: dict[str, Any]) -> None:
+        """What a deletion that marks the object (deletionTimestamp) changes besides it."""
+
+    def follow_ups(self, obj: dict[str, Any]) -> list[dict[str, Any]]:
+        """Objects the server's controllers create once ``obj`` is created (the namespace's
+        ``default`` ServiceAccount); created unless they exist."""
+        return []
 
     def initial_status(self) -> dict[str, Any] | None:
         """The status a create starts with (a kind with a status subresource); None: none."""
@@ -92,8 +125,22 @@ class PodStrategy(Strategy):
 
 
 class NamespaceStrategy(Strategy):
+    deletion_controller = "namespace"
+
+    def name_errors(self, name: str) -> Causes:
+        return naming.label_name_errors(name)
+
     def initial_status(self) -> dict[str, Any] | None:
         return {"phase": "Active"}
+
+    def mark_deleting(self, marked: dict[str, Any]) -> None:
+        marked.setdefault("status", {})["phase"] = "Terminating"
+
+    def follow_ups(self, obj: dict[str, Any]) -> list[dict[str, Any]]:
+        """The ServiceAccount controller's part: every namespace has a ``default`` ServiceAccount
+        (pods run as it unless they name another, and their projected tokens are its tokens)."""
+        return [{"apiVersion": "v1", "kind": "ServiceAccount",
+                 "metadata": {"name": "default", "namespace": obj["metadata"]["name"]}}]
 
     def defaults_on_create(self, obj: dict[str, Any]) -> None:
         meta = obj["metadata"]
@@ -107,6 +154,9 @@ class ServiceStrategy(Strategy):
 
     def __init__(self) -> None:
         self._allocated = 10
+
+    def name_errors(self, name: str) -> Causes:
+        return naming.dns1035_name_errors(name)
 
     def initial_status(self) -> dict[str, Any] | None:
         return {"loadBalancer": {}}
@@ -129,6 +179,31 @@ class JobStrategy(Strategy):
     def initial_status(self) -> dict[str, Any] | None:
         return {}
 
+    def validate_update(self, obj: dict[str, Any], old: dict[str, Any]) -> Causes:
+        return job_update_causes(obj, old)
+
+
+class EventStrategy(Strategy):
+    def name_errors(self, name: str) -> Causes:
+        return naming.event_name_errors(name)
+
+
+class WorkloadStrategy(Strategy):
+    """Deployments, StatefulSets, ReplicaSets, DaemonSets (stored, no controller)."""
+
+    def validate_fields(self, obj: dict[str, Any]) -> Causes:
+        return workload_selector_causes(obj)
+
+
+class DisruptionBudgetStrategy(Strategy):
+    def validate_fields(self, obj: dict[str, Any]) -> Causes:
+        return pdb_causes(obj)
+
+
+class AutoscalerStrategy(Strategy):
+    def validate_fields(self, obj: dict[str, Any]) -> Causes:
+        return hpa_causes(obj)
+
 
 class SecretStrategy(Strategy):
     def decode(self, obj: dict[str, Any]) -> None:
@@ -149,13 +224,16 @@ class PolicyStrategy(Strategy):
 
     def __init__(self, kind: str, registry: Registry | None = None) -> None:
         self.kind = kind
-        self.registry = registry
+        self.registry = registry  # a policy's: its status is type checked against the registry's kinds
 
     def decode(self, obj: dict[str, Any]) -> None:
         set_policy_defaults(self.kind, obj)
 
+    def validate_fields(self, obj: dict[str, Any]) -> Causes:
+        return spec_causes(self.kind, obj)
+
     def validate(self, rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> Causes:
-        if self.kind == "ValidatingAdmissionPolicy" and self.registry is not None and isinstance(obj.get("spec"), dict):
+        if self.registry is not None and isinstance(obj.get("spec"), dict):  # a policy (bindings: no status)
             generation = 1 if old is None else \
                 int((old.get("metadata") or {}).get("generation") or 0) + (obj["spec"] != old.get("spec"))
             obj["status"] = {"observedGeneration": generation, "typeChecking": self._type_checking(obj["spec"])}
@@ -184,7 +262,28 @@ class PolicyStrategy(Strategy):
                              params_schema=params, namespace_schema=namespace)
 
 
-class RoleBindingStrategy(Strategy):
+class RoleStrategy(Strategy):
+    """Roles and ClusterRoles: path-segment names; a write granting rules the writer does not
+    hold needs ``escalate`` (authz.py)."""
+
+    escalation_check = "rules"
+
+    def name_errors(self, name: str) -> Causes:
+        return naming.path_segment_name_errors(name)
+
+
+class RoleBindingStrategy(RoleStrategy):
+    """RoleBindings (roleRef: Role or ClusterRole) and ClusterRoleBindings (ClusterRole); a
+    binding to a role whose rights the writer does not hold needs ``bind`` (authz.py)."""
+
+    escalation_check = "binding"
+
+    def __init__(self, role_kinds: frozenset[str]) -> None:
+        self.role_kinds = role_kinds
+
+    def validate_fields(self, obj: dict[str, Any]) -> Causes:
+        return role_ref_kind_causes(obj, self.role_kinds)
+
     def validate(self, rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> Causes:
         """kube-apiserver's ValidateRoleBindingUpdate: a binding's roleRef cannot change."""
         if old is None or obj.get("roleRef") == old.get("roleRef"):
@@ -277,16 +376,25 @@ class Strategies:
 
     def __init__(self, registry: Registry, store: Store) -> None:
         self.plain = Strategy()
-        binding = RoleBindingStrategy()
+        workload, role = WorkloadStrategy(), RoleStrategy()
         self._by_key: dict[tuple[str, str], Strategy] = {
             ("", "pods"): PodStrategy(),
             ("", "namespaces"): NamespaceStrategy(),
             ("", "services"): ServiceStrategy(),
             ("", "secrets"): SecretStrategy(),
+            ("", "events"): EventStrategy(),  # events.k8s.io events are stored as core events
             ("batch", "jobs"): JobStrategy(),
+            ("apps", "deployments"): workload,
+            ("apps", "statefulsets"): workload,
+            ("apps", "replicasets"): workload,
+            ("apps", "daemonsets"): workload,
+            ("policy", "poddisruptionbudgets"): DisruptionBudgetStrategy(),
+            ("autoscaling", "horizontalpodautoscalers"): AutoscalerStrategy(),
             CRDS: CrdStrategy(registry, store),
-            ("rbac.authorization.k8s.io", "rolebindings"): binding,
-            ("rbac.authorization.k8s.io", "clusterrolebindings"): binding,
+            ("rbac.authorization.k8s.io", "roles"): role,
+            ("rbac.authorization.k8s.io", "clusterroles"): role,
+            ("rbac.authorization.k8s.io", "rolebindings"): RoleBindingStrategy(frozenset({"Role", "ClusterRole"})),
+            ("rbac.authorization.k8s.io", "clusterrolebindings"): RoleBindingStrategy(frozenset({"ClusterRole"})),
             ("admissionregistration.k8s.io", "validatingadmissionpolicies"):
                 PolicyStrategy("ValidatingAdmissionPolicy", registry),
             ("admissionregistration.k8s.io", "validatingadmissionpolicybindings"):

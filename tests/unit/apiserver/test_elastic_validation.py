@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from trainyard_services.devcluster.builtin_fields import job_update_causes, semantic_causes
+from trainyard_services.devcluster.builtin_fields import hpa_causes, job_update_causes
 from trainyard_services.devcluster.scale import ScaleError, replicas_causes, scale_of, with_replicas
 
 PATHS = {"specReplicasPath": ".spec.trainer.numNodes", "statusReplicasPath": ".status.elastic.currentNodes",
@@ -100,7 +100,7 @@ HPA_SPEC = {"scaleTargetRef": {"apiVersion": "trainer.kubeflow.org/v1alpha1", "k
      [("spec.metrics[0].resource", "Forbidden: must populate the given metric source only")]),
 ])
 def test_hpa_metrics_validation(metric, causes):
-    found = semantic_causes("HorizontalPodAutoscaler", {"spec": dict(HPA_SPEC, metrics=[metric])})
+    found = hpa_causes({"spec": dict(HPA_SPEC, metrics=[metric])})
     assert [(c["field"], c["message"]) for c in found] == causes
 
 
