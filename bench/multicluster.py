@@ -22,7 +22,8 @@ planes', not the local data plane's.
    ty_slots), and of the whole placement including the manager's annotation write.
 
 Usage: .venv/bin/python bench/multicluster.py [--sustained 200] [--paced-seconds 5] [--concurrency 16]
-           [--replicas 1,2,4] [--placement-workers 20 --placements 300 --fleet-pods 0] [--only placement]
+           [--replicas 1,2,4] [--placement-workers 20 --placements 300 --fleet-pods 0]
+           [--only placement|delegated] [--skip-single]
 Prints figures; asserts nothing (targets: delegated >= 0.4 x single-cluster on 2 cores,
 p50 < 500 ms at 10/s; >= 30 delegated TrainJobs/s on a 16-core machine, >= 150 on the device;
 placement p99 < 5 ms with 20 workers). Every wait says what it waits for and ends the run
@@ -406,6 +407,8 @@ def main() -> int:
                         help="workers registered in the placement run (0: skip it)")
     parser.add_argument("--placements", type=int, default=300, help="TrainJobs placed in the placement run")
     parser.add_argument("--fleet-pods", type=int, default=0, help="pods on the placement run's worker")
+    parser.add_argument("--skip-single", action="store_true",
+                        help="skip the two single-cluster runs (no delegated/single ratio)")
     parser.add_argument("--only", choices=["placement", "delegated"], default=None,
                         help="run only the placement run, or only the delegated (multi-cluster) runs")
     args = parser.parse_args()
@@ -427,17 +430,20 @@ def main() -> int:
         print(json.dumps({"placement": figures}), flush=True)
         if args.only == "placement":
             return 0
-    single = asyncio.run(single_cluster(args))
-    print(f"single-cluster sustained: {single:.1f} TrainJobs/s (bench/e2e.py's setup: devcluster without data "
-          f"plane; create -> JobSet applied, {args.sustained} TrainJobs)")
-    up_dir = Path(tempfile.mkdtemp(prefix="trainyard-bench-up-")) / "data"
-    one = start_stack(up_dir, timeout=300)
-    try:
-        single_up = asyncio.run(single_cluster_up(args, one))
-    finally:
-        one.stop()
-        one.kill()
-    print(f"single-cluster sustained on `trainyard up` (data plane on, as each worker): {single_up:.1f} TrainJobs/s")
+    single = single_up = float("nan")
+    if not args.skip_single:
+        single = asyncio.run(single_cluster(args))
+        print(f"single-cluster sustained: {single:.1f} TrainJobs/s (bench/e2e.py's setup: devcluster without data "
+              f"plane; create -> JobSet applied, {args.sustained} TrainJobs)")
+        up_dir = Path(tempfile.mkdtemp(prefix="trainyard-bench-up-")) / "data"
+        one = start_stack(up_dir, timeout=300)
+        try:
+            single_up = asyncio.run(single_cluster_up(args, one))
+        finally:
+            one.stop()
+            one.kill()
+        print(f"single-cluster sustained on `trainyard up` (data plane on, as each worker): {single_up:.1f} "
+              "TrainJobs/s")
     data_dir = Path(tempfile.mkdtemp(prefix="trainyard-bench-mc-")) / "data"
     stack = start_stack(data_dir, "--workers", "2", timeout=300)
     rows = []
@@ -457,7 +463,8 @@ def main() -> int:
     busiest = sorted(cpu.items(), key=lambda item: -item[1])
     print("CPU ms per delegated TrainJob: " + ", ".join(f"{name} {value:.1f}" for name, value in busiest)
           + f"; total {sum(cpu.values()):.1f}")
-    print(json.dumps({"single_rate": round(single, 1), "single_up_rate": round(single_up, 1),
+    print(json.dumps({"single_rate": None if single != single else round(single, 1),
+                      "single_up_rate": None if single_up != single_up else round(single_up, 1),
                       "delegated_rate": round(rate, 1),
                       "p50_ms_at_10": round(percentile(latencies, 0.5), 1),
                       "p99_ms_at_10": round(percentile(latencies, 0.99), 1),

@@ -19,7 +19,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="seconds a worker may be unreachable before its TrainJobs are dispatched "
                              "elsewhere (env TRAINYARD_WORKER_LOST_TIMEOUT; default 900, as MultiKueue)")
     parser.add_argument("--probe-interval", default=os.environ.get("TRAINYARD_PROBE_INTERVAL", "2"),
-                        help="seconds between reachability/capacity probes of the workers "
+                        help="seconds between reachability probes of the workers (their capacity "
+                             "comes from watches) "
                              "(env TRAINYARD_PROBE_INTERVAL; default 2)")
     parser.add_argument("--resync-interval", default=os.environ.get("TRAINYARD_RESYNC_INTERVAL", "10"),
                         help="seconds between passes over every delegated TrainJob, which retry "

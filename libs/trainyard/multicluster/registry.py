@@ -6,9 +6,10 @@ probes the worker's API, and writes the ``Active`` condition as Kueue does. A wo
 not answered for ``lost_timeout_s`` is *lost*: its TrainJobs may be re-dispatched. Kubeconfigs
 are read from the API server by this process only; they never go on the bus.
 
-Between refreshes the registry also keeps each Active worker's capacity summary (what its
-nodes can allocate, and what its pods request summed per owning JobSet), so placement reads a
-few sums per worker, never the worker's API nor its pods one by one.
+The registry also keeps each worker's capacity summary (what its nodes can allocate, and what
+its pods request summed per owning JobSet) from a watch of its Nodes and Pods, started with
+the worker's client (trainyard.multicluster.capacity): placement reads a few sums per worker,
+and a probe is one GET of /version, whatever the number of pods in the fleet.
 """
 from __future__ import annotations
 
@@ -27,6 +28,8 @@ from trainyard.api.multikueue import KUBECONFIG_SECRET_KEY
 from trainyard.errortext import describe
 from trainyard.kube import resources as r
 from trainyard.kube.client import KubeClient, KubeError
+from trainyard.kube.watch import list_and_watch
+from trainyard.multicluster.capacity import CapacitySummary
 from trainyard.multicluster.placement import Amounts, Owner, node_allocatable, pod_use_by_owner
 
 log = logging.getLogger(__name__)
@@ -50,12 +53,35 @@ class WorkerState:
     message: str = "not probed yet"
     allocatable: Amounts = field(default_factory=dict)
     pod_use: dict[Owner, Amounts] = field(default_factory=dict)
-    generation: int = 0  # bumped by each capacity summary
+    generation: int = 0  # bumped by each change of the capacity summary
+    synced: bool = False  # a summary exists (the watches listed Nodes and Pods once)
+    watch_stop: asyncio.Event | None = None
+    watch_tasks: list[asyncio.Task] = field(default_factory=list)
 
     def observe(self, nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> None:
         """Keeps the capacity summary of a Node and Pod listing (not the listing itself)."""
-        self.allocatable, self.pod_use = node_allocatable(nodes), pod_use_by_owner(pods)
+        self.summarised(node_allocatable(nodes), pod_use_by_owner(pods))
+
+    def summarised(self, allocatable: Amounts, pod_use: dict[Owner, Amounts]) -> None:
+        self.allocatable, self.pod_use, self.synced = allocatable, pod_use, True
         self.generation += 1
+
+    async def stop_watches(self) -> None:
+        if self.watch_stop is not None:
+            self.watch_stop.set()
+        tasks, self.watch_tasks = self.watch_tasks, []
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def start_watches(self) -> None:
+        """Nodes and Pods of the worker, into its summary, until the client changes."""
+        assert self.client is not None
+        self.watch_stop = asyncio.Event()
+        self.synced = False
+        summary = CapacitySummary(self.summarised)
+        self.watch_tasks = [asyncio.ensure_future(list_and_watch(self.client, resource, summary, self.watch_stop))
+                            for resource in (r.NODE, r.POD)]
 
 
 class WorkerRegistry:
@@ -71,7 +97,7 @@ class WorkerRegistry:
     # -- what the dispatcher asks --------------------------------------------------------------
 
     def active(self) -> list[WorkerState]:
-        return [w for w in self.workers.values() if w.reachable and w.client is not None]
+        return [w for w in self.workers.values() if w.reachable and w.client is not None and w.synced]
 
     def client(self, name: str) -> KubeClient | None:
         worker = self.workers.get(name)
@@ -108,6 +134,8 @@ class WorkerRegistry:
 
     async def _forget(self, name: str) -> None:
         worker = self.workers.pop(name, None)
+        if worker is not None:
+            await worker.stop_watches()
         if worker is not None and worker.client is not None:
             await worker.client.close()
 
@@ -172,20 +200,19 @@ class WorkerRegistry:
             client = await KubeClient.from_kubeconfig_dict(kubeconfig)
         except Exception as err:  # the config loader raises many types for a bad kubeconfig
             raise _BadConfig(f"kubeconfig of {worker.name} cannot be used: {err}") from None
+        await worker.stop_watches()
         if worker.client is not None:
             await worker.client.close()
         worker.client, worker.kubeconfig_digest = client, digest
+        worker.start_watches()
 
     async def _probe(self, worker: WorkerState) -> None:
         assert worker.client is not None
         try:
             await worker.client.request("GET", "/version", timeout_s=PROBE_TIMEOUT_S)
-            nodes = await worker.client.request("GET", r.NODE.path(), timeout_s=PROBE_TIMEOUT_S)
-            pods = await worker.client.request("GET", r.POD.path(), timeout_s=PROBE_TIMEOUT_S)
         except KubeError as err:
             self._mark_unreachable(worker, REASON_CONNECTION_FAILED, str(err.message or err))
             return
-        worker.observe(nodes.get("items") or [], pods.get("items") or [])
         worker.reachable, worker.unreachable_since = True, None
         worker.reason, worker.message = REASON_ACTIVE, "Connected"
 

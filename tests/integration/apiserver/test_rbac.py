@@ -119,7 +119,8 @@ CAN_I = [
     ("dispatcher-remote", ("create", TJ, "-n", "team"), True),
     ("dispatcher-remote", ("update", TJ, "--subresource=status", "-n", "team"), False),
     ("dispatcher-remote", ("list", "pods", "-A"), True),
-    ("dispatcher-remote", ("watch", "pods", "-A"), False),
+    ("dispatcher-remote", ("watch", "pods", "-A"), True),  # the capacity summary's watch
+    ("dispatcher-remote", ("delete", "pods", "-n", "team"), False),
     ("dispatcher-remote", ("patch", "secrets", "-n", "team"), True),
     ("dispatcher-remote", ("delete", "secrets", "-n", "team"), False),
 ]

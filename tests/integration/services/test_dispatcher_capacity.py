@@ -368,7 +368,7 @@ def second_registry(setup):
 
     registry = WorkerRegistry(setup.manager, "kubeflow-system", lost_timeout_s=900)
     state = registry.workers[WORKER] = WorkerState(WORKER, client=setup.worker, reachable=True)
-    state.allocatable, state.pod_use = setup.registry.workers[WORKER].allocatable, {}
+    state.summarised(setup.registry.workers[WORKER].allocatable, {})
     registry.listed = True
     return registry
 
