@@ -20,10 +20,13 @@ replicas of those services; ``--table planner,applier`` runs the sustained (and 
 per TrainJob of each service, KV round trips and NATS messages per TrainJob, the busiest
 process, and the target (CPU per TrainJob of each service at 4 replicas <= 1.2x its 1-replica
 figure). Before the sustained run it waits until every replica holds its share of the bus
-partitions (docs/bus.md).
+partitions (docs/bus.md). ``--nats-cluster 3`` runs the bus on a local 3-node JetStream cluster
+with 3 copies of every stream and bucket, as ``trainyard up --nats-cluster 3`` (and deploy/)
+does; nats-server's CPU and the messages per service are then summed over the nodes.
 
 Usage: .venv/bin/python bench/e2e.py [--duration 3] [--sustained 300] [--concurrency 16]
        [--generators 4] [--replicas planner=2,...] [--profile DIR] [--skip-paced] [--table planner,...]
+       [--nats-cluster 3]
        .venv/bin/python bench/e2e.py --raw-only [--sustained 2000] [--rounds 2] [--profile DIR]
        (the raw devcluster SSA phase alone, on a devcluster without services)
 Prints figures; asserts nothing (targets: p50 < 50 ms, p99 < 250 ms at 100/s; ratio >= 0.8).
@@ -365,16 +368,16 @@ def prometheus_samples(text: str, name: str) -> dict[tuple, float]:
 class Counters:
     """What one sustained run costs per TrainJob: NATS messages, KV round trips, API requests."""
 
-    def __init__(self, client: httpx.AsyncClient, ports: dict[str, list[int]], monitor_port: int | None) -> None:
+    def __init__(self, client: httpx.AsyncClient, ports: dict[str, list[int]], monitor_ports: list[int]) -> None:
         self._client = client
         self._ports = ports
-        self._monitor = monitor_port
+        self._monitors = monitor_ports  # every NATS node's: a client's connection is on one of them
 
     async def snapshot(self) -> dict:
         snap: dict = {"nats": {}, "kv": {}, "api": {}, "published": {}, "timing": {}}
         async with httpx.AsyncClient(timeout=10) as plain:
-            if self._monitor:
-                conns = (await plain.get(f"http://127.0.0.1:{self._monitor}/connz", params={"limit": 4096})).json()
+            for monitor in self._monitors:
+                conns = (await plain.get(f"http://127.0.0.1:{monitor}/connz", params={"limit": 4096})).json()
                 for conn in conns.get("connections") or []:
                     name = conn.get("name") or "?"
                     got = snap["nats"].setdefault(name, [0, 0])
@@ -539,28 +542,42 @@ def summarize_profile(name: str, path: Path, top: int) -> None:
 class Stack:
     """nats-server, a devcluster and the services (with replicas), for one bench."""
 
-    def __init__(self, replicas: dict[str, int], workdir: Path) -> None:
+    def __init__(self, replicas: dict[str, int], workdir: Path, nats_nodes: int = 1) -> None:
         self.replicas = replicas
         self.workdir = workdir
-        self.monitor_port = free_port()
-        self.nats = NatsServer(workdir / "nats", monitor_port=self.monitor_port)
+        self.monitor_ports = [free_port() for _ in range(nats_nodes)]
+        if nats_nodes == 1:
+            self.nodes = [NatsServer(workdir / "nats", monitor_port=self.monitor_ports[0])]
+        else:
+            # A local JetStream cluster as `trainyard up --nats-cluster N` runs it (its route
+            # flags), every stream and bucket with that command's number of copies.
+            from trainyard.bus.topology import REPLICAS_ENV, replicas_for_nodes
+            from trainyard.supervisor.stack import nats_route_args
+
+            routes = [free_port() for _ in range(nats_nodes)]
+            self.nodes = [NatsServer(workdir / f"nats-{index}", monitor_port=self.monitor_ports[index - 1],
+                                     extra_args=["--server_name", f"trainyard-{index}", *nats_route_args(index, routes)])
+                          for index in range(1, nats_nodes + 1)]
+            os.environ[REPLICAS_ENV] = str(replicas_for_nodes(nats_nodes))  # inherited by the services
+        self.nats_url = ",".join(node.url for node in self.nodes)
         self.cluster = None
         self.procs: list[tuple[str, subprocess.Popen]] = []
         self.ports: dict[str, list[int]] = {}
 
     def start(self) -> None:
-        self.nats.start()
+        for node in self.nodes:
+            node.start()
         self.cluster = start_devcluster(self.workdir / "devcluster")
         self.cluster.kubectl("apply", "--server-side",  # every CRD file (not the kustomization)
                              *(arg for path in sorted((REPO / "deploy" / "crds").glob("*_*.yaml"))
                                for arg in ("-f", str(path))))
         for name in SERVICES:
             for replica in range(self.replicas[name]):
-                self.procs.append((name, start_service(name, self.cluster.kubeconfig, self.nats.url,
+                self.procs.append((name, start_service(name, self.cluster.kubeconfig, self.nats_url,
                                                        self.workdir, replica)))
         for name, proc in self.procs:
             self.ports.setdefault(name, []).append(wait_ready(proc, name))
-        asyncio.run(wait_balanced(self.nats.url, self.replicas))
+        asyncio.run(wait_balanced(self.nats_url, self.replicas))
 
     def restart(self, name: str) -> tuple[float, float]:
         """Stops the first replica of ``name`` (SIGTERM) and starts a new one; returns the
@@ -570,7 +587,7 @@ class Stack:
         os.kill(old.pid, signal.SIGTERM)
         old.wait(timeout=30)
         started = time.perf_counter()
-        proc = start_service(name, self.cluster.kubeconfig, self.nats.url, self.workdir, replica=100 + index)
+        proc = start_service(name, self.cluster.kubeconfig, self.nats_url, self.workdir, replica=100 + index)
         self.procs[index] = (name, proc)
         port = wait_ready(proc, name)
         self.ports[name][0] = port
@@ -582,7 +599,7 @@ class Stack:
         for name, proc in self.procs:
             out.setdefault(name, []).append(proc.pid)
         out["devcluster"] = [self.cluster.pid]
-        out["nats-server"] = [self.nats.proc.pid]
+        out["nats-server"] = [node.proc.pid for node in self.nodes]
         return out
 
     def stop(self) -> None:
@@ -597,7 +614,8 @@ class Stack:
                 proc.wait()
         if self.cluster is not None:
             self.cluster.stop()
-        self.nats.stop()
+        for node in self.nodes:
+            node.stop()
 
 
 async def wait_balanced(url: str, replicas: dict[str, int], timeout_s: float = 60.0) -> None:
@@ -611,7 +629,7 @@ async def wait_balanced(url: str, replicas: dict[str, int], timeout_s: float = 6
     except ImportError:
         return
     count = partitions_setting()
-    nc = await nats.connect(url)
+    nc = await nats.connect(servers=url.split(","))
     try:
         kv = await nc.jetstream().key_value(LEASES_BUCKET)
         deadline = time.monotonic() + timeout_s
@@ -684,7 +702,7 @@ async def bench(stack: Stack, args) -> dict:
                       f"   {percentile(AFTER_CREATE_MS, 0.5):>28.1f} {percentile(AFTER_CREATE_MS, 0.99):>8.1f}")
 
         names = [f"s-{i}" for i in range(args.sustained)]
-        counters = Counters(client, stack.ports, stack.monitor_port)
+        counters = Counters(client, stack.ports, stack.monitor_ports)
         creators = Generators(cluster, "create", "bench-sustained", names, args.generators, args.concurrency)
         await creators.start()
         before = await counters.snapshot()
@@ -834,12 +852,14 @@ def run_raw_only(args) -> None:
 
 def run_once(args, replicas: dict[str, int]) -> dict:
     workdir = Path(tempfile.mkdtemp(prefix="trainyard-bench-"))
-    stack = Stack(replicas, workdir)
+    stack = Stack(replicas, workdir, args.nats_cluster)
     try:
         stack.start()
         shown = ", ".join(f"{name}={count}" for name, count in replicas.items())
+        bus = (f"NATS cluster of {args.nats_cluster} nodes, {os.environ.get('TRAINYARD_BUS_REPLICAS')} copies of every "
+               "stream and bucket" if args.nats_cluster > 1 else "one NATS node, 1 copy")
         print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} "
-              f"(/proc/loadavg {loadavg()}); replicas {shown}; logs in {workdir}", flush=True)
+              f"(/proc/loadavg {loadavg()}); replicas {shown}; {bus}; logs in {workdir}", flush=True)
         return asyncio.run(bench(stack, args))
     finally:
         stack.stop()
@@ -864,7 +884,12 @@ def main() -> int:
                         help="only the raw devcluster SSA phase (no nats-server, no services): --sustained JobSets, "
                              "--rounds times")
     parser.add_argument("--rounds", type=int, default=1, help="with --raw-only: how many raw phases in a row")
+    parser.add_argument("--nats-cluster", type=int, default=1, metavar="N",
+                        help="run the bus on a local JetStream cluster of N nodes with 3 copies of every stream and "
+                             "bucket, as `trainyard up --nats-cluster N` (nats-server CPU and messages: all nodes)")
     args = parser.parse_args()
+    if args.nats_cluster < 1 or (args.nats_cluster > 1 and args.nats_cluster % 2 == 0):
+        raise SystemExit(f"error: --nats-cluster: 1 or an odd number of nodes, got {args.nats_cluster}")
     if args.generators < 1 or args.concurrency < args.generators:
         raise SystemExit("error: --generators: needs 1 <= generators <= concurrency")
     if args.sustained < 1:

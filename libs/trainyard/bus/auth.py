@@ -23,8 +23,8 @@ from trainyard.bus.subjects import (
     DEAD_LETTER_PREFIX, EVENTS_PREFIX, PLANS_PREFIX, PROGRESS_PREFIX, RESULTS_PREFIX, encode_token,
 )
 from trainyard.bus.topology import (
-    APPLIED_BUCKET, EVENTS_STREAM, LEASES_BUCKET, SLOTS_BUCKET, MEMBERS_BUCKET, OUTCOMES_BUCKET, PLANS_STREAM, PROGRESS_STREAM, RESULTS_STREAM,
-    SNAPSHOTS_BUCKET,
+    APPLIED_BUCKET, CHECKED_BUCKETS, EVENTS_STREAM, FLOOR_KEY, LEASES_BUCKET, MEMBERS_BUCKET, OUTCOMES_BUCKET, PLANS_STREAM,
+    PROGRESS_STREAM, RESULTS_STREAM, SLOTS_BUCKET, SNAPSHOTS_BUCKET,
 )
 
 CREDENTIALS_ENV = "TRAINYARD_NATS_CREDENTIALS"
@@ -105,10 +105,9 @@ class Grants:
 def _kv_read(grants: Grants, bucket: str, prefix: str) -> None:
     """Get keys under ``prefix`` and list them (a short-lived named consumer, filter bound).
 
-    A get of a replicated bucket is ``STREAM.MSG.GET`` with the key in the request body, and a
-    batched direct get of a single-copy bucket (``topology.bucket_configs``) names its keys in
-    the body too, so NATS cannot bound gets by key: reads are granted per bucket, listings and
-    writes per key prefix."""
+    A batched direct get (``topology.bucket_configs``) names its keys in the request body, and
+    so does the stream leader's ``STREAM.MSG.GET`` (a replicated bucket's fallback), so NATS
+    cannot bound gets by key: reads are granted per bucket, listings and writes per key prefix."""
     stream = f"KV_{bucket}"
     grants.publish += [
         f"{API}.STREAM.MSG.GET.{stream}",
@@ -165,7 +164,8 @@ def grants_for(role: str, cluster: str, clusters: list[str] | None = None, parti
     identity = identity_name(role, cluster)
     grants = Grants(subscribe=[f"{inbox_prefix(identity)}.>"])
     if role == BOOTSTRAP:
-        grants.publish += [f"{API}.>"]
+        # The API, and each replicated data bucket's floor marker (topology.ensure_floor_marker).
+        grants.publish += [f"{API}.>", *(f"$KV.{bucket}.{FLOOR_KEY}" for bucket in CHECKED_BUCKETS)]
         return grants
     if role == ADMIN:
         return Grants(publish=[">"], subscribe=[">"])

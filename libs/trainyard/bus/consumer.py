@@ -24,7 +24,7 @@ from nats.aio.msg import Msg
 from nats.errors import ConnectionClosedError, TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
 
-from trainyard.bus import subjects
+from trainyard.bus import readfloor, subjects
 from trainyard.bus.envelopes import DEAD_LETTER_DATA_MAX, DeadLetter
 from trainyard.bus.publisher import Publisher
 from trainyard.bus.topology import ConsumerSpec, ensure_consumer, retire_consumers
@@ -293,6 +293,8 @@ class Consumer:
             stream_sequence=meta.sequence.stream,
             consumer=self._spec.durable,
         )
+        # The publisher's read floors: what it wrote before publishing is read back here.
+        readfloor.merge_header(self._js._nc, delivery.headers.get(readfloor.HEADER))
         started = time.perf_counter()
         self._started[id(msg)] = time.monotonic()
         try:

@@ -32,9 +32,10 @@ from nats.js.errors import (APIError, KeyDeletedError, KeyNotFoundError, KeyWron
 from nats.js.kv import KeyValue
 from pydantic import BaseModel, ConfigDict, Field
 
+from trainyard.bus import readfloor
 from trainyard.bus.envelopes import ObjectRef
 from trainyard.bus.subjects import ObjectKey, encode_token, kv_key, kv_prefix
-from trainyard.bus.topology import APPLIED_BUCKET, OUTCOMES_BUCKET, SNAPSHOTS_BUCKET
+from trainyard.bus.topology import APPLIED_BUCKET, CHECKED_BUCKETS, FLOOR_KEY, OUTCOMES_BUCKET, SNAPSHOTS_BUCKET
 from trainyard.errortext import describe
 from trainyard.telemetry import metrics
 
@@ -124,6 +125,12 @@ async def _put(kv: KeyValue, key: str, value: bytes, revision: int | None, ttl: 
     try:
         return await requests.put_if(key, value, 0, ttl)
     except KeyWrongLastSequenceError:
+        if await requests.checked():
+            # A copy might not hold the entry the stream leader just refused the create for.
+            _, revision, marker = await _leader_entry(kv, key)
+            if marker and revision is not None:
+                return await requests.put_if(key, value, revision, ttl)
+            raise
         try:
             await kv._get(key)  # a live entry: the create fails; a marker: raises KeyDeletedError
         except KeyDeletedError as deleted:
@@ -131,11 +138,27 @@ async def _put(kv: KeyValue, key: str, value: bytes, revision: int | None, ttl: 
         raise
 
 
+async def _leader_entry(kv: KeyValue, key: str) -> tuple[bytes | None, int | None, bool]:
+    """The key's last entry read on the stream leader (``STREAM.MSG.GET``): value, revision and
+    whether it is a delete or purge marker; (None, None, False) when the key has none."""
+    try:
+        msg = await kv._js.get_msg(kv._stream, subject=f"{kv._pre}{key}", direct=False)
+    except (NotFoundError, KeyNotFoundError):
+        return None, None, False
+    marker = (msg.headers or {}).get("KV-Operation") in ("DEL", "PURGE")
+    return (None if marker else msg.data), msg.seq, marker
+
+
 async def _remove(kv: KeyValue, key: str, ttl: float) -> None:
     """Removes an entry; the marker the removal leaves expires after ``ttl`` seconds."""
     _count(kv, "delete")
     try:
-        await kv.purge(key, msg_ttl=ttl)
+        # What ``KeyValue.purge`` sends, published here for its acknowledgement: the marker's
+        # sequence is a read floor (reads must not show the entry again).
+        ack = await kv._js.publish(f"{kv._pre}{key}", headers={"KV-Operation": "PURGE", "Nats-Rollup": "sub"},
+                                   msg_ttl=ttl)
+        if await BucketRequests.of(kv).checked():
+            readfloor.raise_floor(kv._js._nc, kv._name, ack.seq)
         return
     except (KeyNotFoundError, NotFoundError):
         return
@@ -326,6 +349,18 @@ class BucketRequests:
         # token -> (entries found: key -> (value, revision), done, kind of request)
         self._pending: dict[str, tuple[dict[str, tuple[bytes, int]], asyncio.Future[Any], int]] = {}
         self._subscribing = asyncio.Lock()
+        # Whether reads are checked against the read floor (a replicated data bucket); learned
+        # from the stream's config on first use.
+        self._checked: bool | None = None if kv._name in CHECKED_BUCKETS else False
+        self._floor_subject = self._key_prefix + FLOOR_KEY
+
+    async def checked(self) -> bool:
+        """True for a replicated snapshot, applied-plan or outcome bucket: its reads are
+        batched direct gets checked against the read floor (trainyard.bus.readfloor)."""
+        if self._checked is None:
+            info = await self._kv._js.stream_info(f"KV_{self._kv._name}")
+            self._checked = (info.config.num_replicas or 1) > 1
+        return self._checked
 
     async def _ensure_subscribed(self) -> None:
         if self._inbox:
@@ -346,7 +381,8 @@ class BucketRequests:
         status = headers.get("Status")
         if status:
             if status in ("204", "404") and kind != _WRITE:
-                done.set_result(None)
+                # The end of a batch names the answering copy's last sequence (0: none named).
+                done.set_result(int(headers.get("Nats-UpTo-Sequence") or 0))
             else:
                 done.set_exception(BucketRequestError(f"status {status} {headers.get('Description', '')}".strip()))
             return
@@ -378,26 +414,67 @@ class BucketRequests:
 
     async def last(self, key: str) -> tuple[bytes | None, int | None]:
         """The key's value and revision, or (None, None) when absent, deleted or purged."""
-        try:
-            found, _ = await self._ask(f"{self._api}.{self._key_prefix}{key}", b"", _READ_ONE)
-        except asyncio.TimeoutError:
-            raise NatsTimeoutError from None
+        if await self.checked():
+            try:
+                found = await self._checked_read([key])
+            except BucketRequestError as err:
+                if "no end of batch" in str(err):
+                    raise NatsTimeoutError from None
+                raise
+        else:
+            try:
+                found, _ = await self._ask(f"{self._api}.{self._key_prefix}{key}", b"", _READ_ONE)
+            except asyncio.TimeoutError:
+                raise NatsTimeoutError from None
         entry = found.get(key)
         return (entry[0], entry[1]) if entry is not None else (None, None)
 
     async def last_values(self, keys: list[str]) -> dict[str, bytes]:
         """key -> stored value of the keys that exist (deleted and purged entries left out)."""
         _count(self._kv, "get_many")
-        request = json.dumps({"multi_last": [self._key_prefix + key for key in keys], "batch": len(keys)})
+        if await self.checked():
+            found = await self._checked_read(keys)
+        else:
+            found, _ = await self._batch(keys)
+        return {key: value for key, (value, _) in found.items()}
+
+    async def _batch(self, keys: list[str]) -> tuple[dict[str, tuple[bytes, int]], int]:
+        """One batched direct get of ``keys``: the entries found, and the answering copy's last
+        stream sequence (0 when it named none: no key had an entry)."""
+        subjects = [self._key_prefix + key for key in keys]
+        request = json.dumps({"multi_last": subjects, "batch": len(subjects)})
         try:
-            found, _ = await self._ask(self._api, request.encode(), _READ_BATCH)
+            return await self._ask(self._api, request.encode(), _READ_BATCH)
         except asyncio.TimeoutError:
             raise BucketRequestError(f"no end of batch within {self.TIMEOUT_S:.0f} s") from None
         except BucketRequestError:
             raise
         except Exception as err:  # not connected, subscription refused
             raise BucketRequestError(str(err) or type(err).__name__) from err
-        return {key: value for key, (value, _) in found.items()}
+
+    async def _checked_read(self, keys: list[str]) -> dict[str, tuple[bytes, int]]:
+        """``keys`` read on a replicated bucket without missing a write the process knows of.
+
+        One batched direct get, whichever copy answers, with the bucket's floor marker among the
+        keys (an entry that always exists, so the answer always ends with the copy's last
+        sequence). A copy whose last sequence is at least the read floor has every write the
+        reader depends on; one that lags (rare: a copy applies within milliseconds) is passed
+        over and the keys are read on the stream leader, concurrently (one round trip of time).
+        """
+        nc = self._nc
+        bucket = self._kv._name
+        needed = readfloor.floor(nc, bucket)
+        found, copy_last = await self._batch([FLOOR_KEY, *keys])
+        found.pop(FLOOR_KEY, None)
+        if copy_last < needed:
+            _count(self._kv, "get_leader")
+            entries = await asyncio.gather(*(_leader_entry(self._kv, key) for key in keys))
+            found = {key: (value, revision) for key, (value, revision, _) in zip(keys, entries)
+                     if value is not None and revision is not None}
+        if found:
+            # Monotonic reads: a later read never shows an older version of what this one saw.
+            readfloor.raise_floor(nc, bucket, max(revision for _, revision in found.values()))
+        return found
 
     async def put_if(self, key: str, value: bytes, last: int, ttl: float | None) -> int:
         """Writes ``value`` if the key's last revision is ``last`` (0: the key has none);
@@ -421,7 +498,10 @@ class BucketRequests:
                 if err.err_code in (10071, 10164):  # wrong last sequence (nats-py maps the same codes)
                     raise KeyWrongLastSequenceError(description=err.description) from None
                 raise
-        return int(ack["seq"])
+        sequence = int(ack["seq"])
+        if await self.checked():
+            readfloor.raise_floor(self._nc, self._kv._name, sequence)
+        return sequence
 
 
 def _expire(done: asyncio.Future[None]) -> None:
@@ -581,7 +661,9 @@ class OutcomeStore:
 
     async def set(self, key: str, outcome: Outcome) -> None:
         _count(self._kv, "put")
-        await self._kv.put(key, outcome.model_dump_json(by_alias=True).encode())
+        revision = await self._kv.put(key, outcome.model_dump_json(by_alias=True).encode())
+        if await BucketRequests.of(self._kv).checked():
+            readfloor.raise_floor(self._kv._js._nc, self._kv._name, revision)
 
     async def clear(self, key: str, stage: str) -> None:
         current = await self.get(key)

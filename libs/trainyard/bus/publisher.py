@@ -15,6 +15,7 @@ from opentelemetry import context as otel_context
 from nats.js import JetStreamContext
 from nats.js.api import PubAck
 
+from trainyard.bus import readfloor
 from trainyard.bus.envelopes import Envelope, encode
 from trainyard.bus.tracing import inject_headers, publish_span
 from trainyard.telemetry import metrics
@@ -53,7 +54,13 @@ class Publisher:
         self._timeout_s = timeout_s
 
     def _headers(self, msg_id: str) -> dict[str, str]:
-        return inject_headers({MSG_ID_HEADER: msg_id})
+        headers = {MSG_ID_HEADER: msg_id}
+        # What this process knows was written to the replicated buckets: whoever handles the
+        # message reads at least that far (trainyard.bus.readfloor; none on a single-copy bus).
+        floors = readfloor.header_value(self._js._nc)
+        if floors:
+            headers[readfloor.HEADER] = floors
+        return inject_headers(headers)
 
     async def publish(self, subject: str, envelope: Envelope, msg_id: str) -> PubAck:
         """Publishes one envelope and waits for the stream's acknowledgement."""

@@ -71,6 +71,12 @@ def replicas_setting(env: dict[str, str] | None = None) -> int:
     return replicas
 
 
+def replicas_for_nodes(nodes: int) -> int:
+    """The copies a NATS cluster of ``nodes`` nodes gets (``trainyard up --nats-cluster``,
+    bench/e2e.py): 3, or every node of a smaller one."""
+    return min(nodes, 3)
+
+
 def stream_configs(storage: StorageType = StorageType.FILE, replicas: int | None = None) -> list[StreamConfig]:
     """The five streams of the bus contract (docs/bus.md), each with ``replicas`` copies
     (default: :func:`replicas_setting`)."""
@@ -128,14 +134,22 @@ def stream_configs(storage: StorageType = StorageType.FILE, replicas: int | None
     ]
 
 
+# The buckets whose reads must see every write the reader depends on. Replicated, any copy may
+# answer a direct get, possibly one that has not stored a write just acknowledged, so their reads
+# are batched direct gets checked against the reader's floor (trainyard.bus.readfloor); the key
+# FLOOR_KEY (one token: no listing's filter matches it) always exists in them so that every
+# answer names the answering copy's last sequence.
+CHECKED_BUCKETS = (SNAPSHOTS_BUCKET, APPLIED_BUCKET, OUTCOMES_BUCKET)
+FLOOR_KEY = "trainyard-read-floor"
+
+
 def bucket_configs(storage: StorageType = StorageType.FILE, replicas: int | None = None) -> list[KeyValueConfig]:
-    """The three buckets. With one copy they allow direct gets: a read is then answered from the
-    stream's store without the JSON API (cheaper for both ends) and several keys can be read
-    with one request (``SnapshotStore.get_many``). With several copies any replica may answer a
-    direct get, possibly one that lags behind a write just acknowledged, so replicated buckets
-    keep reads on the stream leader (``STREAM.MSG.GET``)."""
+    """The buckets, allowing direct gets (``ty_slots`` only with one copy): a read is answered
+    from the stream's store without the JSON API (cheaper for both ends) and several keys can be
+    read with one request (``SnapshotStore.get_many``). With several copies, reads of the three
+    data buckets are checked against the reader's floor (docs/bus.md, "Reads")."""
     replicas = replicas or replicas_setting()
-    direct = replicas == 1
+    direct = True
     return [
         KeyValueConfig(bucket=SNAPSHOTS_BUCKET, history=1, storage=storage, replicas=replicas, direct=direct,
                        description="latest snapshot of every watched object"),
@@ -151,7 +165,9 @@ def bucket_configs(storage: StorageType = StorageType.FILE, replicas: int | None
                        ttl=LEASE_TTL_S, description="replica heartbeats of the partitioned roles"),
         KeyValueConfig(bucket=LEASES_BUCKET, history=1, storage=storage, replicas=replicas, direct=True,
                        description="partition leases: held while the holder's heartbeat lives"),
-        KeyValueConfig(bucket=SLOTS_BUCKET, history=1, storage=storage, replicas=replicas, direct=direct,
+        # Replicated, read on the stream leader (``STREAM.MSG.GET``, unchecked direct gets could
+        # be stale): few reads, one per placement.
+        KeyValueConfig(bucket=SLOTS_BUCKET, history=1, storage=storage, replicas=replicas, direct=replicas == 1,
                        description="worker slots held by delegated TrainJobs (compare-and-set)"),
     ]
 
@@ -228,10 +244,24 @@ async def ensure_buckets(js: JetStreamContext, storage: StorageType = StorageTyp
             await js.create_key_value(config)
             continue
         if bool(kv._direct) != bool(config.direct):
-            # A bucket of an earlier release (or replicated since): direct gets on or off.
+            # A bucket of an earlier release (replicated ones had no direct gets): turn them on.
             stream = (await js.stream_info(f"KV_{config.bucket}")).config
             stream.allow_direct = config.direct
             await js.update_stream(stream)
+    if replicas_setting() > 1:
+        for bucket in CHECKED_BUCKETS:
+            await ensure_floor_marker(js, bucket)
+
+
+async def ensure_floor_marker(js: JetStreamContext, bucket: str) -> None:
+    """Writes the bucket's FLOOR_KEY entry unless it exists (a create: safe from any number of
+    replicas). Without it a read of keys that all lack entries cannot be checked and goes to
+    the stream leader."""
+    ack = await js._nc.request(f"$KV.{bucket}.{FLOOR_KEY}", b"every read of a replicated bucket names it (docs/bus.md)",
+                               timeout=5.0, headers={"Nats-Expected-Last-Subject-Sequence": "0"})
+    answer = ack.data.decode(errors="replace")
+    if '"error"' in answer and "wrong last sequence" not in answer.lower():
+        raise BadRequestError(description=f"{bucket}: writing {FLOOR_KEY}: {answer}")
 
 
 async def ensure_topology(js: JetStreamContext, storage: StorageType = StorageType.FILE) -> None:

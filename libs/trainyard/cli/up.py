@@ -144,9 +144,9 @@ def run(args: argparse.Namespace) -> int:
         say(f"Logs in {stack.layout.logs_dir}. Stop with Ctrl-C or `trainyard down --data-dir {stack.layout.root}`.")
 
     if args.nats_cluster > 1:
-        from trainyard.bus.topology import REPLICAS_ENV
+        from trainyard.bus.topology import REPLICAS_ENV, replicas_for_nodes
 
-        os.environ.setdefault(REPLICAS_ENV, str(min(args.nats_cluster, 3)))  # inherited by the services
+        os.environ.setdefault(REPLICAS_ENV, str(replicas_for_nodes(args.nats_cluster)))  # inherited by the services
     if args.otlp_endpoint:
         os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = args.otlp_endpoint  # inherited by every child
     resuming = (config.data_dir / "stack.json").is_file()

@@ -139,6 +139,15 @@ def trainyard_argv(*args: str) -> list[str]:
     return [sys.executable, "-m", "trainyard.cli.main", *args]
 
 
+def nats_route_args(index: int, route_ports: list[int]) -> list[str]:
+    """nats-server flags that make node ``index`` (1-based) of a local JetStream cluster listen
+    for routes on ``route_ports[index - 1]`` and route to every other node, over loopback without
+    authentication (``trainyard up --nats-cluster`` without bus security; bench/e2e.py)."""
+    routes = [f"nats://{LOOPBACK}:{port}" for i, port in enumerate(route_ports, 1) if i != index]
+    return ["--cluster_name", "trainyard", "--cluster", f"nats://{LOOPBACK}:{route_ports[index - 1]}",
+            "--routes", ",".join(routes)]
+
+
 class Stack:
     def __init__(self, config: StackConfig, say: Say) -> None:
         self.config = config
@@ -335,9 +344,7 @@ class Stack:
         if self.bus_security is not None:  # TLS, NKey users, least privilege (flags above override ports)
             argv[1:1] = ["--config", str(self.bus_security.server_config)]
         if self.config.nats_cluster > 1:
-            routes = [f"nats://{LOOPBACK}:{port}" for i, port in enumerate(self.nats_route_ports, 1) if i != index]
-            argv += ["--cluster_name", "trainyard", "--cluster", f"nats://{LOOPBACK}:{self.nats_route_ports[index - 1]}",
-                     "--routes", ",".join(routes)]
+            argv += nats_route_args(index, self.nats_route_ports)
         return argv
 
 

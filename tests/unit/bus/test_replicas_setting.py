@@ -17,6 +17,8 @@ def test_the_setting_reaches_every_stream_and_bucket(monkeypatch: pytest.MonkeyP
     streams, buckets = topology.stream_configs(), topology.bucket_configs()
     assert len(streams) == 5 and {c.num_replicas for c in streams} == {3}
     assert len(buckets) == 6 and {b.replicas for b in buckets} == {3}
+    # Reads are checked direct gets (docs/bus.md, "Reads"); worker slots are read on the leader.
+    assert {b.bucket for b in buckets if not b.direct} == {topology.SLOTS_BUCKET}
     assert {c.num_replicas for c in topology.stream_configs(replicas=5)} == {5}
 
 

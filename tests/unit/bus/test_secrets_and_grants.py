@@ -68,7 +68,9 @@ def test_grants_follow_the_code() -> None:
     assert not any(s.startswith("$KV.ty_leases.") and not s.startswith("$KV.ty_leases.applier.c1.") for s in applier)
     assert not any("applier_c2" in s or ".c2." in s for s in applier)
     assert not any(s.startswith("$JS.API.STREAM.CREATE") or s == "$JS.API.>" for s in applier)
-    assert grants_for("bootstrap", "c1").as_config()["publish"]["allow"] == ["$JS.API.>"]
+    assert grants_for("bootstrap", "c1").as_config()["publish"]["allow"] == [  # the API, the floor markers
+        "$JS.API.>", "$KV.ty_applied.trainyard-read-floor", "$KV.ty_objects.trainyard-read-floor",
+        "$KV.ty_outcomes.trainyard-read-floor"]
     names = {identity_name(role, cluster) for role, cluster in identities(["m", "w1"])}
     assert names == {"bootstrap", "admin", "dispatcher", "dashboard", *(f"{r}-{c}" for r in
                      ("watcher", "planner", "applier", "status") for c in ("m", "w1"))}
