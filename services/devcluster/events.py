@@ -3,8 +3,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from .registry import ResourceType
-
 # (core v1 field, events.k8s.io/v1 field)
 _RENAMED = (
     ("involvedObject", "regarding"),
@@ -43,6 +41,3 @@ def events_v1_to_core(obj: dict[str, Any]) -> dict[str, Any]:
         converted["apiVersion"] = obj["apiVersion"]
     return converted
 
-
-def is_events_v1(rt: ResourceType) -> bool:
-    return rt.group == "events.k8s.io" and rt.resource == "events"

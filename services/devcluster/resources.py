@@ -22,10 +22,9 @@ from .apiserver.bodies import check_body, check_identity, place_namespace
 from .apiserver.deletion import Deletion, stored_or_404
 from .apiserver.guaranteed import guaranteed_update
 from .apiserver.options import WriteOptions
-from .apiserver.strategies import Strategies, initial_status, invalid
+from .apiserver.strategies import Strategies, StoredAs, initial_status, invalid
 from .clock import now_rfc3339
 from .errors import ApiError, field_cause
-from .events import core_to_events_v1, events_v1_to_core, is_events_v1
 from .registry import Registry, ResourceType
 from .storage import Store, StoredObject, dumps
 
@@ -93,12 +92,13 @@ class Api:
         return stored.raw
 
     def _needs_view(self, rt: ResourceType) -> bool:
-        return (not rt.builtin and len(rt.served_versions) > 1) or is_events_v1(rt)
+        return (not rt.builtin and len(rt.served_versions) > 1) or self.strategies.stored_as(rt) is not None
 
     def _view(self, rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
         """The stored object as the requested version (CR versions share one schema: no conversion)."""
-        if is_events_v1(rt):
-            return core_to_events_v1(obj) if obj.get("apiVersion") == "v1" else obj
+        stored_as = self.strategies.stored_as(rt)
+        if stored_as is not None:
+            return stored_as.from_stored(obj) if obj.get("apiVersion") == stored_as.api_version else obj
         if obj.get("apiVersion") != rt.api_version:
             obj["apiVersion"] = rt.api_version
         return obj
@@ -121,19 +121,22 @@ class Api:
 
     # ------------------------------------------------------------------ create
 
-    def _core_events(self) -> ResourceType:
-        core = self.registry.lookup("", "v1", "events")
-        assert core is not None
-        return core
+    def _stored_type(self, stored_as: StoredAs) -> ResourceType:
+        """The type the objects of a type stored as another are written through."""
+        found = self.registry.lookup(stored_as.group, stored_as.version, stored_as.resource)
+        assert found is not None, "a type is stored as a served type"
+        return found
 
     async def create(self, rt: ResourceType, namespace: str | None, body: Any, opts: WriteOptions,
                      managed_fields: list[dict[str, Any]] | None = None, pruned: bool = False) -> dict[str, Any]:
         """``pruned``: a custom resource's body holds no field its schema does not know (an apply
         configuration pruned by ``_prune_config``), so schema processing does not prune it again."""
-        if is_events_v1(rt):
+        stored_as = self.strategies.stored_as(rt)
+        if stored_as is not None:
             check_body(rt, body)
-            created = await self.create(self._core_events(), namespace, events_v1_to_core(body), opts, managed_fields)
-            return core_to_events_v1(created)
+            created = await self.create(self._stored_type(stored_as), namespace, stored_as.to_stored(body), opts,
+                                        managed_fields)
+            return stored_as.from_stored(created)
         obj = check_body(rt, body)
         meta = _meta(obj)
         place_namespace(rt, namespace, meta)
@@ -196,16 +199,16 @@ class Api:
         meta = body.get("metadata") if isinstance(body, dict) else None
         if isinstance(meta, dict) and meta.get("resourceVersion"):
             return await self._update_once(rt, namespace, name, body, opts)
-        target = self._core_events() if is_events_v1(rt) else rt
-        return await guaranteed_update((target.storage_key, namespace or "", name),
+        return await guaranteed_update((rt.storage_key, namespace or "", name),
                                        lambda: self._update_once(rt, namespace, name, copy.deepcopy(body), opts), opts)
 
     async def _update_once(self, rt: ResourceType, namespace: str | None, name: str, body: Any, opts: WriteOptions
                            ) -> dict[str, Any]:
-        if is_events_v1(rt):
+        stored_as = self.strategies.stored_as(rt)
+        if stored_as is not None:
             check_body(rt, body)
-            return core_to_events_v1(await self._update_once(self._core_events(), namespace, name,
-                                                             events_v1_to_core(body), opts))
+            return stored_as.from_stored(await self._update_once(self._stored_type(stored_as), namespace, name,
+                                                                 stored_as.to_stored(body), opts))
         obj = check_body(rt, body)
         old = self._stored(rt, namespace, name).load()
         meta = _meta(obj)
@@ -225,15 +228,15 @@ class Api:
         """PATCH and server-side apply: computed on the stored object and, when another write
         commits first, computed again on the new one (a resourceVersion in the patch then answers
         409), as kube-apiserver's GuaranteedUpdate."""
-        target = self._core_events() if is_events_v1(rt) else rt
-        return await guaranteed_update((target.storage_key, namespace or "", name),
+        return await guaranteed_update((rt.storage_key, namespace or "", name),
                                        lambda: self._patch_once(rt, namespace, name, patch_type, body, opts), opts)
 
     async def _patch_once(self, rt: ResourceType, namespace: str | None, name: str, patch_type: str, body: bytes,
                           opts: WriteOptions) -> tuple[int, dict[str, Any]]:
         stored = self.store.get(rt.storage_key, namespace or "", name)
-        if is_events_v1(rt):
-            return await self._patch_events_v1(rt, namespace, name, patch_type, body, opts)
+        stored_as = self.strategies.stored_as(rt)
+        if stored_as is not None:
+            return await self._patch_stored_as(rt, stored_as, namespace, name, patch_type, body, opts)
         if patch_type == "apply":
             return await self._apply(rt, namespace, name, stored, body, opts)
         if stored is None:
@@ -254,26 +257,27 @@ class Api:
         patched["apiVersion"] = rt.api_version
         return 200, await self._update_from(rt, old, patched, opts)
 
-    async def _patch_events_v1(self, rt: ResourceType, namespace: str | None, name: str, patch_type: str,
-                               body: bytes, opts: WriteOptions) -> tuple[int, dict[str, Any]]:
-        """Patch an events.k8s.io/v1 view: patch the converted object, store it as a core Event."""
-        core = self._core_events()
+    async def _patch_stored_as(self, rt: ResourceType, stored_as: StoredAs, namespace: str | None, name: str,
+                               patch_type: str, body: bytes, opts: WriteOptions) -> tuple[int, dict[str, Any]]:
+        """Patch a type stored as another (an events.k8s.io/v1 Event): patch the converted
+        object, store it as the other type (a core Event)."""
+        core = self._stored_type(stored_as)
         if patch_type == "apply":
-            config = events_v1_to_core(machinery.parse_apply_body(body))
+            config = stored_as.to_stored(machinery.parse_apply_body(body))
             code, obj = await self._apply(core, namespace, name, self.store.get(core.storage_key, namespace or "", name),
                                           dumps(config), opts)
-            return code, core_to_events_v1(obj)
-        view = core_to_events_v1(self._stored(rt, namespace, name).load())
+            return code, stored_as.from_stored(obj)
+        view = stored_as.from_stored(self._stored(rt, namespace, name).load())
         patched = machinery.apply_patch(rt, patch_type, view, body)
         if not isinstance(patched, dict):
             raise errors.bad_request("the patch result is not a JSON object")
         old = self._stored(core, namespace, name).load()
-        new = check_body(core, events_v1_to_core(patched))
+        new = check_body(core, stored_as.to_stored(patched))
         check_identity(core, namespace, name, new["metadata"])
         rv = new["metadata"].get("resourceVersion")
         if rv and rv != old["metadata"].get("resourceVersion"):
             raise errors.conflict(rt.qualified_resource, name, rt.group, rt.resource)
-        return 200, core_to_events_v1(await self._update_from(core, old, new, opts))
+        return 200, stored_as.from_stored(await self._update_from(core, old, new, opts))
 
     async def _apply(self, rt: ResourceType, namespace: str | None, name: str, stored: StoredObject | None,
                      body: bytes, opts: WriteOptions) -> tuple[int, dict[str, Any]]:

@@ -13,7 +13,6 @@ import logging
 from typing import Any, Callable, Protocol
 
 from ..errors import ApiError
-from ..events import is_events_v1
 from ..registry import Registry, ResourceType
 from ..storage import StaleWrite, Store
 from .options import WriteOptions
@@ -165,7 +164,7 @@ class NamespaceController:
         ns_type = self.registry.lookup("", "v1", "namespaces")
         assert ns_type is not None
         for rt in list(self.registry.all()):
-            if not rt.namespaced or is_events_v1(rt):
+            if not rt.namespaced or rt.storage_key != (rt.group, rt.resource):  # another type's objects
                 continue
             for (ns, name), stored in self.store.list(rt.storage_key, namespace):
                 if stored.load()["metadata"].get("deletionTimestamp"):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import base64
 import json
-from typing import Any
+from typing import Any, Callable
 
 from trainyard.apimachinery import openapi_definitions
 from trainyard.apimachinery.admission_policy import set_defaults as set_policy_defaults
@@ -27,6 +27,7 @@ from ..builtin_fields import (hpa_causes, job_update_causes, pdb_causes, role_re
                               workload_selector_causes)
 from ..clock import now_rfc3339
 from ..errors import field_cause
+from ..events import core_to_events_v1, events_v1_to_core
 from ..registry import Registry, ResourceType
 from ..storage import Store
 
@@ -371,8 +372,26 @@ def crd_status(obj: dict[str, Any]) -> None:
     }
 
 
+class StoredAs:
+    """A served type whose objects are another type's, converted on the way in and out, as
+    kube-apiserver's scheme converts between versions: events.k8s.io/v1 Events are core v1
+    Events (renamed fields), read, written, patched and applied as such."""
+
+    def __init__(self, group: str, version: str, resource: str,
+                 to_stored: Callable[[dict[str, Any]], dict[str, Any]],
+                 from_stored: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+        self.group, self.version, self.resource = group, version, resource
+        self.to_stored = to_stored
+        self.from_stored = from_stored
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+
 class Strategies:
-    """The registry of strategies, by storage key (group, resource)."""
+    """The registry of strategies, by storage key (group, resource), and of the served types
+    stored as another (``stored_as``), by their own (group, resource)."""
 
     def __init__(self, registry: Registry, store: Store) -> None:
         self.plain = Strategy()
@@ -401,8 +420,16 @@ class Strategies:
                 PolicyStrategy("ValidatingAdmissionPolicyBinding"),
         }
 
+        self._stored_as: dict[tuple[str, str], StoredAs] = {
+            ("events.k8s.io", "events"): StoredAs("", "v1", "events", events_v1_to_core, core_to_events_v1),
+        }
+
     def of(self, rt: ResourceType) -> Strategy:
         return self._by_key.get(rt.storage_key, self.plain)
+
+    def stored_as(self, rt: ResourceType) -> StoredAs | None:
+        """The type ``rt``'s objects are stored as, with the conversions; None: its own."""
+        return self._stored_as.get((rt.group, rt.resource))
 
 
 def initial_status(strategies: Strategies, rt: ResourceType, obj: dict[str, Any]) -> None:

@@ -138,3 +138,31 @@ def test_a_local_access_review_is_bound_to_its_namespace(client, spec, expected)
     body["spec"] = {"user": "u", "resourceAttributes": {"verb": "get", "resource": "pods"}}
     answer = client.post(LOCAL_REVIEW, json=body)
     assert answer.status_code == 201 and answer.json()["status"]["allowed"] is False, answer.text
+
+
+EVENTS_V1 = "/apis/events.k8s.io/v1/namespaces/default/events"
+
+
+def test_events_v1_are_core_events_converted_both_ways(client):
+    """events.k8s.io/v1 Events are stored as core v1 Events (a type stored as another,
+    Strategies.stored_as), as kube-apiserver serves both from one storage: note <-> message,
+    regarding <-> involvedObject (k8s.io/api events/v1 and pkg/apis/events/v1 conversions). A
+    create, a PUT and a server-side apply through events.k8s.io/v1 are read back through both."""
+    body = {"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": meta("ev.1"), "reason": "Tested",
+            "note": "first", "type": "Normal", "eventTime": "2026-01-01T00:00:00.000000Z",
+            "reportingController": "tests", "reportingInstance": "tests-1", "action": "Test",
+            "regarding": {"kind": "Pod", "name": "p", "namespace": "default"}}
+    created = client.post(EVENTS_V1, json=body)
+    assert created.status_code == 201, created.text
+    assert created.json()["note"] == "first" and "message" not in created.json()
+    core = client.get("/api/v1/namespaces/default/events/ev.1").json()
+    assert core["message"] == "first" and core["involvedObject"]["name"] == "p" and "note" not in core
+    updated = dict(created.json(), note="second")
+    answer = client.put(f"{EVENTS_V1}/ev.1", json=updated)
+    assert answer.status_code == 200 and answer.json()["note"] == "second", answer.text
+    applied = client.patch(f"{EVENTS_V1}/ev.1", params={"fieldManager": "tests", "force": "true"},
+                           headers={"Content-Type": "application/apply-patch+yaml"},
+                           json={"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": meta("ev.1"),
+                                 "note": "third"})
+    assert applied.status_code == 200 and applied.json()["note"] == "third", applied.text
+    assert client.get("/api/v1/namespaces/default/events/ev.1").json()["message"] == "third"
