@@ -20,7 +20,9 @@ replicas of those services; ``--table planner,applier`` runs the sustained (and 
 per TrainJob of each service, KV round trips and NATS messages per TrainJob, the busiest
 process, and the target (CPU per TrainJob of each service at 4 replicas <= 1.2x its 1-replica
 figure). Before the sustained run it waits until every replica holds its share of the bus
-partitions (docs/bus.md). ``--nats-cluster 3`` runs the bus on a local 3-node JetStream cluster
+partitions (docs/bus.md), then measures each process's idle CPU per second (``--idle``, 5 s) and
+prints per service the fixed part (idle ms/s x the run's seconds, per TrainJob) and the rest.
+``--nats-cluster 3`` runs the bus on a local 3-node JetStream cluster
 with 3 copies of every stream and bucket, as ``trainyard up --nats-cluster 3`` (and deploy/)
 does; nats-server's CPU and the messages per service are then summed over the nodes.
 
@@ -660,6 +662,24 @@ async def wait_balanced(url: str, replicas: dict[str, int], timeout_s: float = 6
         await nc.close()
 
 
+def same_service(process: str, service: str) -> bool:
+    """Whether ``process`` (a :func:`process_names` name) is a replica of ``service``."""
+    return process == service or process.startswith(f"{service}-") and process[len(service) + 1:].isdigit()
+
+
+async def idle_cpu(flat: dict[str, int], seconds: float) -> dict[str, float]:
+    """CPU ms per second of each process while no TrainJob flows."""
+    if seconds <= 0:
+        return {name: 0.0 for name in flat}
+    await asyncio.sleep(2.0)  # the warm-up's last events settle
+    before = {name: cpu_seconds(pid) for name, pid in flat.items()}
+    await asyncio.sleep(seconds)
+    idle = {name: 1000 * (cpu_seconds(pid) - before[name]) / seconds for name, pid in flat.items()}
+    print("idle CPU ms per second (no TrainJobs flowing, " + f"{seconds:.0f} s): " +
+          ", ".join(f"{name} {value:.1f}" for name, value in idle.items()), flush=True)
+    return idle
+
+
 def process_names(pids: dict[str, list[int]]) -> dict[str, int]:
     """One name per process: ``planner`` or ``planner-2`` when there are replicas."""
     out = {}
@@ -705,9 +725,13 @@ async def bench(stack: Stack, args) -> dict:
         counters = Counters(client, stack.ports, stack.monitor_ports)
         creators = Generators(cluster, "create", "bench-sustained", names, args.generators, args.concurrency)
         await creators.start()
+        flat = process_names(pids)
+        # Idle: the fixed work of every process per second (heartbeats, pulls, timers), measured
+        # before the run and charged separately from the work each TrainJob costs.
+        idle = await idle_cpu(flat, args.idle)
+        figures["idle"] = {name: sum(v for n, v in idle.items() if same_service(n, name)) for name in pids}
         before = await counters.snapshot()
         profiles = start_profiles(Path(args.profile), process_names(pids)) if args.profile else []
-        flat = process_names(pids)
         cpu_before = {name: cpu_seconds(pid) for name, pid in flat.items()}
         load_before = loadavg()
         start = time.perf_counter()
@@ -724,8 +748,10 @@ async def bench(stack: Stack, args) -> dict:
         after = await counters.snapshot()
         cpu = {}
         for name, group in pids.items():
-            members = [n for n in flat if n == name or n.startswith(f"{name}-") and n[len(name) + 1:].isdigit()]
+            members = [n for n in flat if same_service(n, name)]
             cpu[name] = sum(cpu_each[m] for m in members) * 1000 / args.sustained
+        # What each TrainJob costs beyond the fixed per-second work (idle ms/s x the run's seconds).
+        figures["net"] = {name: max(cpu[name] - figures["idle"][name] * wall / args.sustained, 0.0) for name in pids}
 
         if args.skip_raw:
             await watch.stop()
@@ -769,6 +795,10 @@ async def _summary(args, figures: dict, cpu_each: dict, wall: float, created: fl
           ", ".join(f"{name} {value:.1f}" for name, value in cpu.items()))
     control = sum(v for k, v in cpu.items() if k != "devcluster")
     print(f"control plane (services + nats-server): {control:.1f} ms per TrainJob")
+    if args.idle > 0:
+        print(f"of which fixed (idle ms/s x {wall:.1f} s / {args.sustained}): " +
+              ", ".join(f"{name} {cpu[name] - figures['net'][name]:.1f}" for name in cpu) +
+              "; per TrainJob beyond it: " + ", ".join(f"{name} {figures['net'][name]:.1f}" for name in cpu))
     print("CPU % of one core during the sustained run: " +
           ", ".join(f"{name} {value:.0f}" for name, value in percent.items()) + f"; busiest: {busiest}")
     print("per TrainJob in the sustained run (counted after it settled):")
@@ -880,6 +910,9 @@ def main() -> int:
                              "(comma list)")
     parser.add_argument("--counts", default="1,2,4,8", help="with --table: the replica counts, comma list")
     parser.add_argument("--skip-raw", action="store_true", help="no raw devcluster SSA phase")
+    parser.add_argument("--idle", type=float, default=5.0, metavar="SECONDS",
+                        help="measure each process's idle CPU per second for this long before the sustained run "
+                             "(0: not measured)")
     parser.add_argument("--raw-only", action="store_true",
                         help="only the raw devcluster SSA phase (no nats-server, no services): --sustained JobSets, "
                              "--rounds times")
@@ -922,21 +955,26 @@ def print_table(services: list[str], rows: list[tuple[int, dict]], args) -> None
     print(f"replicas of {', '.join(services)} (sustained {args.sustained} TrainJobs, {args.generators} generators, "
           f"load average now {loadavg()}; CPU, KV and messages per TrainJob)")
     head = f"{'replicas':>8} {'TJ/s':>7} {'raw/s':>6} {'ctl ms':>7} "
-    head += " ".join(f"{s[:7] + ' ms':>10} {'KV':>5} {'msgs':>5}" for s in services)
+    head += " ".join(f"{s[:7] + ' ms':>10} {'net':>5} {'idle':>5} {'KV':>5} {'msgs':>5}" for s in services)
     print(head + "   busiest process (CPU %)")
+    print("  (ms: CPU ms per TrainJob; net: the same less the idle per-second work over the run; idle: CPU ms per "
+          "second of all replicas with no TrainJob flowing)")
     for count, fig in rows:
         control = sum(v for k, v in fig["cpu"].items() if k != "devcluster")
         top = sorted(fig["percent"].items(), key=lambda kv: -kv[1])[:3]
         raw = f"{fig['raw']:>6.1f}" if fig.get("raw") else f"{'-':>6}"
         line = f"{count:>8} {fig['sustained']:>7.1f} {raw} {control:>7.1f} "
-        line += " ".join(f"{fig['cpu'].get(s, 0):>10.2f} {fig['kv'].get(s, 0):>5.1f} {fig['msgs'].get(s, 0):>5.1f}"
-                         for s in services)
+        line += " ".join(f"{fig['cpu'].get(s, 0):>10.2f} {fig['net'].get(s, 0):>5.2f} {fig['idle'].get(s, 0):>5.1f} "
+                         f"{fig['kv'].get(s, 0):>5.1f} {fig['msgs'].get(s, 0):>5.1f}" for s in services)
         print(line + "   " + ", ".join(f"{n} {v:.0f}" for n, v in top))
     by_count = dict(rows)
     if 1 in by_count and 4 in by_count:
         ratios = {s: by_count[4]["cpu"].get(s, 0) / by_count[1]["cpu"][s] for s in services if by_count[1]["cpu"].get(s)}
         print("target: CPU per TrainJob at 4 replicas <= 1.2x at 1: " + ", ".join(
             f"{s} {r:.2f}x {'met' if r <= 1.2 else 'NOT met'}" for s, r in ratios.items()))
+        net = {s: by_count[4]["net"].get(s, 0) / by_count[1]["net"][s] for s in services if by_count[1]["net"].get(s)}
+        print("the same for the per-TrainJob work less the idle work: " + ", ".join(
+            f"{s} {r:.2f}x" for s, r in net.items()))
 
 
 if __name__ == "__main__":

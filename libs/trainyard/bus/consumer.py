@@ -1,7 +1,8 @@
 """Durable pull consumers: per-object serial, cross-object parallel, explicit ack.
 
-A fetched batch is split into lanes by object key (taken from the subject): one lane handles
-its messages strictly in order, different lanes run concurrently (bounded). A handler that
+What a consumer's long pull request delivers is split into lanes by object key (taken from the
+subject): one lane handles its messages strictly in order, different lanes run concurrently
+(bounded). A handler that
 returns acknowledges the message; one that raises gets the message redelivered with backoff
 (``nak`` with delay) until ``max_deliver``, after which — or at once for
 :class:`PermanentError` — the message is copied to the dead-letter stream with the error and
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import logging
 import time
 from collections import deque
@@ -33,6 +35,11 @@ from trainyard.errortext import describe
 from trainyard.telemetry import metrics
 
 log = logging.getLogger(__name__)
+
+# A pull request waits this long on the server for messages, and says it is alive this often
+# (docs/bus.md, "Pulling").
+PULL_EXPIRES_S = 30.0
+PULL_HEARTBEAT_S = 5.0
 
 
 class PermanentError(Exception):
@@ -88,7 +95,6 @@ class Consumer:
         key_of: Callable[[str], str] = subject_key,
         batch: int = 128,
         concurrency: int = 32,
-        fetch_timeout_s: float = 1.0,
         backlog_interval_s: float = 2.0,
         coalesce: bool = False,
         label: str | None = None,
@@ -101,12 +107,15 @@ class Consumer:
         self._key_of = key_of
         self._batch = batch
         self._slots = asyncio.Semaphore(concurrency)
-        self._fetch_timeout_s = fetch_timeout_s
         self._lanes: dict[str, _Lane] = {}
         self._pending = 0
-        self._idle = asyncio.Event()
-        self._idle.set()
         self._stopping = False
+        self._credit = 0  # messages the outstanding pull requests may still deliver
+        self._heard = time.monotonic()  # last message or heartbeat of a pull request
+        self._wake = asyncio.Event()
+        self._recreate_next = False
+        self._inbox = ""
+        self._next_subject = ""
         self._backlog_interval_s = backlog_interval_s
         self._started: dict[int, float] = {}  # id(msg) -> monotonic start of its handler
         # Metrics and spans carry ``label`` (a role's one name, e.g. planner_<cluster>, for all its
@@ -133,44 +142,128 @@ class Consumer:
         return self._spec.durable
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Fetches and handles messages until ``stop`` is set, then drains (see :meth:`drain`)."""
-        sub = await self._subscribe(stop)
-        if sub is None:
+        """Pulls and handles messages until ``stop`` is set, then drains (see :meth:`drain`).
+
+        One long-lived pull instead of a fetch a second: a request for ``batch`` messages that
+        waits ``PULL_EXPIRES_S`` on the server, with an idle heartbeat every
+        ``PULL_HEARTBEAT_S``; the next request goes out when half of the outstanding credit has
+        arrived. An idle consumer costs one request per ``PULL_EXPIRES_S`` and a heartbeat per
+        ``PULL_HEARTBEAT_S`` (a 1-s fetch cost two requests and two status replies a second).
+        """
+        if not await self._bind(stop):
             return
+        nc = self._js._nc
+        self._inbox = nc.new_inbox()
+        self._next_subject = f"{self._js._prefix}.CONSUMER.MSG.NEXT.{self._spec.stream}.{self._spec.durable}"
+        sub = await nc.subscribe(self._inbox, cb=self._arrived)
         backlog = asyncio.create_task(self._watch_backlog(stop))
+        stopped = asyncio.ensure_future(stop.wait())
+        stopped.add_done_callback(lambda _: self._wake.set())
+        reconnects = nc.stats.get("reconnects", 0)
         try:
             while not stop.is_set():
-                if self._pending >= self._batch * 2:
-                    # Back-pressure: let the lanes catch up before fetching more.
-                    await self._wait_below(self._batch)
-                    continue
-                try:
-                    msgs = await sub.fetch(self._batch, timeout=self._fetch_timeout_s)
-                except asyncio.TimeoutError:
-                    # Nothing to fetch: nats-py says so with its TimeoutError, and a batch fetch
-                    # whose time ran out before its waiting request also with a bare one (no
-                    # text: the "fetch from ... failed: " warnings with nothing after them).
-                    continue
-                except (ConnectionClosedError, asyncio.CancelledError):
-                    raise
-                except Exception as err:  # disconnected, server restarting, consumer gone
-                    log.warning("fetch from %s failed: %s", self.name, describe(err))
-                    await _sleep_or_stop(stop, 0.5)
+                now = time.monotonic()
+                lapsed = self._credit > 0 and now - self._heard > min(PULL_HEARTBEAT_S, PULL_EXPIRES_S / 2) * 2 + 1
+                if nc.stats.get("reconnects", 0) != reconnects or lapsed or self._recreate_next:
+                    # A server that restarted (or a consumer re-created) forgot the request:
+                    # its heartbeats stop. Make sure the consumer exists and ask again.
+                    refused, self._recreate_next = self._recreate_next, False
+                    reconnects = nc.stats.get("reconnects", 0)
+                    self._credit = 0
+                    self._heard = now
+                    await self._recreate(stop)
+                    if refused:  # not again at once, whatever made the server refuse it
+                        await _sleep_or_stop(stop, 0.5)
+                        continue
+                if self._credit <= self._batch // 2 and self._pending < self._batch * 2:
                     try:
-                        await ensure_consumer(self._js, self._spec)
-                    except Exception:
-                        pass
-                    continue
-                for msg in msgs:
-                    self._enqueue(msg)
+                        await self._request(nc)
+                    except (ConnectionClosedError, asyncio.CancelledError):
+                        raise
+                    except Exception as err:  # disconnected: nats-py reconnects, we ask again
+                        log.warning("pull from %s failed: %s", self.name, describe(err))
+                        await _sleep_or_stop(stop, 0.5)
+                        continue
+                self._wake.clear()
+                try:
+                    # Woken when half the credit has arrived, a request ended, a handler freed
+                    # room under back-pressure, or at stop; the timeout only checks liveness.
+                    await asyncio.wait_for(self._wake.wait(), timeout=1.0)
+                except asyncio.TimeoutError:
+                    pass
         finally:
+            stopped.cancel()
             backlog.cancel()
-            await asyncio.gather(backlog, return_exceptions=True)
-            await self.drain()
+            await asyncio.gather(backlog, stopped, return_exceptions=True)
+            self._stopping = True
+            # Hand-over: the server forgets our pending request once it sees our interest gone
+            # (it checks the reply subject's interest before each delivery), and what it sent
+            # before that arrives before the flush's reply: nak'ed at once, so the partition's
+            # next holder gets it without waiting for the ack deadline.
             try:
-                await sub.unsubscribe()
+                await sub.drain()
             except Exception:
                 pass
+            await self.drain()
+
+    async def _request(self, nc) -> None:
+        # (The server refuses a heartbeat of more than half the expiry.)
+        request = {"batch": self._batch, "expires": int(PULL_EXPIRES_S * 1e9),
+                   "idle_heartbeat": int(min(PULL_HEARTBEAT_S, PULL_EXPIRES_S / 2) * 1e9)}
+        await nc.publish(self._next_subject, json.dumps(request).encode(), reply=self._inbox)
+        if self._credit <= 0:
+            self._heard = time.monotonic()  # nothing was outstanding: its liveness counts from now
+        self._credit += self._batch
+
+    async def _arrived(self, msg: Msg) -> None:
+        """The pull subscription's callback: a message, or a status of a request."""
+        self._heard = time.monotonic()
+        headers = msg.headers
+        status = headers.get("Status") if headers else None
+        if status is not None and not msg.reply:
+            if status == "100":  # idle heartbeat: the request is alive
+                return
+            # 408 expired, 409 (batch completed, leadership change, consumer deleted, too many
+            # waiting requests...), 404/400: that request ended with what it had not delivered.
+            left = headers.get("Nats-Pending-Messages")
+            self._credit = max(self._credit - int(left), 0) if left and left.isdigit() else 0
+            if status not in ("408", "409") or "Deleted" in (headers.get("Description") or ""):
+                log.warning("pull from %s ended: %s %s", self.name, status, headers.get("Description", ""))
+                self._recreate_next = True  # make sure the consumer exists before asking again
+            self._wake.set()
+            return
+        if self._stopping:
+            await _quietly(msg.nak())  # the partition is being handed over: to the next holder
+            return
+        self._credit -= 1
+        if self._credit <= self._batch // 2:
+            self._wake.set()
+        self._enqueue(msg)
+
+    async def _bind(self, stop: asyncio.Event) -> bool:
+        """Creates the durable consumer, retrying while JetStream is unavailable."""
+        attempt = 0
+        while not stop.is_set():
+            try:
+                await retire_consumers(self._js, self._spec)
+                await ensure_consumer(self._js, self._spec)
+                return True
+            except (ConnectionClosedError, asyncio.CancelledError):
+                raise
+            except Exception as err:
+                attempt += 1
+                log.warning("consumer %s not ready (%s); retrying", self.name, describe(err))
+                await _sleep_or_stop(stop, min(0.2 * attempt, 2.0))
+        return False
+
+    async def _recreate(self, stop: asyncio.Event) -> None:
+        try:
+            await ensure_consumer(self._js, self._spec)
+        except (ConnectionClosedError, asyncio.CancelledError):
+            raise
+        except Exception as err:  # still away: the next round asks again
+            log.warning("consumer %s not ready (%s); retrying", self.name, describe(err))
+            await _sleep_or_stop(stop, 0.5)
 
     async def _watch_backlog(self, stop: asyncio.Event) -> None:
         """The real backlog: JetStream's consumer info (pending, ack-pending, redelivered), and
@@ -197,24 +290,6 @@ class Consumer:
                 metrics.WORKQUEUE_DEPTH.labels(self.name).set(pending + ack_pending)
             await _sleep_or_stop(stop, self._backlog_interval_s)
 
-    async def _subscribe(self, stop: asyncio.Event):
-        """Creates/binds the durable consumer, retrying while JetStream is unavailable."""
-        attempt = 0
-        while not stop.is_set():
-            try:
-                await retire_consumers(self._js, self._spec)
-                await ensure_consumer(self._js, self._spec)
-                return await self._js.pull_subscribe_bind(
-                    durable=self._spec.durable, stream=self._spec.stream
-                )
-            except (ConnectionClosedError, asyncio.CancelledError):
-                raise
-            except Exception as err:
-                attempt += 1
-                log.warning("consumer %s not ready (%s); retrying", self.name, describe(err))
-                await _sleep_or_stop(stop, min(0.2 * attempt, 2.0))
-        return None
-
     async def drain(self, grace_s: float = 10.0) -> None:
         """Graceful stop: running handlers finish; queued, unstarted messages are nak'ed."""
         self._stopping = True
@@ -231,7 +306,6 @@ class Consumer:
         self._received.inc()
         self._adds.inc()
         self._pending += 1
-        self._idle.clear()
         key = self._key_of(msg.subject)
         lane = self._lanes.get(key)
         if lane is None:
@@ -275,11 +349,8 @@ class Consumer:
 
     def _done_one(self) -> None:
         self._pending -= 1
-        if self._pending <= self._batch:
-            self._idle.set()
-
-    async def _wait_below(self, _: int) -> None:
-        await self._idle.wait()
+        if self._pending == self._batch:
+            self._wake.set()  # back-pressure lifted: the pull loop may ask for more
 
     async def _handle(self, msg: Msg) -> None:
         meta = msg.metadata

@@ -14,8 +14,8 @@ replica that reads it. Which replica reads it is decided on the bus:
 
 Each heartbeat a replica reads the role's heartbeats and leases (one batched direct get each),
 counts the live replicas and aims at its share (partitions / replicas, the first ones in name
-order taking one more of the remainder): above it, it releases partitions (stop fetching, let
-the running handlers finish, ``nak`` what was fetched and not started, then delete the lease);
+order taking one more of the remainder): above it, it releases partitions (stop pulling, let
+the running handlers finish, ``nak`` what was received and not started, then delete the lease);
 below it, it takes free partitions. A replica that stops deletes its leases and heartbeat; a
 crashed one's heartbeat lapses after ``LEASE_TTL_S`` and its partitions are taken at the next
 heartbeat. A replica that finds its lease held by another (its heartbeat lapsed while it

@@ -1,17 +1,17 @@
-"""An idle consumer is quiet: a fetch that finds nothing is not a failure, whichever timeout
-nats-py raises for it. (A batch fetch whose time ran out between its no-wait probe and its
-waiting request raises a bare asyncio.TimeoutError, with no text: it was logged as
-"fetch from <consumer> failed: " with nothing after it, 19 times in one multicluster bench, and
-each cost a 0.5 s pause.) Against a real nats-server, with a short fetch timeout so that an idle
-minute's worth of fetches takes a moment."""
+"""An idle consumer is quiet: one long pull request at a time, asked again only when the server
+says it expired (a fetch a second cost two requests and two status replies a second, per
+consumer: 16 partitions x each role's streams). And a consumer deleted under a running one is
+re-created, and what comes next is handled. Against a real nats-server, with a short request
+expiry so that several expiries take a moment."""
 from __future__ import annotations
 
 import asyncio
 import logging
 
 import pytest
-from nats.js.client import JetStreamContext
+from nats.js.errors import NotFoundError
 
+from trainyard.bus import consumer as consumer_module
 from trainyard.bus.consumer import Consumer, Delivery
 from trainyard.bus.envelopes import ObjectEvent, decode
 from trainyard.bus.publisher import Outgoing
@@ -19,8 +19,6 @@ from trainyard.bus.session import BusSession
 from trainyard.bus.topology import EVENTS_STREAM, ConsumerSpec
 
 pytestmark = pytest.mark.timeout(120)
-
-FETCHES = 300
 
 
 @pytest.fixture
@@ -30,43 +28,91 @@ async def bus(nats_server):
     await session.close()
 
 
-async def test_idle_fetches_are_not_failures(bus: BusSession, monkeypatch, caplog) -> None:
-    fetched = {"calls": 0, "bare timeouts": 0}
-    real_fetch = JetStreamContext.PullSubscription.fetch
+async def publish(bus: BusSession, name: str) -> None:
+    event = ObjectEvent.from_object("c1", "ADDED", {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+        "metadata": {"name": name, "namespace": "ns", "uid": f"u-{name}", "resourceVersion": "1"}})
+    await bus.publisher.publish_many([Outgoing(event.subject(), event, event.msg_id())])
 
-    async def counted(self, *args, **kwargs):  # the real fetch, counted
-        fetched["calls"] += 1
-        try:
-            return await real_fetch(self, *args, **kwargs)
-        except asyncio.TimeoutError as err:
-            if not str(err):
-                fetched["bare timeouts"] += 1
-            raise
 
-    monkeypatch.setattr(JetStreamContext.PullSubscription, "fetch", counted)
+async def until(predicate, timeout: float = 30.0) -> None:
+    async def loop() -> None:
+        while not predicate():
+            await asyncio.sleep(0.02)
+    await asyncio.wait_for(loop(), timeout)
+
+
+async def test_an_idle_consumer_asks_again_only_when_its_request_expired(bus: BusSession, nats_server, monkeypatch,
+                                                                         caplog) -> None:
+    monkeypatch.setattr(consumer_module, "PULL_EXPIRES_S", 0.5)
     handled: list[str] = []
 
     async def handler(delivery: Delivery) -> None:
         handled.append(decode(ObjectEvent, delivery.data).name)
 
     spec = ConsumerSpec(EVENTS_STREAM, "idle-test", ["ty.events.>"], ack_wait_s=30, max_deliver=3)
-    consumer = Consumer(bus.js, spec, handler, service="test", publisher=bus.publisher, fetch_timeout_s=0.001)
+    consumer = Consumer(bus.js, spec, handler, service="test", publisher=bus.publisher)
+    # What goes over the wire, seen from another connection: the pull requests, and the
+    # statuses the server sends to the consumer's inbox.
+    observer = await BusSession.open(nats_server.url, "observer")
+    seen: list[str] = []
+
+    async def on_request(msg) -> None:
+        seen.append("request")
+
+    async def on_status(msg) -> None:
+        if msg.headers and msg.headers.get("Status"):
+            seen.append(msg.headers["Status"])
+
+    await observer.nc.subscribe(f"$JS.API.CONSUMER.MSG.NEXT.{EVENTS_STREAM}.idle-test", cb=on_request)
+    await observer.nc.flush()
     stop = asyncio.Event()
     caplog.set_level(logging.WARNING, logger="trainyard.bus.consumer")
     task = asyncio.create_task(consumer.run(stop))
     try:
-        # Until the case this guards against has happened at least once (it is a race inside
-        # nats-py: a few in a hundred fetches here).
-        while fetched["calls"] < FETCHES or not fetched["bare timeouts"]:
-            await asyncio.sleep(0.05)
+        await until(lambda: bool(consumer._inbox))
+        await observer.nc.subscribe(consumer._inbox, cb=on_status)
+        await observer.nc.flush()
+        await until(lambda: seen.count("request") >= 4)
+        requests = [i for i, what in enumerate(seen) if what == "request"]
+        # Between two requests, the first one's idle heartbeats (100) and its expiry (408).
+        for a, b in zip(requests[1:], requests[2:]):
+            assert [what for what in seen[a + 1:b] if what != "100"] == ["408"], seen
         assert [r.getMessage() for r in caplog.records if r.name == "trainyard.bus.consumer"] == []
         # ... and the consumer still takes what comes.
-        event = ObjectEvent.from_object("c1", "ADDED", {
-            "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-            "metadata": {"name": "after-idle", "namespace": "ns", "uid": "u1", "resourceVersion": "1"}})
-        await bus.publisher.publish_many([Outgoing(event.subject(), event, event.msg_id())])
-        while handled != ["after-idle"]:
-            await asyncio.sleep(0.05)
+        await publish(bus, "after-idle")
+        await until(lambda: handled == ["after-idle"])
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 15)
+        await observer.close()
+
+
+async def test_a_consumer_deleted_under_a_running_one_is_created_again(bus: BusSession) -> None:
+    handled: list[str] = []
+
+    async def handler(delivery: Delivery) -> None:
+        handled.append(decode(ObjectEvent, delivery.data).name)
+
+    spec = ConsumerSpec(EVENTS_STREAM, "deleted-test", ["ty.events.>"], ack_wait_s=30, max_deliver=3,
+                        deliver_new_only=True)
+    consumer = Consumer(bus.js, spec, handler, service="test", publisher=bus.publisher)
+    stop = asyncio.Event()
+    task = asyncio.create_task(consumer.run(stop))
+    try:
+        await publish(bus, "before")
+        await until(lambda: handled == ["before"])
+        # The server tells the waiting request (409 Consumer Deleted); the consumer re-creates
+        # the durable and asks again.
+        await bus.js.delete_consumer(EVENTS_STREAM, "deleted-test")
+        while True:
+            try:
+                await bus.js.consumer_info(EVENTS_STREAM, "deleted-test")
+                break
+            except NotFoundError:
+                await asyncio.sleep(0.05)
+        await publish(bus, "after")
+        await until(lambda: handled == ["before", "after"])
     finally:
         stop.set()
         await asyncio.wait_for(task, 15)

@@ -1,6 +1,7 @@
 """Home replicas (trainyard.bus.partitions) against a real nats-server: replicas split the
 partitions, a graceful stop hands its partitions over at once, a joining replica takes a share,
-and every message is handled once, by the replica that holds its partition."""
+and every message is handled once, by the replica that holds its partition, at its first
+delivery (a released partition's long pull request takes nothing after the hand-over)."""
 from __future__ import annotations
 
 import asyncio
@@ -30,7 +31,8 @@ def test_shares_add_up_and_differ_by_at_most_one() -> None:
 class Replica:
     """One replica: its own bus session, its subscriber, what it handled (subject, partition)."""
 
-    def __init__(self, session: BusSession, name: str, handled: list[tuple[str, str, int]]) -> None:
+    def __init__(self, session: BusSession, name: str, handled: list[tuple[str, str, int]],
+                 deliveries: Counter | None = None) -> None:
         self.session = session
         self.name = name
         self.stop = asyncio.Event()
@@ -38,11 +40,16 @@ class Replica:
         async def handle(delivery: Delivery) -> None:
             decode(ObjectEvent, delivery.data)
             handled.append((self.name, delivery.subject, partition_of_subject(delivery.subject)))
+            if deliveries is not None:
+                deliveries[delivery.num_delivered] += 1
             # A partition's messages reach only the replica that holds it.
             assert partition_of_subject(delivery.subject) in self.subscriber.owned | self.releasing()
 
         self.subscriber = PartitionedSubscriber(
-            session, "t", "c1", [Subscription(EVENTS_STREAM, "t", lambda p: [event_filter("c1", None, p)], handle)],
+            # A short ack wait: a message lost in a released partition's leftover pull request
+            # would come back as a second delivery while the test runs.
+            session, "t", "c1", [Subscription(EVENTS_STREAM, "t", lambda p: [event_filter("c1", None, p)], handle,
+                                              ack_wait_s=2.0)],
             partitions=PARTITIONS, replica=name, heartbeat_s=0.25)
         self.task = asyncio.create_task(self.subscriber.run(self.stop))
 
@@ -87,9 +94,10 @@ async def lease_holders(session: BusSession) -> dict[str, str]:
 
 async def test_replicas_split_hand_over_on_stop_and_a_joiner_takes_a_share(nats_server) -> None:
     handled: list[tuple[str, str, int]] = []
+    deliveries: Counter = Counter()  # num_delivered -> messages
     observer = await BusSession.open(nats_server.url, "observer")
     sessions = [await BusSession.open(nats_server.url, f"r{i}") for i in range(3)]
-    first, second = Replica(sessions[0], "r1", handled), Replica(sessions[1], "r2", handled)
+    first, second = Replica(sessions[0], "r1", handled, deliveries), Replica(sessions[1], "r2", handled, deliveries)
     third = None
     try:
         await until(lambda: balanced([first, second]))
@@ -98,9 +106,14 @@ async def test_replicas_split_hand_over_on_stop_and_a_joiner_takes_a_share(nats_
         await publish(observer, [f"a-{i}" for i in range(120)])
         await until(lambda: len(handled) >= 120)
 
-        third = Replica(sessions[2], "r3", handled)  # joins: takes about a third
+        third = Replica(sessions[2], "r3", handled, deliveries)  # joins: takes about a third
         await until(lambda: balanced([first, second, third]))
         assert len(third.subscriber.owned) == PARTITIONS // 3
+        # The partitions r1 and r2 handed to r3 while staying up: their long pull requests
+        # must not take messages any more, each goes to r3 at its first delivery.
+        await publish(observer, [f"j-{i}" for i in range(120)])
+        await until(lambda: len(handled) >= 240)
+        assert {who for who, subject, p in handled if ".j-" in subject and p in third.subscriber.owned} == {"r3"}
 
         await first.close()  # graceful: its leases are deleted before it returns
         holders = await lease_holders(observer)
@@ -108,10 +121,12 @@ async def test_replicas_split_hand_over_on_stop_and_a_joiner_takes_a_share(nats_
         await until(lambda: balanced([second, third]), timeout=10)
 
         await publish(observer, [f"b-{i}" for i in range(120)])
-        await until(lambda: len(handled) >= 240)
+        await until(lambda: len(handled) >= 360)
         await asyncio.sleep(0.5)  # anything handled twice would show by now
         counts = Counter(subject for _, subject, _ in handled)
-        assert len(counts) == 240 and set(counts.values()) == {1}, "a message was handled twice or lost"
+        assert len(counts) == 360 and set(counts.values()) == {1}, "a message was handled twice or lost"
+        # Nothing waited for an ack deadline after a hand-over: every message at its first delivery.
+        assert deliveries == Counter({1: 360}), deliveries
         # Every TrainJob's messages went to one partition, and the later ones to the survivors.
         assert {who for who, subject, _ in handled if ".b-" in subject} <= {"r2", "r3"}
     finally:
