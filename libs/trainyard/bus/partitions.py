@@ -12,8 +12,9 @@ replica that reads it. Which replica reads it is decided on the bus:
   is live while its holder's heartbeat is: a steady replica writes one entry per heartbeat,
   whatever the number of partitions it holds.
 
-Each heartbeat a replica reads the role's heartbeats and leases (one batched direct get each),
-counts the live replicas and aims at its share (partitions / replicas, the first ones in name
+Each heartbeat a replica reads the role's heartbeats (one batched direct get), and the leases
+(another) when the live replicas changed, its share is not reached, it stalled, or every
+``LEASE_CHECK_EVERY`` heartbeats; it counts the live replicas and aims at its share (partitions / replicas, the first ones in name
 order taking one more of the remainder): above it, it releases partitions (stop pulling, let
 the running handlers finish, ``nak`` what was received and not started, then delete the lease);
 below it, it takes free partitions. A replica that stops deletes its leases and heartbeat; a
@@ -28,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Callable
@@ -44,6 +46,10 @@ from trainyard.bus.topology import (LEASE_TTL_S, LEASES_BUCKET, MEMBERS_BUCKET, 
 from trainyard.telemetry import metrics
 
 log = logging.getLogger(__name__)
+
+# A steady replica reads the leases every this many heartbeats (else only when the live
+# replicas or its share changed, or it stalled).
+LEASE_CHECK_EVERY = 10
 
 
 @dataclass(frozen=True)
@@ -113,6 +119,10 @@ class PartitionedSubscriber:
         self._members: KeyValue | None = None
         self._prefix = f"{encode_token(self.role)}.{encode_token(self.cluster)}"
         self.changes = 0  # acquisitions and releases (tests and benchmarks read it)
+        self._last_beat = time.monotonic()
+        self._beats = 0
+        self._seen_members: set[str] = set()
+        self._recheck = False  # a stall: the next beat reads the leases whatever else
 
     @property
     def owned(self) -> set[int]:
@@ -169,27 +179,46 @@ class PartitionedSubscriber:
         found, _ = await requests._ask(requests._api, request.encode(), 1)
         return found
 
-    async def _view(self) -> tuple[list[str], dict[int, tuple[str, int]]]:
-        """The live replicas of the role and every recorded lease (partition -> holder, revision)."""
-        assert self._kv is not None and self._members is not None
-        members = [value.decode() for key, (value, _) in (await self._entries(self._members)).items()
-                   if key.startswith(self._prefix + ".m.")]
+    async def _live(self) -> list[str]:
+        """The live replicas of the role (their heartbeats)."""
+        assert self._members is not None
+        return [value.decode() for key, (value, _) in (await self._entries(self._members)).items()
+                if key.startswith(self._prefix + ".m.")]
+
+    async def _leases(self) -> dict[int, tuple[str, int]]:
+        """Every recorded lease of the role (partition -> holder, revision)."""
+        assert self._kv is not None
         leases: dict[int, tuple[str, int]] = {}
         for key, (value, revision) in (await self._entries(self._kv)).items():
             kind, _, ident = key[len(self._prefix) + 1:].partition(".")
             if kind == "p" and ident.isdigit():
                 leases[int(ident)] = (value.decode(), revision)
-        return members, leases
+        return leases
 
     async def _tick(self) -> None:
         assert self._kv is not None and self._members is not None
         # The heartbeat is the only write of a steady replica: it keeps every lease it holds.
+        now = time.monotonic()
         await self._members.put(self._member_key(), self.replica.encode())
+        # Our heartbeat had lapsed (a stall): another replica may have taken our leases.
+        self._recheck = self._recheck or now - self._last_beat >= LEASE_TTL_S
+        self._last_beat = now
         try:
-            members, leases = await self._view()
+            members = await self._live()
+            target = share(self.partitions, members, self.replica)
+            # The leases (one message per partition) are read only when something may have
+            # changed: the live replicas (a join, a stop, a crash), our share not reached yet (a
+            # hand-over under way), a stall of ours, and every LEASE_CHECK_EVERY beats anyway.
+            # A steady replica's beat is one put and one read of the heartbeats.
+            self._beats += 1
+            if (set(members) == self._seen_members and len(self.owned) == target and not self._recheck
+                    and self._beats % LEASE_CHECK_EVERY):
+                return
+            leases = await self._leases()
         except BucketRequestError as err:
             log.debug("lease view of %s: %s", self.role, err)
             return
+        self._seen_members, self._recheck = set(members), False
         for partition, held in list(self._held.items()):
             holder = leases.get(partition, ("", 0))[0]
             # (No lease at all is a copy of a replicated bucket that lags our own write.)
@@ -200,7 +229,6 @@ class PartitionedSubscriber:
             elif holder == self.replica:
                 held.revision = leases[partition][1]
         live = set(members)
-        target = share(self.partitions, members, self.replica)
         owned = sorted(self.owned, key=lambda p: preference(self.replica, p), reverse=True)
         if len(owned) > target:
             for partition in owned[: len(owned) - target]:  # the ones it ranks last

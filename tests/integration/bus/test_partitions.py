@@ -11,6 +11,7 @@ import pytest
 
 from trainyard.bus.consumer import Delivery
 from trainyard.bus.envelopes import ObjectEvent, decode
+from trainyard.bus import partitions
 from trainyard.bus.partitions import PartitionedSubscriber, Subscription, share
 from trainyard.bus.publisher import Outgoing
 from trainyard.bus.session import BusSession
@@ -134,3 +135,29 @@ async def test_replicas_split_hand_over_on_stop_and_a_joiner_takes_a_share(nats_
             if replica is not None and not replica.task.done():
                 await replica.close()
         await observer.close()
+
+
+async def test_a_replica_whose_heartbeat_lapsed_gives_up_the_partitions_taken_over(nats_server, monkeypatch) -> None:
+    """A steady replica reads the leases only when something changed: a stall of its own
+    heartbeat is such a change (only a lapsed heartbeat loses leases). Its periodic check is
+    off here, so only that can make it notice."""
+    monkeypatch.setattr(partitions, "LEASE_CHECK_EVERY", 10**6)
+    handled: list[tuple[str, str, int]] = []
+    sessions = [await BusSession.open(nats_server.url, f"s{i}") for i in range(2)]
+    first, second = Replica(sessions[0], "s1", handled), Replica(sessions[1], "s2", handled)
+    try:
+        await until(lambda: balanced([first, second]))
+        members = first.subscriber._members
+        real_put = members.put
+
+        async def unreachable(*args, **kwargs):
+            raise ConnectionError("stalled")
+
+        monkeypatch.setattr(members, "put", unreachable)  # s1's heartbeat lapses (3 s)
+        await until(lambda: len(second.subscriber.owned) == PARTITIONS)  # s2 took s1's partitions
+        monkeypatch.setattr(members, "put", real_put)
+        # s1 finds its leases held by s2 and stops serving them; they share again.
+        await until(lambda: balanced([first, second]))
+    finally:
+        for replica in (first, second):
+            await replica.close()
