@@ -28,9 +28,11 @@ async def guaranteed_update(key: ObjectKey, attempt: Callable[[], Awaitable[T]],
     """Run ``attempt`` until it does not lose a compare-and-swap on ``key``. A lost commit of
     another object inside it (a dependent the garbage collector writes) is that writer's answer,
     not a reason to run this write again. The warnings an attempt added to ``opts`` (unknown
-    fields) are those of the attempt that commits, not repeated per attempt."""
+    fields) and its audit annotations (admission's) are those of the attempt that commits, not
+    repeated or kept from a lost attempt."""
     retries = 0
     warned = len(opts.warnings) if opts is not None else 0
+    annotated = dict(opts.audit_annotations) if opts is not None else {}
     while True:
         try:
             return await attempt()
@@ -39,6 +41,8 @@ async def guaranteed_update(key: ObjectKey, attempt: Callable[[], Awaitable[T]],
                 raise
             if opts is not None:
                 del opts.warnings[warned:]
+                opts.audit_annotations.clear()  # the same dict the request's audit event reads
+                opts.audit_annotations.update(annotated)
             retries += 1
             if retries % 100 == 0:
                 log.warning("write of %s/%s lost %d commits in a row", key[1], key[2], retries)
