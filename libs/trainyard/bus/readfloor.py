@@ -54,5 +54,5 @@ def merge_header(nc: Any, value: str | None) -> None:
         return
     for part in value.split(","):
         bucket, _, sequence = part.partition("=")
-        if sequence.isdigit():
+        if bucket and sequence.isdigit():
             raise_floor(nc, bucket, int(sequence))
