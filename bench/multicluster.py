@@ -299,10 +299,11 @@ async def placement_bench(args) -> dict[str, float]:
         slots = SlotLedger(await js.key_value(SLOTS_BUCKET), "manager")
         registry = WorkerRegistry(manager, "kubeflow-system", lost_timeout_s=900)
         await registry.refresh()
-        active = len(registry.active())
-        if active != args.placement_workers:
-            raise SystemExit(f"error: {active} of {args.placement_workers} workers active: "
-                             + "; ".join(f"{w.name}: {w.message}" for w in registry.workers.values()))
+        # A worker is a candidate once its capacity watches listed its Nodes and Pods.
+        await wait_until(f"{args.placement_workers} workers Active with their capacity listed",
+                         lambda: len(registry.active()) == args.placement_workers, 120,
+                         progress=lambda: f"{len(registry.active())} ready; " + "; ".join(
+                             f"{w.name}: {w.message}" for w in registry.workers.values() if w not in registry.active()))
         dispatcher = Dispatcher(None, manager, "manager", registry, slots)
         await dispatcher.resync()  # as a live dispatcher's first pass: every worker's slots read once
         holds: list[float] = []

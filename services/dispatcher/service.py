@@ -386,7 +386,7 @@ class Dispatcher:
         while True:
             began = time.perf_counter()
             placement = choose_worker(need, [self._view(w, has) for w, has in candidates if w.name not in refused],
-                                      runtime)
+                                      runtime, spread_key=hold_key(*key) if suspended else None)
             self._timed(time.perf_counter() - began)
             if placement.worker is None or suspended:
                 break

@@ -8,6 +8,7 @@ the one whose busiest resource would be least full after placing the TrainJob.
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Iterable, Mapping
@@ -166,8 +167,17 @@ def render_amounts(amounts: Mapping[str, Fraction]) -> str:
     return ", ".join(one(name, amounts[name]) for name in sorted(amounts) if amounts[name] > 0)
 
 
-def choose_worker(need: Mapping[str, Fraction], workers: Iterable[Worker], runtime: str) -> Placement:
-    """The least-loaded Active worker that has the runtime and fits ``need``; else why not."""
+def _spread(key: str, worker: str) -> int:
+    """A worker's rank for one TrainJob (rendezvous hashing): stable, so replicas agree."""
+    return int.from_bytes(hashlib.blake2b(f"{key}\0{worker}".encode(), digest_size=8).digest(), "big")
+
+
+def choose_worker(need: Mapping[str, Fraction], workers: Iterable[Worker], runtime: str,
+                  spread_key: str | None = None) -> Placement:
+    """The least-loaded Active worker that has the runtime and fits ``need``; else why not.
+    Ties go to the first name, or with ``spread_key`` (a TrainJob's namespace/name) to the
+    worker that key ranks first: TrainJobs that hold nothing (suspended) leave every worker's
+    load as it was, and would otherwise all go to the first name."""
     candidates = sorted(workers, key=lambda w: w.name)
     if not candidates:
         return Placement(None, REASON_NO_WORKER, "no Active worker cluster to dispatch to")
@@ -181,7 +191,8 @@ def choose_worker(need: Mapping[str, Fraction], workers: Iterable[Worker], runti
         else:
             fitting.append(worker)
     if fitting:
-        best = min(fitting, key=lambda w: (w.load_after(need), w.name))
+        best = min(fitting, key=lambda w: (w.load_after(need), _spread(spread_key, w.name) if spread_key else 0,
+                                           w.name))
         return Placement(best.name, "Dispatched", f"dispatched to worker cluster {best.name}", considered)
     details = "; ".join(f"{name}: {why}" for name, why in considered.items())
     if all(not w.has_runtime for w in candidates):

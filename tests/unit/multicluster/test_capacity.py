@@ -42,3 +42,4 @@ def test_events_keep_the_summary_equal_to_a_fresh_one() -> None:
     assert use == pod_use_by_owner([pod("a-0", "a", "1"), pod("b-0", "b", "2")])
     assert use == {("team", "a"): {"cpu": Fraction(1), "pods": Fraction(1)},
                    ("team", "b"): {"cpu": Fraction(2), "pods": Fraction(1)}}
+

@@ -135,3 +135,16 @@ def test_mirrored_status_is_the_copys_with_dispatched_first():
     # Re-dispatch: nothing of the lost copy stays.
     assert d.mirrored_status(manager_trainjob(), None, dispatched) == {"conditions": [dispatched]}
     assert d.finished(copy) and not d.finished({"status": {"conditions": [{"type": "Complete", "status": "False"}]}})
+
+
+def test_trainjobs_that_hold_nothing_are_spread_over_equal_workers() -> None:
+    """Suspended TrainJobs leave every worker's load as it was: they are spread by name, not
+    all sent to the first worker (a bench put 147 of 147 on worker-1)."""
+    from trainyard.multicluster.placement import Worker, choose_worker
+    from fractions import Fraction
+
+    workers = [Worker(f"worker-{i}", {"pods": Fraction(10)}, {}, True) for i in (1, 2)]
+    chosen = [choose_worker({}, workers, "rt", spread_key=f"team/tj-{i}").worker for i in range(100)]
+    assert 30 < chosen.count("worker-1") < 70
+    assert chosen == [choose_worker({}, list(reversed(workers)), "rt", spread_key=f"team/tj-{i}").worker
+                      for i in range(100)]  # the same answer whatever the order (replicas agree)
