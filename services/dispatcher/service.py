@@ -435,8 +435,12 @@ class Dispatcher:
         and the returned (reason, message) says why)."""
         held_key = hold_key(*_key(trainjob))
         copy_suspended = bool((copy_obj.get("spec") or {}).get("suspend"))
-        if d.finished(trainjob) or d.finished(copy_obj) or d.suspended(trainjob):
-            if self.slots.holds(worker, held_key) or not copy_suspended:
+        done = d.finished(trainjob) or d.finished(copy_obj)
+        if done or d.suspended(trainjob):
+            # A finished copy is released if this process knows its hold (a resync prunes any
+            # other); a copy still running while its TrainJob is suspended is released now,
+            # the entry read afresh if needed (once: its suspension ends that).
+            if self.slots.holds(worker, held_key) or (not done and not copy_suspended):
                 await self.slots.release(worker, held_key)
             return await self._propagate_suspend(client, trainjob, copy_obj), None
         if not self.slots.holds(worker, held_key):
