@@ -294,11 +294,13 @@ async def test_managed_by_another_controller_is_left_alone_and_ttl_deletes(datap
                                                 managedBy="example.com/other"))
     await kube.create(JOBSET, ns, jobset_object("short", ns, [replicated_job("w", ["true"])],
                                                 ttlSecondsAfterFinished=1))
+    # Completed, then deleted 1 s later: a poll for the Completed condition can miss that second
+    # on a loaded machine, so wait for the deletion and read the completion from its Event.
     try:
-        await wait_until(lambda: jobset_condition(kube, ns, "short", "Completed"), what="Completed")
+        await wait_until(lambda: _gone(kube, JOBSET, ns, "short"), timeout=60, what="ttl deletion")
     except AssertionError as err:
         raise AssertionError(f"{err}\n{await describe(kube, ns)}") from None
-    await wait_until(lambda: _gone(kube, JOBSET, ns, "short"), timeout=60, what="ttl deletion")
+    assert [e for e in await _events(kube, ns, "AllJobsCompleted") if e["involvedObject"]["name"] == "short"]
     other = await kube.get(JOBSET, ns, "other")
     assert not other.get("status") and not [j for j in await items(kube, JOB, ns)
                                             if j["metadata"]["name"].startswith("other-")]
