@@ -123,6 +123,10 @@ async def read_dead_letters(bus: BusSession) -> list[DeadLetter]:
         msgs = await sub.fetch(10, timeout=2)
     except Exception:
         return []
+    finally:
+        # A fetch that timed out leaves its request's late status in the subscription's queue,
+        # and the session's drain at close waits on every queue (30 s, nats-py's drain timeout).
+        await sub.unsubscribe()
     return [decode(DeadLetter, m.data) for m in msgs]
 
 
