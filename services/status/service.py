@@ -348,8 +348,11 @@ async def run_status(service: StatusService, stop: asyncio.Event) -> None:
         return [*await service.bus.snapshots.list(service.cluster, "ClusterTrainingRuntime"),
                 *await service.bus.snapshots.list(service.cluster, "TrainingRuntime")]
 
+    subscriber = service.subscriber()
     try:
-        await asyncio.gather(service.subscriber().run(stop),
-                             trainjob_metrics.keep_state_gauge(trainjobs, stop, list_runtimes=runtimes))
+        # One replica recounts: the holder of partition 0 (any one would do; this one is known).
+        await asyncio.gather(subscriber.run(stop),
+                             trainjob_metrics.keep_state_gauge(trainjobs, stop, list_runtimes=runtimes,
+                                                               counting=lambda: 0 in subscriber.owned))
     finally:
         service.lifecycle.close()

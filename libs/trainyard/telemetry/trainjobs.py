@@ -70,13 +70,26 @@ Lister = Callable[[], Awaitable[list[dict[str, Any]]]]
 
 
 async def keep_state_gauge(list_trainjobs: Lister, stop: asyncio.Event, interval_s: float = 5.0,
-                           list_runtimes: Lister | None = None) -> None:
+                           list_runtimes: Lister | None = None, counting: Callable[[], bool] | None = None) -> None:
     """Recounts ``trainyard_trainjobs`` every ``interval_s`` until ``stop``. Every runtime
     (``list_runtimes``) has its series from the start, at zero, so rates and increases count
-    its first TrainJobs."""
+    its first TrainJobs.
+
+    ``counting``: whether this replica is the one that counts (a recount reads every TrainJob's
+    snapshot, so N replicas each recounting cost N times the work for one figure); the others
+    hold every series at zero, so that ``max`` and ``sum`` over replicas both give the count."""
     runtimes: set[str] = set()
     while not stop.is_set():
         started = time.monotonic()
+        if counting is not None and not counting():
+            for runtime in runtimes:
+                for state in metrics.TRAINJOB_STATES:
+                    metrics.TRAINJOBS.labels(state, runtime).set(0)
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=interval_s)
+            except asyncio.TimeoutError:
+                pass
+            continue
         try:
             counts = count_states(await list_trainjobs())
             known = [str((r.get("metadata") or {}).get("name") or "") for r in

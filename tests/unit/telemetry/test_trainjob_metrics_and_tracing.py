@@ -86,3 +86,35 @@ def test_devcluster_verbs_follow_kube_apiserver() -> None:
     assert verb_of("PATCH", True, False, "application/merge-patch+json") == "PATCH"
     assert verb_of("DELETE", False, False, "") == "DELETECOLLECTION"
     assert verb_of("POST", False, False, "application/json") == "POST"
+
+
+async def test_only_the_counting_replica_recounts_the_state_gauge_the_others_hold_zero() -> None:
+    import asyncio
+
+    lists = []
+    counting = {"now": True}
+
+    async def list_trainjobs() -> list[dict]:
+        lists.append(counting["now"])
+        return [job(runtime="gauge-rt")]
+
+    def gauge() -> float:
+        return metrics.TRAINJOBS.labels("Pending", "gauge-rt")._value.get()
+
+    stop = asyncio.Event()
+    task = asyncio.create_task(trainjobs.keep_state_gauge(list_trainjobs, stop, interval_s=0.01,
+                                                          counting=lambda: counting["now"]))
+    async def until(value: float) -> None:
+        while gauge() != value:
+            await asyncio.sleep(0.01)
+
+    try:
+        await asyncio.wait_for(until(1), 10)
+        counting["now"] = False  # partition 0 handed to another replica
+        await asyncio.wait_for(until(0), 10)
+        seen = len(lists)
+        await asyncio.sleep(0.1)
+        assert len(lists) == seen and all(lists), "a replica that does not count listed the TrainJobs"
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 5)
