@@ -30,7 +30,9 @@ Usage: .venv/bin/python bench/e2e.py [--duration 3] [--sustained 300] [--concurr
        [--generators 4] [--replicas planner=2,...] [--profile DIR] [--skip-paced] [--table planner,...]
        [--nats-cluster 3]
        .venv/bin/python bench/e2e.py --raw-only [--sustained 2000] [--rounds 2] [--profile DIR]
-       (the raw devcluster SSA phase alone, on a devcluster without services)
+       [--api-workers 1,2,4]
+       (the raw devcluster SSA phase alone, on a devcluster without services; --api-workers: a table
+       of one devcluster per API worker count)
 Prints figures; asserts nothing (targets: p50 < 50 ms, p99 < 250 ms at 100/s; ratio >= 0.8).
 """
 from __future__ import annotations
@@ -813,7 +815,13 @@ async def _summary(args, figures: dict, cpu_each: dict, wall: float, created: fl
     return figures
 
 
-async def raw_only(cluster, args) -> None:
+def devcluster_pids(cluster) -> list[int]:
+    """The devcluster's processes: the store process and its API workers (--api-workers)."""
+    workers = cluster.data_dir / "api-workers"
+    return [cluster.pid] + ([int(p) for p in workers.read_text().split()] if workers.exists() else [])
+
+
+async def raw_only(cluster, args) -> list[dict]:
     """The raw phase alone: a devcluster with the CRDs and no services. The JobSet is the one the
     planner would apply for the sustained run's TrainJob (``plan()`` in this process), applied
     once and read back, so the bodies carry the stored spec with its defaults, as in the full
@@ -838,6 +846,8 @@ async def raw_only(cluster, args) -> None:
         watch = JobSetWatch(client)
         await watch.start()
         names = [f"s-{i}" for i in range(args.sustained)]
+        pids = devcluster_pids(cluster)
+        rounds = []
         for round_ in range(args.rounds):
             ns = f"bench-raw-{round_}"
             (await client.post("/api/v1/namespaces", json={"apiVersion": "v1", "kind": "Namespace",
@@ -847,14 +857,16 @@ async def raw_only(cluster, args) -> None:
             profile = start_profiles(Path(args.profile), {f"devcluster-raw-ssa-{round_}": cluster.pid}) \
                 if args.profile else []
             load_before = loadavg()
-            dev_before = cpu_seconds(cluster.pid)
-            loop_before = thread_cpu_seconds(cluster.pid, cluster.pid)  # the event loop's thread
+            dev_before = sum(cpu_seconds(pid) for pid in pids)
+            loop_before = sum(thread_cpu_seconds(pid, pid) for pid in pids)  # the event loops' threads
             start = time.perf_counter()
             appliers.go()
             await appliers.finish()
             elapsed = time.perf_counter() - start
-            dev_cpu = cpu_seconds(cluster.pid) - dev_before
-            loop_cpu = thread_cpu_seconds(cluster.pid, cluster.pid) - loop_before
+            dev_cpu = sum(cpu_seconds(pid) for pid in pids) - dev_before
+            loop_cpu = sum(thread_cpu_seconds(pid, pid) for pid in pids) - loop_before
+            rounds.append({"rate": args.sustained / elapsed, "cpu_ms": 1000 * dev_cpu / args.sustained,
+                           "percent": 100 * dev_cpu / elapsed, "load_before": load_before, "load_after": loadavg()})
             if profile:
                 stop_profiles(profile)
             print(f"raw devcluster SSA: {args.sustained / elapsed:.1f} JobSets/s (devcluster at "
@@ -865,17 +877,42 @@ async def raw_only(cluster, args) -> None:
                   f"{1000 * appliers.cpu_s / args.sustained:.2f} ms generator CPU per apply; "
                   f"load average before {load_before}, after {loadavg()})", flush=True)
         await watch.stop()
+    return rounds
 
 
 def run_raw_only(args) -> None:
+    if not args.api_workers:
+        run_raw_once(args, [])
+        return
+    try:
+        counts = [int(c) for c in args.api_workers.split(",") if c.strip()]
+    except ValueError:
+        raise SystemExit(f"error: --api-workers: expected a comma list of numbers, got {args.api_workers!r}") from None
+    if not counts or min(counts) < 1:
+        raise SystemExit(f"error: --api-workers: every count must be 1 or more, got {args.api_workers!r}")
+    table = [(count, run_raw_once(args, ["--api-workers", str(count)])) for count in counts]
+    print(f"\nraw SSA of JobSets by devcluster API workers ({args.sustained} JobSets per round, {args.generators} "
+          f"generator processes, concurrency {args.concurrency}; {os.cpu_count()} CPUs, shared: load average now "
+          f"{loadavg()})")
+    print(f"{'workers':>7} {'JobSets/s':>22} {'devcluster CPU %':>18} {'ms CPU per apply':>18}   load average (1, 5, 15 min) before each round")
+    for count, rounds in table:
+        rates = " / ".join(f"{r['rate']:.0f}" for r in rounds)
+        percents = " / ".join(f"{r['percent']:.0f}" for r in rounds)
+        per_apply = " / ".join(f"{r['cpu_ms']:.2f}" for r in rounds)
+        loads = " | ".join(r["load_before"] for r in rounds)
+        print(f"{count:>7} {rates:>22} {percents:>18} {per_apply:>18}   {loads}")
+
+
+def run_raw_once(args, extra_args: list[str]) -> list[dict]:
     workdir = Path(tempfile.mkdtemp(prefix="trainyard-bench-"))
-    cluster = start_devcluster(workdir / "devcluster")
+    cluster = start_devcluster(workdir / "devcluster", extra_args)
     try:
         cluster.kubectl("apply", "--server-side",  # every CRD file (not the kustomization)
                         *(arg for path in sorted((REPO / "deploy" / "crds").glob("*_*.yaml")) for arg in ("-f", str(path))))
         print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} "
-              f"(/proc/loadavg {loadavg()}); raw phase only (devcluster, no services); logs in {workdir}", flush=True)
-        asyncio.run(raw_only(cluster, args))
+              f"(/proc/loadavg {loadavg()}); raw phase only (devcluster {' '.join(extra_args) or '--api-workers 1'}, "
+              f"no services); logs in {workdir}", flush=True)
+        return asyncio.run(raw_only(cluster, args))
     finally:
         cluster.stop()
 
@@ -920,6 +957,9 @@ def main() -> int:
     parser.add_argument("--nats-cluster", type=int, default=1, metavar="N",
                         help="run the bus on a local JetStream cluster of N nodes with 3 copies of every stream and "
                              "bucket, as `trainyard up --nats-cluster N` (nats-server CPU and messages: all nodes)")
+    parser.add_argument("--api-workers", default="", metavar="COUNTS",
+                        help="with --raw-only: a table over these devcluster --api-workers counts (comma list, "
+                             "e.g. 1,2,4), one devcluster each; CPU is the store process's and the workers'")
     args = parser.parse_args()
     if args.nats_cluster < 1 or (args.nats_cluster > 1 and args.nats_cluster % 2 == 0):
         raise SystemExit(f"error: --nats-cluster: 1 or an odd number of nodes, got {args.nats_cluster}")

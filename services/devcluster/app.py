@@ -19,7 +19,7 @@ class _JsonFormatter(logging.Formatter):
         return json.dumps(entry)
 
 
-def _setup_logging(level: str) -> None:
+def setup_logging(level: str) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_JsonFormatter())
     root = logging.getLogger()
@@ -30,13 +30,15 @@ def _setup_logging(level: str) -> None:
 
 def run_up(data_dir: Path, host: str, port: int, watch_history: int, log_level: str,
            dataplane: bool = False, authorization_mode: str = "RBAC",
-           jobset_feature_gates: frozenset[str] = frozenset(), audit_log_path: str | None = None) -> int:
+           jobset_feature_gates: frozenset[str] = frozenset(), audit_log_path: str | None = None,
+           api_workers: int = 1) -> int:
     from trainyard.cli.main import UserError
     from .storage import DataDirError
-    _setup_logging(log_level)
+    setup_logging(log_level)
     try:
         asyncio.run(_main(data_dir, host, port, watch_history, dataplane, authorization_mode,
-                          jobset_feature_gates=jobset_feature_gates, audit_log_path=audit_log_path))
+                          jobset_feature_gates=jobset_feature_gates, audit_log_path=audit_log_path,
+                          api_workers=api_workers, log_level=log_level))
     except DataDirError as err:
         raise UserError(f"--data-dir: {err}") from None
     except OSError as err:
@@ -48,7 +50,7 @@ def run_up(data_dir: Path, host: str, port: int, watch_history: int, log_level: 
 
 async def _main(data_dir: Path, host: str, port: int, watch_history: int, dataplane: bool = False,
                 authorization_mode: str = "RBAC", jobset_feature_gates: frozenset[str] = frozenset(),
-                audit_log_path: str | None = None) -> None:
+                audit_log_path: str | None = None, api_workers: int = 1, log_level: str = "INFO") -> None:
     from .server import serve
     from .tls import ensure_credentials, kubeconfig_text
 
@@ -96,8 +98,14 @@ async def _main(data_dir: Path, host: str, port: int, watch_history: int, datapl
 
     stopper = asyncio.create_task(stop_in_order())
     try:
-        await serve(data_dir, host=host, port=port, history_size=watch_history, on_ready=on_ready, stop=server_stop,
-                    authorization_mode=authorization_mode, audit_log_path=audit_log_path)
+        if api_workers > 1:
+            from .multiproc.supervisor import WorkerSettings, run_workers
+            settings = WorkerSettings(host, port, api_workers, watch_history, authorization_mode, audit_log_path,
+                                      log_level)
+            await run_workers(data_dir, settings, on_ready, server_stop, stop)
+        else:
+            await serve(data_dir, host=host, port=port, history_size=watch_history, on_ready=on_ready,
+                        stop=server_stop, authorization_mode=authorization_mode, audit_log_path=audit_log_path)
     finally:
         stopper.cancel()
         stop.set()

@@ -32,6 +32,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     up.add_argument("--authorization-mode", default="RBAC", choices=["RBAC", "AlwaysAllow"],
                     help="RBAC (default): every request is checked against Roles/ClusterRoles and their "
                          "bindings; AlwaysAllow: any authenticated request is allowed")
+    up.add_argument("--api-workers", type=int, default=0, metavar="N",
+                    help="API worker processes on the one HTTPS port (SO_REUSEPORT), each doing TLS, authn/authz, "
+                         "admission, schema/CEL and server-side apply, over one store process that owns "
+                         "resourceVersions, the watch history and SQLite (default 0: from the cores; 1 process up "
+                         "to 4 cores, else half the cores, at most 8; 1: today's single process)")
     up.add_argument("--audit-log-path", default=None, metavar="PATH",
                     help="write an audit.k8s.io/v1 Event (level Metadata) per authenticated request to PATH "
                          "as JSON lines, with admission's audit annotations ('-': stdout; default: no audit log)")
@@ -43,6 +48,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("devcluster: choose an action, e.g. `trainyard devcluster up`")
     if not 0 <= args.port <= 65535:
         raise UserError(f"--port: {args.port} is not a TCP port (0-65535)")
+    if args.api_workers < 0 or args.api_workers > 64:
+        raise UserError(f"--api-workers: must be between 0 (from the cores) and 64, got {args.api_workers}")
     if args.watch_history < 1:
         raise UserError("--watch-history: must be at least 1")
     data_dir = (args.data_dir or default_data_dir()).expanduser().resolve()
@@ -60,6 +67,8 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as err:
         raise UserError(f"--jobset-feature-gates: {err}") from None
     from trainyard_services.devcluster.app import run_up
+    from trainyard_services.devcluster.multiproc.supervisor import default_api_workers
     return run_up(data_dir, args.host, args.port, args.watch_history, args.log_level,
                   dataplane=args.dataplane, authorization_mode=args.authorization_mode,
-                  jobset_feature_gates=gates, audit_log_path=audit_log)
+                  jobset_feature_gates=gates, audit_log_path=audit_log,
+                  api_workers=args.api_workers or default_api_workers())

@@ -124,9 +124,10 @@ class _Codec:
 
 class ApiServer:
     def __init__(self, data_dir: Path, credentials: Credentials | None, history_size: int = 4096,
-                 require_auth: bool = True, authorization_mode: str = "RBAC") -> None:
+                 require_auth: bool = True, authorization_mode: str = "RBAC", store: Store | None = None) -> None:
+        """``store``: an API worker's replica (``multiproc``); by default this process's own store."""
         self.data_dir = data_dir
-        self.store = Store(data_dir, history_size=history_size)
+        self.store = store if store is not None else Store(data_dir, history_size=history_size)
         self.registry = Registry()
         self.api = Api(self.store, self.registry)
         self.openapi = OpenApiCache(self.registry)
@@ -269,6 +270,9 @@ class ApiServer:
             return self._json(self.tokens.discovery())
         if segments == ["openid", "v1", "jwks"] and method == "GET":
             return self._json(self.tokens.jwks(), content_type="application/jwk-set+json")
+        # every request sees the writes that finished before it, through whichever API worker
+        # (one process: nothing to wait for)
+        await self.store.sync()
         user = self.authn.authenticate(request.headers.get("Authorization")) if self.require_auth else ADMIN
         request[AUDIT_USER] = user
         user = self.authz.impersonate(request.headers.items(), user)
@@ -511,10 +515,14 @@ ReadyCallback = Callable[[str, int], Awaitable[None] | None]
 
 async def serve(data_dir: Path, host: str = "127.0.0.1", port: int = 6443, tls: bool = True, history_size: int = 4096,
                 on_ready: ReadyCallback | None = None, stop: asyncio.Event | None = None,
-                authorization_mode: str = "RBAC", audit_log_path: str | None = None) -> None:
-    """Run the API server until ``stop`` is set (or the task is cancelled)."""
+                authorization_mode: str = "RBAC", audit_log_path: str | None = None, server: ApiServer | None = None,
+                reuse_port: bool = False) -> None:
+    """Run the API server until ``stop`` is set (or the task is cancelled). ``server``: one made
+    by the caller (an API worker's, over its replica); ``reuse_port``: listen beside the other
+    API workers on the same port (SO_REUSEPORT: the kernel spreads connections over them)."""
     credentials = ensure_credentials(data_dir)
-    server = ApiServer(data_dir, credentials, history_size=history_size, authorization_mode=authorization_mode)
+    if server is None:
+        server = ApiServer(data_dir, credentials, history_size=history_size, authorization_mode=authorization_mode)
     if audit_log_path:
         server.audit = AuditLog(audit_log_path)
     await server.start()
@@ -524,7 +532,8 @@ async def serve(data_dir: Path, host: str = "127.0.0.1", port: int = 6443, tls: 
     if tls:
         ssl_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         ssl_context.load_cert_chain(credentials.server_cert, credentials.server_key)
-    site = web.TCPSite(runner, host, port, ssl_context=ssl_context, reuse_address=True, backlog=1024)
+    site = web.TCPSite(runner, host, port, ssl_context=ssl_context, reuse_address=True, reuse_port=reuse_port or None,
+                       backlog=1024)
     try:
         await site.start()
         sockets = site._server.sockets if site._server is not None else []  # type: ignore[union-attr]

@@ -17,7 +17,7 @@ import queue
 import sqlite3
 import threading
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 from trainyard.errortext import describe
 
@@ -28,7 +28,7 @@ DB_NAME = "devcluster.db"
 # Names the server or the data plane create inside a data dir; anything else means foreign.
 LOCK_NAME = "devcluster.lock"
 KNOWN_ENTRIES = {DB_NAME, DB_NAME + "-wal", DB_NAME + "-shm", LOCK_NAME, "kubeconfig", "pki", "pods", "ready",
-                 "dataplane", "dataplane-ready", "pod-subnet", "logs"}
+                 "dataplane", "dataplane-ready", "pod-subnet", "logs", "store.sock", "api-workers"}
 
 Key = tuple[str, str]  # (group, resource)
 
@@ -89,6 +89,13 @@ def _owners(obj: dict[str, Any]) -> tuple[str, ...]:
 
 class Store:
     def __init__(self, data_dir: Path, history_size: int = 4096) -> None:
+        self._init_memory(data_dir, history_size)
+        self._lock_file = self._lock_data_dir()
+        self._conn = self._open_db()
+        self._load()
+
+    def _init_memory(self, data_dir: Path, history_size: int) -> None:
+        """The in-memory index, history and waiters (a worker's replica has these alone)."""
         self.data_dir = data_dir
         self.history_size = max(1, history_size)
         self._objects: dict[Key, dict[tuple[str, str], StoredObject]] = {}
@@ -108,9 +115,8 @@ class Store:
         self._flush_scheduled = False
         self._writer: threading.Thread | None = None
         self._writer_error: BaseException | None = None
-        self._lock_file = self._lock_data_dir()
-        self._conn = self._open_db()
-        self._load()
+        # called with each change as it is recorded (the store process streams them to workers)
+        self.subscribers: list[Callable[[Change], None]] = []
 
     # ---- opening and loading
 
@@ -218,6 +224,11 @@ class Store:
     def keys(self) -> list[Key]:
         return [k for k, v in self._objects.items() if v]
 
+    @property
+    def oldest_kept(self) -> int:
+        """The watch horizon: changes after this resourceVersion are kept."""
+        return self._oldest_kept
+
     def changed_at(self, key: Key) -> int:
         """The resourceVersion of the last write or delete of an object of kind ``key`` by this
         process (0: none yet): it changes exactly when the kind's objects change."""
@@ -271,6 +282,22 @@ class Store:
         self._enqueue(("del", key[0], key[1], namespace, name, self.rv, None))
         return StoredObject(self.rv, raw, _labels(last_state))
 
+    # ---- the asynchronous interface every writer uses: here the local store, in an API worker
+    # of a multi-process devcluster the store process over its socket (``replica.py``)
+
+    async def write(self, key: Key, namespace: str, name: str, obj: dict[str, Any], expect_rv: int | None = None
+                    ) -> StoredObject:
+        """``put``; here it never yields, so a check before it and the write are one step."""
+        return self.put(key, namespace, name, obj, expect_rv)
+
+    async def remove(self, key: Key, namespace: str, name: str, last_state: dict[str, Any],
+                     expect_rv: int | None = None) -> StoredObject:
+        return self.delete(key, namespace, name, last_state, expect_rv)
+
+    async def sync(self) -> None:
+        """Wait until this process's view holds every write committed before the call (a read
+        after a client's own write sees it). One process: always."""
+
     def _enqueue(self, op: tuple) -> None:
         """Collect writes; the writer thread is woken once per event-loop iteration, not per write."""
         self._pending.append(op)
@@ -305,6 +332,8 @@ class Store:
 
     def _record(self, change: Change) -> None:
         self._history.append(change)
+        for subscriber in self.subscribers:
+            subscriber(change)
         if len(self._history) > self.history_size * 2 or len(self._history) > self.history_size + 1024:
             self.compact(self.history_size)
         waiters, self._waiters = self._waiters, []

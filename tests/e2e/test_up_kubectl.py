@@ -83,8 +83,14 @@ def test_up_apply_example_complete_logs_down_then_resume(tmp_path: Path) -> None
     finally:
         stack.kill()
 
-    resumed = start_stack(tmp_path / "data")
+    # the second start with 2 devcluster API workers over its store process (`trainyard up` passes
+    # --api-workers through): the same data dir is served, and `down` leaves no worker behind
+    resumed = start_stack(tmp_path / "data", "--api-workers", "2")
     try:
+        workers = [int(pid) for pid in (tmp_path / "data" / "devcluster" / "api-workers").read_text().split()]
+        assert len(workers) == 2
+        resumed.remember_processes()
+        assert set(workers) <= set(resumed.seen_processes)
         again = json.loads(resumed.kubectl("get", "-n", namespace, f"trainjob/{name}", "-o", "json").stdout)
         assert again["metadata"]["uid"] == trainjob["metadata"]["uid"]
         assert again["status"]["conditions"] == trainjob["status"]["conditions"]

@@ -35,6 +35,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--planner-replicas", type=int, default=2,
                         help="planner processes per cluster (default 2); their webhooks sit behind one Service, "
                              "so the API server calls a live one while another restarts")
+    parser.add_argument("--api-workers", type=int, default=0, metavar="N",
+                        help="devcluster API worker processes behind its one HTTPS port, over one store process "
+                             "(default 0: devcluster's choice from the cores, 1 process up to 4 cores)")
     parser.add_argument("--dashboard-port", type=int, default=DEFAULT_DASHBOARD_PORT,
                         help=f"port of the live web dashboard (default {DEFAULT_DASHBOARD_PORT}; 0: a free port; "
                              f"--skip dashboard: none)")
@@ -109,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
         dashboard_port=0 if args.free_ports else args.dashboard_port,
         workers=args.workers, worker_lost_timeout_s=args.worker_lost_timeout,
         nats_cluster=args.nats_cluster, trainjob_status=not args.no_trainjob_status,
-        planner_replicas=args.planner_replicas, trainer_compat=compat,
+        planner_replicas=args.planner_replicas, trainer_compat=compat, api_workers=args.api_workers,
     )
 
     def say(line: str) -> None:

@@ -59,6 +59,8 @@ class StackConfig:
     # Upstream behaviour where Kubeflow Trainer v2.1.0 and v2.3.0 differ (docs/compatibility.md):
     # passed to the planners and the status service.
     trainer_compat: TrainerCompat = DEFAULT_COMPAT
+    # devcluster API worker processes (docs/devcluster.md); 0: devcluster's default from the cores
+    api_workers: int = 0
 
 
 @dataclass(frozen=True)
@@ -221,6 +223,8 @@ class Stack:
     def preflight(self) -> None:
         if self.config.workers < 0:
             raise StackError(f"--workers: must be 0 or more, got {self.config.workers}")
+        if self.config.api_workers < 0:
+            raise StackError(f"--api-workers: must be 0 (the devcluster's default) or more, got {self.config.api_workers}")
         if self.config.planner_replicas < 1:
             raise StackError(f"--planner-replicas: must be 1 or more, got {self.config.planner_replicas}")
         if self.config.worker_lost_timeout_s <= 0:
@@ -405,7 +409,8 @@ class Stack:
             name=name,
             # ElasticJobSet on: elastic TrainJobs resize their JobSet in place (docs/elastic.md)
             argv=trainyard_argv("devcluster", "up", "--data-dir", str(cluster.devcluster_dir),
-                                "--port", str(cluster.api_port), "--jobset-feature-gates", "ElasticJobSet=true"),
+                                "--port", str(cluster.api_port), "--jobset-feature-gates", "ElasticJobSet=true",
+                                *(["--api-workers", str(self.config.api_workers)] if self.config.api_workers else [])),
             log_file=self.layout.log_file(name),
             stop_timeout_s=30.0,
         ))

@@ -108,7 +108,7 @@ class WriteChain:
         ns = meta.get("namespace", "") if rt.namespaced else ""
         expected = int(old["metadata"].get("resourceVersion") or 0) if old is not None else 0
         try:
-            self.store.put(rt.storage_key, ns, name, obj, expect_rv=expected)
+            await self.store.write(rt.storage_key, ns, name, obj, expect_rv=expected)
         except StaleWrite as stale:
             raise stale_object(rt, ns, name, creating=old is None, gone=stale.current is None) from stale
         self.strategies.of(rt).after_commit(obj)

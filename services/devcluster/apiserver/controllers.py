@@ -183,7 +183,7 @@ class NamespaceController:
             if ns_obj["metadata"].get("finalizers"):
                 return
             try:
-                self.store.delete(ns_type.storage_key, "", namespace, ns_obj, expect_rv=ns_stored.rv)
+                await self.store.remove(ns_type.storage_key, "", namespace, ns_obj, expect_rv=ns_stored.rv)
                 return
             except StaleWrite:
-                continue  # written meanwhile (without yielding to it: a write of another process)
+                continue  # written meanwhile by another API worker: look again

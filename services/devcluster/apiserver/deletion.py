@@ -98,7 +98,7 @@ class Deletion:
             if opts.dry_run:
                 return marked, True
             try:  # compare-and-swap: a write made while this delete was in admission wins
-                self.store.put(rt.storage_key, namespace or "", name, marked, expect_rv=stored.rv)
+                await self.store.write(rt.storage_key, namespace or "", name, marked, expect_rv=stored.rv)
             except StaleWrite as stale:
                 raise stale_object(rt, namespace or "", name, creating=False, gone=stale.current is None) from stale
             if policy == "Orphan":
@@ -149,7 +149,7 @@ class Deletion:
             return removed, True
         ns = mmeta.get("namespace", "")
         try:
-            self.store.put(rt.storage_key, ns, mmeta["name"], marked, expect_rv=expected)
+            await self.store.write(rt.storage_key, ns, mmeta["name"], marked, expect_rv=expected)
         except StaleWrite as stale:
             raise stale_object(rt, ns, mmeta["name"], creating=False, gone=stale.current is None) from stale
         await self.store.durable(self.store.rv)
@@ -162,12 +162,12 @@ class Deletion:
         meta = obj["metadata"]
         ns = meta.get("namespace", "") if rt.namespaced else ""
         try:
-            self.store.delete(rt.storage_key, ns, meta["name"], obj, expect_rv=expect_rv)
+            await self.store.remove(rt.storage_key, ns, meta["name"], obj, expect_rv=expect_rv)
         except StaleWrite as stale:
             if stale.current is None:
                 return obj  # removed meanwhile by another writer: the outcome this one wanted
             raise stale_object(rt, ns, meta["name"], creating=False, gone=False) from stale
-        self.strategies.of(rt).after_removal(obj)
+        await self.strategies.of(rt).after_removal(obj)
         await self.gc.delete_dependents(obj, "Background")
         await self.gc.owners_changed(obj)
         if ns:

@@ -28,8 +28,8 @@ from ..builtin_fields import (hpa_causes, job_update_causes, pdb_causes, role_re
 from ..clock import now_rfc3339
 from ..errors import field_cause
 from ..events import core_to_events_v1, events_v1_to_core
-from ..registry import Registry, ResourceType
-from ..storage import Store
+from ..registry import Registry, ResourceType, types_from_crd
+from ..storage import StaleWrite, Store, StoredObject
 
 CRDS = ("apiextensions.k8s.io", "customresourcedefinitions")
 Causes = list[dict[str, str]]
@@ -91,7 +91,7 @@ class Strategy:
     def after_commit(self, obj: dict[str, Any]) -> None:
         """What the server does once the object is stored."""
 
-    def after_removal(self, obj: dict[str, Any]) -> None:
+    async def after_removal(self, obj: dict[str, Any]) -> None:
         """What the server does once the object is gone."""
 
 
@@ -154,7 +154,13 @@ class ServiceStrategy(Strategy):
     in order; addresses are not reused within one server run)."""
 
     def __init__(self) -> None:
-        self._allocated = 10
+        self._next = 11
+        self._step = 1
+
+    def share(self, index: int, count: int) -> None:
+        """API worker ``index`` of ``count`` hands out every ``count``-th address from its own
+        offset: two workers never allocate the same one, without asking each other."""
+        self._next, self._step = 11 + index, count
 
     def name_errors(self, name: str) -> Causes:
         return naming.dns1035_name_errors(name)
@@ -165,8 +171,8 @@ class ServiceStrategy(Strategy):
     def defaults_on_create(self, obj: dict[str, Any]) -> None:
         spec = obj.setdefault("spec", {})
         if spec.get("type", "ClusterIP") == "ClusterIP" and not spec.get("clusterIP"):
-            self._allocated += 1
-            ip = f"10.96.{self._allocated // 250}.{self._allocated % 250 + 1}"
+            allocated, self._next = self._next, self._next + self._step
+            ip = f"10.96.{allocated // 250}.{allocated % 250 + 1}"
             spec["clusterIP"] = ip
             spec["clusterIPs"] = [ip]
         spec.setdefault("type", "ClusterIP")
@@ -338,13 +344,22 @@ class CrdStrategy(Strategy):
     def after_commit(self, obj: dict[str, Any]) -> None:
         self.registry.install_crd(obj)
 
-    def after_removal(self, obj: dict[str, Any]) -> None:
-        types = self.registry.remove_crd(obj["metadata"]["name"])
+    async def after_removal(self, obj: dict[str, Any]) -> None:
+        # the types from the CRD itself: in an API worker the change stream may have removed
+        # them from the registry already (``multiproc.worker``)
+        self.registry.remove_crd(obj["metadata"]["name"])
+        types = types_from_crd(obj)
         if not types:
             return
         rt = types[0]
-        for (ns, name), stored in self.store.list(rt.storage_key):
-            self.store.delete(rt.storage_key, ns, name, stored.load())
+        for (ns, name), found in self.store.list(rt.storage_key):
+            current: StoredObject | None = found
+            while current is not None:  # written meanwhile by another API worker: remove what is there now
+                try:
+                    await self.store.remove(rt.storage_key, ns, name, current.load(), expect_rv=current.rv)
+                    break
+                except StaleWrite as stale:
+                    current = stale.current
 
 
 def crd_status(obj: dict[str, Any]) -> None:
@@ -430,6 +445,12 @@ class Strategies:
     def stored_as(self, rt: ResourceType) -> StoredAs | None:
         """The type ``rt``'s objects are stored as, with the conversions; None: its own."""
         return self._stored_as.get((rt.group, rt.resource))
+
+    def share_allocators(self, index: int, count: int) -> None:
+        """This process is API worker ``index`` of ``count`` (``multiproc``)."""
+        services = self._by_key[("", "services")]
+        assert isinstance(services, ServiceStrategy)
+        services.share(index, count)
 
 
 def initial_status(strategies: Strategies, rt: ResourceType, obj: dict[str, Any]) -> None:

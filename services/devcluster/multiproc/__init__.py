@@ -1,0 +1,1 @@
+"""A devcluster of several processes: one store process, N API workers (``--api-workers``)."""
