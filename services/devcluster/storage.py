@@ -65,6 +65,7 @@ class Change(NamedTuple):
     old_raw: bytes | None
     labels: dict[str, str]
     old_labels: dict[str, str] | None
+    owners: tuple[str, ...] = ()  # the new object's owner uids (an API worker's replica indexes them)
 
 
 class Expired(Exception):
@@ -256,7 +257,7 @@ class Store:
         bucket[(namespace, name)] = stored
         self._index_owners(key, namespace, name, old.owners if old else (), stored.owners)
         self._record(Change(self.rv, "MODIFIED" if old else "ADDED", key, namespace, name, raw,
-                            old.raw if old else None, stored.labels, old.labels if old else None))
+                            old.raw if old else None, stored.labels, old.labels if old else None, stored.owners))
         self._enqueue(("put", key[0], key[1], namespace, name, self.rv, raw))
         return stored
 

@@ -113,8 +113,8 @@ class Replica(Store):
         if change.type == "DELETED":
             bucket.pop((change.namespace, change.name), None)
             self._index_owners(key, change.namespace, change.name, old.owners if old else (), ())
-        else:
-            stored = _stored(change.rv, change.raw)
+        else:  # labels and owners come with the change: no JSON decoding per change and worker
+            stored = StoredObject(change.rv, change.raw, change.labels, change.owners)
             bucket[(change.namespace, change.name)] = stored
             self._index_owners(key, change.namespace, change.name, old.owners if old else (), stored.owners)
         self.rv = change.rv
@@ -194,7 +194,7 @@ class Replica(Store):
         _, _, rv, raw = answer
         await self.reach(rv)
         obj.setdefault("metadata", {})["resourceVersion"] = str(rv)
-        return _stored(rv, raw)
+        return StoredObject(rv, raw, _labels(obj), _owners(obj) if verb == "put" else ())
 
     def put(self, key: Key, namespace: str, name: str, obj: dict[str, Any], expect_rv: int | None = None
             ) -> StoredObject:

@@ -160,8 +160,9 @@ async def run_workers(data_dir: Path, settings: WorkerSettings, on_ready: Callab
     """``devcluster up`` with workers: ready once all serve; ``stop`` is set when a worker dies
     (the data plane winds down, then ``server_stop`` ends this)."""
     async with store_process(data_dir, settings, settings.watch_history) as (port, workers):
-        on_ready(f"https://{settings.host}:{port}", port)
+        # the pids first: whoever sees the ready line may look for the workers at once
         (data_dir / "api-workers").write_text("".join(f"{pid}\n" for pid in workers.pids))
+        on_ready(f"https://{settings.host}:{port}", port)
         crashed = asyncio.ensure_future(workers.first_exit())
         stopped = asyncio.ensure_future(server_stop.wait())
         try:

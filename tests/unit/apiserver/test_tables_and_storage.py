@@ -108,3 +108,11 @@ def test_printer_column_paths_with_escaped_dots_read_label_and_annotation_keys()
     assert jsonpath(obj, r".metadata.labels.trainer\.kubeflow\.org/framework") == ["torch"]
     assert jsonpath(obj, r".metadata.annotations.trainyard\.kubeflow\.org/worker-cluster") == ["worker-2"]
     assert jsonpath(obj, r".metadata.annotations.trainyard\.kubeflow\.org/other") == []
+
+
+def test_the_default_number_of_api_workers_follows_the_cores():
+    """One process up to 4 cores (measured fastest on 2: docs/performance.md), else half the
+    cores, at most 8 (`devcluster up --api-workers 0`, the default)."""
+    from trainyard_services.devcluster.multiproc.supervisor import default_api_workers
+
+    assert [default_api_workers(cores) for cores in (1, 2, 4, 6, 8, 16, 64)] == [1, 1, 1, 3, 4, 8, 8]
