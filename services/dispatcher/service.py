@@ -287,6 +287,10 @@ class Dispatcher:
         waiting = None
         if copy_obj is not None:
             copy_obj, waiting = await self._hold_and_suspend(client, worker, trainjob, copy_obj)
+        if waiting is not None and waiting[0] == "moved":
+            # Placed on another worker: this pass goes on there (its copy is created now).
+            await self._reconcile(namespace, name, waiting[1], None)
+            return
         await self._mirror(trainjob, copy_obj, worker, waiting)
 
     async def _update(self, trainjob: dict[str, Any], *, finalizers: list[str] | None = None,
@@ -378,8 +382,34 @@ class Dispatcher:
         suspended = d.suspended(trainjob)
         # A suspended TrainJob holds nothing: it goes where the runtime is, least loaded first.
         need = {} if suspended else await self._requests(trainjob)
+        placement, unknown = await self._choose_and_hold(trainjob, need, suspended)
+        if placement.worker is None:
+            if unknown:
+                return trainjob, None  # a worker did not say whether it has the runtime: the next pass asks
+            await self._set_dispatched(trainjob, "False", placement.reason, placement.message)
+            return trainjob, None
+        # The finalizer comes with the placement: one write, and nothing is on a worker before
+        # the manager TrainJob is protected from vanishing without clean-up.
+        finalizers = trainjob["metadata"].get("finalizers") or []
+        try:
+            trainjob = await self._update(
+                trainjob, annotations={d.WORKER_ANNOTATION: placement.worker},
+                finalizers=None if d.FINALIZER in finalizers else [*finalizers, d.FINALIZER])
+        except BaseException:
+            if not suspended:
+                await asyncio.shield(self.slots.release(placement.worker, hold_key(*key)))
+            raise
+        log.info("dispatched", extra={"trainjob": f"{key[0]}/{key[1]}", "worker": placement.worker})
+        self._background(record_event(self.manager, trainjob, "Normal", "Dispatched", placement.message, COMPONENT))
+        return trainjob, placement.worker
+
+    async def _choose_and_hold(self, trainjob: dict[str, Any], need: Amounts, suspended: bool,
+                               exclude: str | None = None) -> tuple[Placement, bool]:
+        """The worker chosen (with ``need`` held there unless ``suspended``), or why none; and
+        whether a worker could not say if it has the runtime."""
+        key = _key(trainjob)
         runtime = ((trainjob.get("spec") or {}).get("runtimeRef") or {}).get("name") or ""
-        active = self.registry.active()
+        active = [w for w in self.registry.active() if w.name != exclude]
         presence = await asyncio.gather(*(self._has_runtime(w.name, w.client, trainjob) for w in active))
         candidates = [(w, has) for w, has in zip(active, presence) if has is not None]
         refused: set[str] = set()
@@ -403,25 +433,7 @@ class Dispatcher:
                 placement = Placement(None, REASON_NO_CAPACITY,
                                       f"no worker cluster has free capacity for {render_amounts(need)}; "
                                       "waiting for capacity")
-        if placement.worker is None:
-            if None in presence:
-                return trainjob, None  # a worker did not say whether it has the runtime: the next pass asks
-            await self._set_dispatched(trainjob, "False", placement.reason, placement.message)
-            return trainjob, None
-        # The finalizer comes with the placement: one write, and nothing is on a worker before
-        # the manager TrainJob is protected from vanishing without clean-up.
-        finalizers = trainjob["metadata"].get("finalizers") or []
-        try:
-            trainjob = await self._update(
-                trainjob, annotations={d.WORKER_ANNOTATION: placement.worker},
-                finalizers=None if d.FINALIZER in finalizers else [*finalizers, d.FINALIZER])
-        except BaseException:
-            if not suspended:
-                await asyncio.shield(self.slots.release(placement.worker, hold_key(*key)))
-            raise
-        log.info("dispatched", extra={"trainjob": f"{key[0]}/{key[1]}", "worker": placement.worker})
-        self._background(record_event(self.manager, trainjob, "Normal", "Dispatched", placement.message, COMPONENT))
-        return trainjob, placement.worker
+        return placement, None in presence
 
     def _timed(self, seconds: float) -> None:
         self.placement_seconds.append(seconds)
@@ -429,10 +441,11 @@ class Dispatcher:
             del self.placement_seconds[:5000]
 
     async def _hold_and_suspend(self, client: KubeClient, worker: str, trainjob: dict[str, Any],
-                                copy_obj: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, str] | None]:
+                                copy_obj: dict[str, Any]) -> tuple[dict[str, Any] | None, tuple[str, Any] | None]:
         """The copy runs only while its TrainJob holds its slots on the worker: a suspended or
-        finished TrainJob gives them back, a resumed one takes them (or its copy stays suspended
-        and the returned (reason, message) says why)."""
+        finished TrainJob gives them back, a resumed one takes them there, or on another worker
+        with room (("moved", the manager TrainJob as written)), or its copy stays suspended and
+        the returned (reason, message) says why."""
         held_key = hold_key(*_key(trainjob))
         copy_suspended = bool((copy_obj.get("spec") or {}).get("suspend"))
         done = d.finished(trainjob) or d.finished(copy_obj)
@@ -450,11 +463,41 @@ class Dispatcher:
             # as it is; a suspended one is resumed only if it fits.
             fits = None if not copy_suspended or state is None else self._fits(state, need)
             if not await self.slots.reserve(worker, held_key, need, fits):
+                moved = await self._move(client, worker, trainjob, copy_obj, need) if fits is not None else None
+                if moved is not None:
+                    return None, ("moved", moved)
                 free = render_amounts(self._view(state, True).free()) if state is not None else ""
                 message = (f"worker cluster {worker} has no free capacity for {render_amounts(need)} "
-                           f"(free {free or 'nothing'}); the TrainJob stays suspended there until it has")
+                           f"(free {free or 'nothing'}), nor any other worker; the TrainJob stays suspended "
+                           "there until one has")
                 return copy_obj, (REASON_NO_CAPACITY, message)
         return await self._propagate_suspend(client, trainjob, copy_obj), None
+
+    async def _move(self, client: KubeClient, worker: str, trainjob: dict[str, Any], copy_obj: dict[str, Any],
+                    need: Amounts) -> dict[str, Any] | None:
+        """A resumed TrainJob whose worker has no room goes to one that has (its copy there is
+        suspended and has no pods, so nothing is lost): the hold there first, then the
+        placement write, then the old copy's deletion (the sweep deletes it if this fails).
+        The manager TrainJob as written, or None when no other worker has room."""
+        placement, _ = await self._choose_and_hold(trainjob, need, False, exclude=worker)
+        if placement.worker is None:
+            return None
+        held_key = hold_key(*_key(trainjob))
+        try:
+            moved = await self._update(trainjob, annotations={d.WORKER_ANNOTATION: placement.worker})
+        except BaseException:
+            await asyncio.shield(self.slots.release(placement.worker, held_key))
+            raise
+        message = f"dispatched to worker cluster {placement.worker} (resumed; worker cluster {worker} had no room)"
+        log.info("moved on resume", extra={"trainjob": held_key, "worker": placement.worker})
+        self._background(record_event(self.manager, moved, "Normal", "Dispatched", message, COMPONENT))
+        meta = copy_obj["metadata"]
+        try:
+            await client.delete(r.TRAINJOB, meta["namespace"], meta["name"], uid=meta.get("uid"))
+        except KubeError as err:
+            log.warning("suspended copy %s on %s not deleted (the sweep will): %s", held_key, worker, describe(err))
+        self._fresh.add((placement.worker, meta["namespace"], meta["name"]))
+        return moved
 
     async def _redispatch(self, trainjob: dict[str, Any], lost: str) -> dict[str, Any]:
         message = (f"worker cluster {lost} unreachable for more than {self.registry.lost_timeout_s:g}s; "

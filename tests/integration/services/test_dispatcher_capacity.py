@@ -76,6 +76,23 @@ def clusters(tmp_path_factory, nats_server_module):
         manager.stop()
 
 
+@pytest.fixture(scope="module")
+def second_worker(tmp_path_factory, clusters):
+    """worker-2 (its own API server, room for two pods), for the one test that moves a TrainJob."""
+    worker = start_devcluster(tmp_path_factory.mktemp("dispatcher-capacity-2") / "worker-2")
+    try:
+        crds = [arg for path in sorted((REPO / "deploy" / "crds").glob("*_*.yaml")) for arg in ("-f", str(path))]
+        worker.kubectl("apply", "--server-side", *crds, timeout=120)
+        worker.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+        worker.kubectl("apply", "-f", "-", input=json.dumps(RUNTIME))
+        worker.kubectl("create", "-f", "-", input=json.dumps(NODE))
+        worker.kubectl("patch", "node", "node-1", "--subresource=status", "--type=merge",
+                       "-p", json.dumps({"status": NODE["status"]}))
+        yield worker
+    finally:
+        worker.stop()
+
+
 def delegated(name: str) -> dict:
     return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
             "metadata": {"name": name, "namespace": "default"},
@@ -454,5 +471,50 @@ def test_an_unplaceable_trainjob_is_placed_when_capacity_frees(clusters):
         await dispatcher.resync()
         assert await setup.placed("uc") == WORKER
         assert (await setup.copy("uc"))["metadata"]["labels"]["kueue.x-k8s.io/multikueue-origin"] == "manager"
+
+    run(clusters, scenario)
+
+
+def test_a_resumed_trainjob_whose_worker_is_full_moves_to_one_with_room(clusters, second_worker):
+    async def scenario(setup):
+        from trainyard.kube.client import KubeClient
+        from trainyard.multicluster.registry import WorkerRegistry, WorkerState
+
+        other = await KubeClient.from_kubeconfig(str(second_worker.kubeconfig))
+        try:
+            one = setup.dispatcher()  # knows worker-1 only
+            held = delegated("mv")
+            held["spec"]["suspend"] = True
+            await setup.manager.create(setup.r.TRAINJOB, "default", held)
+            await setup.create("mv-a", "mv-b")
+            for name in ("mv", "mv-a", "mv-b"):
+                await one.reconcile("default", name)
+            assert [await setup.placed(n) for n in ("mv", "mv-a", "mv-b")] == [WORKER] * 3
+
+            registry = WorkerRegistry(setup.manager, "kubeflow-system", lost_timeout_s=900)
+            for name, client in ((WORKER, setup.worker), ("worker-2", other)):
+                state = registry.workers[name] = WorkerState(name, client=client, reachable=True)
+                state.summarised(setup.registry.workers[WORKER].allocatable, {})
+            registry.listed = True
+            two = setup.dispatcher(registry)
+            await setup.manager.merge_patch(setup.r.TRAINJOB, "default", "mv", {"spec": {"suspend": False}})
+            await two.reconcile("default", "mv")
+
+            assert await setup.placed("mv") == "worker-2"
+            assert await setup.copy("mv") is None  # the suspended copy on the full worker is gone
+            moved = await other.get(setup.r.TRAINJOB, "default", "mv")
+            assert moved is not None and not moved["spec"].get("suspend"), moved
+            condition = await setup.dispatched("mv")
+            assert (condition["status"], condition["reason"]) == ("True", "Dispatched"), condition
+            for _ in range(50):  # the Event is written beside the pass
+                if any("had no room" in e["message"] for e in await events_of(setup, "mv", "Dispatched")):
+                    break
+                await asyncio.sleep(0.1)
+            assert any("worker cluster worker-1 had no room" in e["message"]
+                       for e in await events_of(setup, "mv", "Dispatched"))
+        finally:
+            for tj in (await other.request("GET", setup.r.TRAINJOB.path("default")))["items"]:
+                await other.delete(setup.r.TRAINJOB, "default", tj["metadata"]["name"])
+            await other.close()
 
     run(clusters, scenario)
