@@ -857,13 +857,15 @@ async def raw_only(cluster, args) -> list[dict]:
             profile = start_profiles(Path(args.profile), {f"devcluster-raw-ssa-{round_}": cluster.pid}) \
                 if args.profile else []
             load_before = loadavg()
-            dev_before = sum(cpu_seconds(pid) for pid in pids)
+            each_before = [cpu_seconds(pid) for pid in pids]
+            dev_before = sum(each_before)
             loop_before = sum(thread_cpu_seconds(pid, pid) for pid in pids)  # the event loops' threads
             start = time.perf_counter()
             appliers.go()
             await appliers.finish()
             elapsed = time.perf_counter() - start
-            dev_cpu = sum(cpu_seconds(pid) for pid in pids) - dev_before
+            each = [cpu_seconds(pid) - before for pid, before in zip(pids, each_before)]
+            dev_cpu = sum(each)
             loop_cpu = sum(thread_cpu_seconds(pid, pid) for pid in pids) - loop_before
             rounds.append({"rate": args.sustained / elapsed, "cpu_ms": 1000 * dev_cpu / args.sustained,
                            "percent": 100 * dev_cpu / elapsed, "load_before": load_before, "load_after": loadavg()})
@@ -876,6 +878,9 @@ async def raw_only(cluster, args) -> list[dict]:
                   f"{args.sustained} JobSets, {args.generators} generator processes, concurrency {args.concurrency}, "
                   f"{1000 * appliers.cpu_s / args.sustained:.2f} ms generator CPU per apply; "
                   f"load average before {load_before}, after {loadavg()})", flush=True)
+            if len(pids) > 1:
+                print(f"  of which the store process {1000 * each[0] / args.sustained:.2f} ms per apply, the API workers "
+                      + " / ".join(f"{1000 * cpu / args.sustained:.2f}" for cpu in each[1:]), flush=True)
         await watch.stop()
     return rounds
 

@@ -35,7 +35,7 @@ class Replica(Store):
         self._init_memory(data_dir, history_size)
         self.socket_path = socket_path
         self._reader: asyncio.StreamReader | None = None
-        self._writer_stream: asyncio.StreamWriter | None = None
+        self._frames: wire.FrameWriter | None = None
         self._ids = itertools.count(1)
         self._answers: dict[int, asyncio.Future[tuple[Any, ...]]] = {}
         self._rv_waiters: list[tuple[int, int, asyncio.Future[None]]] = []
@@ -50,8 +50,8 @@ class Replica(Store):
     async def connect(self) -> None:
         """Connect, load the snapshot, and follow the stream in the background."""
         self._loop = asyncio.get_running_loop()
-        self._reader, self._writer_stream = await asyncio.open_unix_connection(str(self.socket_path),
-                                                                               limit=wire.MAX_FRAME)
+        self._reader, writer = await asyncio.open_unix_connection(str(self.socket_path), limit=wire.MAX_FRAME)
+        self._frames = wire.FrameWriter(writer)
         snapshot = await wire.read(self._reader)
         if snapshot is None or snapshot[0] != "snapshot":
             raise wire.ProtocolError("the store process did not send a snapshot")
@@ -70,8 +70,8 @@ class Replica(Store):
         self._loop = loop  # no SQLite writer: the store process has it
 
     async def close(self) -> None:
-        if self._writer_stream is not None:
-            self._writer_stream.close()
+        if self._frames is not None:
+            self._frames.close()
         if self._follow is not None:
             self._follow.cancel()
         self.closed.set()
@@ -141,9 +141,9 @@ class Replica(Store):
     # ---- requests to the store process
 
     def _send(self, message: tuple[Any, ...]) -> None:
-        if self._writer_stream is None or self.closed.is_set():
+        if self._frames is None or self.closed.is_set():
             raise ConnectionError("the store process is gone")
-        self._writer_stream.write(wire.encode(message))
+        self._frames.send(wire.encode(message))
 
     async def _ask(self, verb: str, *args: Any) -> tuple[Any, ...]:
         request_id = next(self._ids)

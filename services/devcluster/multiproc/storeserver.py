@@ -28,12 +28,13 @@ class _Worker:
 
     def __init__(self, writer: asyncio.StreamWriter) -> None:
         self.writer = writer
+        self.frames = wire.FrameWriter(writer)
         self.pending: list[Change] = []
         self.pid = 0
 
     def send(self, message: tuple[Any, ...]) -> None:
         self.flush_changes()
-        self.writer.write(wire.encode(message))
+        self.frames.send(wire.encode(message))
 
     def flush_changes(self, encoded: dict[tuple[int, int], bytes] | None = None) -> None:
         """``encoded``: frames already made in this flush, by (first rv, count) — the workers'
@@ -47,7 +48,7 @@ class _Worker:
             frame = wire.encode(("changes", batch))
             if encoded is not None:
                 encoded[key] = frame
-        self.writer.write(frame)
+        self.frames.send(frame)
 
 
 class StoreServer:
@@ -99,7 +100,7 @@ class StoreServer:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         worker = _Worker(writer)
         # the snapshot and the subscription in one step: no change falls between them
-        writer.write(wire.encode(self._snapshot()))
+        worker.frames.send(wire.encode(self._snapshot()))
         self._workers.add(worker)
         try:
             while True:

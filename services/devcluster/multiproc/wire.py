@@ -27,6 +27,29 @@ class ProtocolError(Exception):
     """The other end sent something that is not a frame of this protocol."""
 
 
+class FrameWriter:
+    """Frames written once per event-loop iteration: every frame queued in one iteration goes
+    out in one ``write`` (one send system call, one wake-up of the other process), in order."""
+
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self.writer = writer
+        self._frames: list[bytes] = []
+
+    def send(self, frame: bytes) -> None:
+        if not self._frames:
+            asyncio.get_running_loop().call_soon(self.flush)
+        self._frames.append(frame)
+
+    def flush(self) -> None:
+        if self._frames and not self.writer.is_closing():
+            self.writer.write(b"".join(self._frames))
+        self._frames.clear()
+
+    def close(self) -> None:
+        self.flush()
+        self.writer.close()
+
+
 def encode(message: tuple[Any, ...]) -> bytes:
     body = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
     return _HEADER.pack(len(body)) + body
