@@ -35,7 +35,7 @@ system-tools:
 
 test: venv system-tools
 	$(BIN)/lint-imports --config .importlinter
-	$(BIN)/python -m pytest -q -rs tests
+	$(BIN)/python -m pytest -q -rs --durations=20 tests
 
 test-fast: venv
 	$(BIN)/python -m pytest -q -x -m "not torch and not slow" tests
