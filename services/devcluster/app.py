@@ -33,6 +33,7 @@ def run_up(data_dir: Path, host: str, port: int, watch_history: int, log_level: 
            jobset_feature_gates: frozenset[str] = frozenset(), audit_log_path: str | None = None,
            api_workers: int = 1) -> int:
     from trainyard.cli.main import UserError
+    from .multiproc.supervisor import WorkerFailed
     from .storage import DataDirError
     setup_logging(log_level)
     try:
@@ -41,6 +42,9 @@ def run_up(data_dir: Path, host: str, port: int, watch_history: int, log_level: 
                           api_workers=api_workers, log_level=log_level))
     except DataDirError as err:
         raise UserError(f"--data-dir: {err}") from None
+    except WorkerFailed as err:  # the other workers and the store are stopped by now
+        logging.getLogger("trainyard.devcluster").error("devcluster stopped: %s", err)
+        return 1
     except OSError as err:
         if err.errno in (98, 48):  # address in use
             raise UserError(f"--port: {host}:{port} is already in use (choose another port or --port 0)") from None

@@ -30,6 +30,10 @@ WORKER_READY_TIMEOUT = 60.0
 WORKER_STOP_TIMEOUT = 10.0
 
 
+class WorkerFailed(Exception):
+    """An API worker exited on its own (at start or while serving): the devcluster stops."""
+
+
 @dataclass(frozen=True)
 class WorkerSettings:
     host: str
@@ -146,10 +150,10 @@ async def _wait_ready(server: StoreServer, workers: Workers) -> None:
             if exited in done:
                 pid.cancel()
                 process = exited.result()
-                raise RuntimeError(f"API worker {process.pid} exited with {process.returncode} before it was ready")
+                raise WorkerFailed(f"API worker {process.pid} exited with {process.returncode} before it was ready")
             if not done:
                 pid.cancel()
-                raise RuntimeError(f"API workers not ready in {WORKER_READY_TIMEOUT:.0f} s")
+                raise WorkerFailed(f"API workers not ready in {WORKER_READY_TIMEOUT:.0f} s")
             ready.add(pid.result())
     finally:
         exited.cancel()
@@ -158,7 +162,7 @@ async def _wait_ready(server: StoreServer, workers: Workers) -> None:
 async def run_workers(data_dir: Path, settings: WorkerSettings, on_ready: Callable[[str, int], None],
                       server_stop: asyncio.Event, stop: asyncio.Event) -> None:
     """``devcluster up`` with workers: ready once all serve; ``stop`` is set when a worker dies
-    (the data plane winds down, then ``server_stop`` ends this)."""
+    (the data plane winds down, then ``server_stop`` ends this, with ``WorkerFailed``)."""
     async with store_process(data_dir, settings, settings.watch_history) as (port, workers):
         # the pids first: whoever sees the ready line may look for the workers at once
         (data_dir / "api-workers").write_text("".join(f"{pid}\n" for pid in workers.pids))
@@ -172,6 +176,7 @@ async def run_workers(data_dir: Path, settings: WorkerSettings, on_ready: Callab
                 log.error("API worker %d exited with %s: stopping the devcluster", process.pid, process.returncode)
                 stop.set()
                 await server_stop.wait()
+                raise WorkerFailed(f"API worker {process.pid} exited with {process.returncode}")
         finally:
             crashed.cancel()
             stopped.cancel()

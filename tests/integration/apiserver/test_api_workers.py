@@ -219,3 +219,20 @@ def test_workers_exit_when_the_store_process_is_killed(tmp_path):
         for pid in pids:
             if _alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_a_worker_that_dies_stops_the_devcluster_and_the_other_workers(tmp_path):
+    """Nothing serves half the port silently: the store process stops the rest and exits 1."""
+    devcluster = start_devcluster(tmp_path / "data", ["--api-workers", "2"])
+    pids = _pids(devcluster)
+    try:
+        os.kill(pids[0], signal.SIGKILL)
+        assert devcluster.process.wait(timeout=60) == 1
+        assert [pid for pid in pids if _alive(pid)] == []
+        log = (tmp_path / "data-server.log").read_text()
+        assert f"API worker {pids[0]} exited with -9" in log
+    finally:
+        devcluster.stop()
+        for pid in pids:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
