@@ -100,6 +100,7 @@ async def test_a_consumer_deleted_under_a_running_one_is_created_again(bus: BusS
     stop = asyncio.Event()
     task = asyncio.create_task(consumer.run(stop))
     try:
+        await until(lambda: bool(consumer._inbox))  # the durable exists (it delivers new messages only)
         await publish(bus, "before")
         await until(lambda: handled == ["before"])
         # The server tells the waiting request (409 Consumer Deleted); the consumer re-creates
