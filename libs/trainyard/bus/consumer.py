@@ -163,7 +163,8 @@ class Consumer:
         try:
             while not stop.is_set():
                 now = time.monotonic()
-                lapsed = self._credit > 0 and now - self._heard > min(PULL_HEARTBEAT_S, PULL_EXPIRES_S / 2) * 2 + 1
+                # (5 s more than two heartbeats: an event loop that stalled is not a lost request.)
+                lapsed = self._credit > 0 and now - self._heard > min(PULL_HEARTBEAT_S, PULL_EXPIRES_S / 2) * 2 + 5
                 if nc.stats.get("reconnects", 0) != reconnects or lapsed or self._recreate_next:
                     # A server that restarted (or a consumer re-created) forgot the request:
                     # its heartbeats stop. Make sure the consumer exists and ask again.
