@@ -207,8 +207,9 @@ def test_stopping_the_devcluster_stops_every_worker(cluster):
 def test_workers_exit_when_the_store_process_is_killed(tmp_path):
     """No orphans even when the store process cannot stop them: each worker's stream ends."""
     devcluster = start_devcluster(tmp_path / "data", ["--api-workers", "2"])
-    pids = _pids(devcluster)
+    pids: list[int] = []
     try:
+        pids = _pids(devcluster)
         os.kill(devcluster.pid, signal.SIGKILL)
         devcluster.process.wait(timeout=10)
         deadline = time.monotonic() + 30
@@ -216,6 +217,7 @@ def test_workers_exit_when_the_store_process_is_killed(tmp_path):
             time.sleep(0.1)
         assert [pid for pid in pids if _alive(pid)] == []
     finally:
+        devcluster.stop()
         for pid in pids:
             if _alive(pid):
                 os.kill(pid, signal.SIGKILL)
@@ -224,8 +226,9 @@ def test_workers_exit_when_the_store_process_is_killed(tmp_path):
 def test_a_worker_that_dies_stops_the_devcluster_and_the_other_workers(tmp_path):
     """Nothing serves half the port silently: the store process stops the rest and exits 1."""
     devcluster = start_devcluster(tmp_path / "data", ["--api-workers", "2"])
-    pids = _pids(devcluster)
+    pids: list[int] = []
     try:
+        pids = _pids(devcluster)
         os.kill(pids[0], signal.SIGKILL)
         assert devcluster.process.wait(timeout=60) == 1
         assert [pid for pid in pids if _alive(pid)] == []
