@@ -164,10 +164,16 @@ class Setup:
         return await self.worker.get(self.r.TRAINJOB, "default", name)
 
     async def clean(self) -> None:
+        from trainyard.kube.client import KubeError
+
         for client in (self.manager, self.worker):
             for tj in (await client.request("GET", self.r.TRAINJOB.path("default")))["items"]:
                 name = tj["metadata"]["name"]
-                await client.merge_patch(self.r.TRAINJOB, "default", name, {"metadata": {"finalizers": None}})
+                try:
+                    await client.merge_patch(self.r.TRAINJOB, "default", name, {"metadata": {"finalizers": None}})
+                except KubeError as err:
+                    if not err.not_found:  # gone since the list (a copy the dispatcher removed)
+                        raise
                 await client.delete(self.r.TRAINJOB, "default", name)
 
 
