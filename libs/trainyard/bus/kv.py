@@ -28,7 +28,7 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.errors import (APIError, KeyDeletedError, KeyNotFoundError, KeyWrongLastSequenceError,
-                             NoStreamResponseError, NotFoundError)
+                             NoStreamResponseError, NotFoundError, ServiceUnavailableError)
 from nats.js.kv import KeyValue
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -514,6 +514,11 @@ def _expire(done: asyncio.Future[None]) -> None:
         done.set_exception(asyncio.TimeoutError())
 
 
+# How long a scan waits for its new consumer's leader (an election takes milliseconds; a cluster
+# that has none for seconds is not a place to read from).
+SCAN_LEADER_WAIT_S = 5.0
+
+
 async def scan_last_per_subject(js: JetStreamContext, stream: str, filter_subject: str,
                                 visit: Callable[[Any], None], headers_only: bool = False) -> None:
     """Calls ``visit(msg)`` with the last message of every subject matching ``filter_subject``,
@@ -530,9 +535,20 @@ async def scan_last_per_subject(js: JetStreamContext, stream: str, filter_subjec
         if remaining == 0:
             return
         sub = await js.pull_subscribe_bind(consumer=name, stream=stream)
+        leaderless_until = time.monotonic() + SCAN_LEADER_WAIT_S
         try:
             while remaining > 0:
-                msgs = await sub.fetch(min(remaining, 1024), timeout=5.0)
+                try:
+                    msgs = await sub.fetch(min(remaining, 1024), timeout=5.0)
+                except ServiceUnavailableError:
+                    # On a replicated stream the new consumer answers pulls once its own leader
+                    # is elected; until then a pull has no responder (503). Seen as ~1 scan in
+                    # 70 on a 3-node cluster, and at `trainyard up --nats-cluster 3` it made the
+                    # dashboard's first scan fail its start.
+                    if time.monotonic() > leaderless_until:
+                        raise
+                    await asyncio.sleep(0.05)
+                    continue
                 for msg in msgs:
                     remaining = msg.metadata.num_pending
                     visit(msg)

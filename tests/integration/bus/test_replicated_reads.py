@@ -107,3 +107,24 @@ async def test_published_messages_carry_the_publishers_floor(nats_cluster_module
         assert f"{SNAPSHOTS_BUCKET}={written}" in stored.headers[readfloor.HEADER].split(",")
     finally:
         await session.close()
+
+
+async def test_scans_right_after_their_consumer_is_created_never_fail(nats_cluster_module) -> None:
+    """Every scan (the dashboard's and the watcher's first reads) makes a consumer of a 3-copy
+    stream and pulls from it at once; until that consumer's leader is elected a pull has no
+    responder (503). One scan in ~70 failed so, and `trainyard up --nats-cluster 3` exited when
+    the dashboard's start was the one. A scan waits for the leader instead."""
+    from trainyard.bus.kv import scan_last_per_subject
+
+    session = await BusSession.open(nats_cluster_module.nodes[1].url, "watcher")
+    try:
+        bucket = session.snapshots._kv
+        await bucket.put("default.jobsets.ns.scanned", b"{}")
+        seen = []
+        for _ in range(300):
+            found = []
+            await scan_last_per_subject(session.js, f"KV_{bucket._name}", f"$KV.{bucket._name}.>", found.append)
+            seen.append(len(found))
+        assert set(seen) == {len(found)} and len(found) >= 1
+    finally:
+        await session.close()
