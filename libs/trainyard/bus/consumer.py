@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
 from nats.aio.msg import Msg
-from nats.errors import ConnectionClosedError, TimeoutError as NatsTimeoutError
+from nats.errors import ConnectionClosedError, NoRespondersError, TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
+from nats.js.errors import NoStreamResponseError, ServiceUnavailableError
 
 from trainyard.bus import readfloor, subjects
 from trainyard.bus.envelopes import DEAD_LETTER_DATA_MAX, DeadLetter
@@ -73,8 +74,13 @@ def redelivery_delay(num_delivered: int) -> float:
 def unavailable(err: BaseException) -> bool:
     """Whether a handler failed because what it talks to did not answer (an API server
     restarting, a bus node electing a leader): waiting helps, unlike for any other error.
-    Errors say so with a true ``unavailable`` attribute (trainyard.kube.client.KubeError)."""
-    return bool(getattr(err, "unavailable", False)) or isinstance(err, (NatsTimeoutError, ConnectionClosedError))
+    Errors say so with a true ``unavailable`` attribute (trainyard.kube.client.KubeError).
+    From the bus: a timeout, a closed connection, and a stream or consumer with no leader for
+    the moment — a publish or KV write gets no responder (``NoStreamResponseError``), an API
+    request a 503 — which on a 3-node cluster lasts as long as the election after a node died."""
+    return bool(getattr(err, "unavailable", False)) or isinstance(
+        err, (NatsTimeoutError, ConnectionClosedError, NoRespondersError, NoStreamResponseError,
+              ServiceUnavailableError))
 
 
 @dataclass

@@ -422,3 +422,74 @@ async def test_a_last_delivery_waits_for_an_unavailable_backend_instead_of_dead_
     assert letters == []
     info = await bus.js.consumer_info(EVENTS_STREAM, "t")
     assert info.num_ack_pending == 0 and info.num_pending == 0
+
+
+async def test_a_publish_to_a_stream_without_a_leader_is_retried_not_dead_lettered(bus, tmp_path):
+    """Found by the soak in a clean-clone run: a NATS node was killed and a worker's planner
+    dead-lettered 8 TrainJob events after 5 deliveries with "nats: no response from stream" —
+    what a publish to a 3-copy stream answers while the stream has no leader. Reproduced here
+    for real: the handler publishes through a follower of a stream on a 3-node cluster whose
+    leader and other follower are down (no quorum, no leader) until past max_deliver, then they
+    come back; the event is handled, never dead-lettered."""
+    import nats
+    from nats.js.api import StreamConfig
+
+    from fixtures.nats import NatsCluster
+
+    cluster = NatsCluster(tmp_path / "cluster")
+    cluster.start()
+    admin = await nats.connect(cluster.url.split(","))
+    try:
+        for _ in range(150):  # the cluster's meta leader is elected a moment after start
+            try:
+                made = await admin.jetstream().add_stream(
+                    StreamConfig(name="LEADERLESS", subjects=["leaderless.>"], num_replicas=3))
+                if made.cluster and made.cluster.leader:
+                    break
+            except Exception:
+                pass
+            await asyncio.sleep(0.2)
+        leader = (await admin.jetstream().stream_info("LEADERLESS")).cluster.leader
+    finally:
+        await admin.close()
+    names = [f"node-{index}" for index in range(1, len(cluster.nodes) + 1)]  # NatsCluster's server names
+    survivor = next(node for node, name in zip(cluster.nodes, names) if name != leader)
+    stopped = [node for node in cluster.nodes if node is not survivor]
+    target_nc = await nats.connect(survivor.url)
+    target = target_nc.jetstream()
+    try:
+        for node in stopped:
+            node.stop()
+        errors: list[str] = []
+
+        async def handler(delivery: Delivery) -> None:
+            try:  # the id dedupes a publish stored after its ack was lost, as the planner's does
+                await target.publish("leaderless.plan", delivery.data, timeout=2,
+                                     headers={"Nats-Msg-Id": delivery.headers.get("Nats-Msg-Id", "plan")})
+            except Exception as err:
+                errors.append(type(err).__name__)
+                raise
+
+        stop, task = await run_consumer(bus, handler, max_deliver=2)
+        await publish_events(bus, [event("j-leaderless")])
+        for _ in range(300):
+            if len(errors) >= 3:  # past max_deliver while the stream had no leader
+                break
+            await asyncio.sleep(0.05)
+        for node in stopped:
+            node.start()
+        for _ in range(600):
+            info = await bus.js.consumer_info(EVENTS_STREAM, "t")
+            if info.num_ack_pending == 0 and info.num_pending == 0:
+                break
+            await asyncio.sleep(0.05)
+        dead = (await bus.js.stream_info(DEAD_LETTER_STREAM)).state.messages
+        await stop_consumer(stop, task)
+        stored = await target.stream_info("LEADERLESS")
+    finally:
+        await target_nc.close()
+        cluster.stop()
+    assert errors[:3] == ["NoStreamResponseError"] * 3, errors
+    assert dead == 0
+    assert info.num_ack_pending == 0 and info.num_pending == 0
+    assert stored.state.messages == 1, stored.state  # the handled event's publish, once
