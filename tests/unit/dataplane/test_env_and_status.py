@@ -12,7 +12,7 @@ from trainyard_services.devcluster.dataplane.podenv import (ContainerConfigError
 from trainyard_services.devcluster.dataplane.podstatus import (ContainerRecord, pod_conditions,
                                                                pod_phase, stamp_conditions)
 from trainyard.apimachinery.quantity import QuantityError, millicores, parse_quantity
-from trainyard_services.devcluster.dataplane.runner import crash_backoff_seconds
+from trainyard_services.devcluster.dataplane.restarts import crash_backoff_seconds
 
 
 @pytest.mark.parametrize("text,expected", [
