@@ -12,6 +12,8 @@ import signal
 import sys
 from pathlib import Path
 
+from .admission import parse_feature_gates
+from .kubelet import machine_capacity
 from .plane import DataPlaneOptions, run_dataplane
 
 
@@ -34,7 +36,6 @@ def main(argv: list[str] | None = None) -> int:
     if not args.kubeconfig.is_file():
         print(f"error: --kubeconfig: {args.kubeconfig} is not a file", file=sys.stderr)
         return 2
-    from .admission import parse_feature_gates
     try:
         gates = parse_feature_gates(args.jobset_feature_gates)
     except ValueError as err:
@@ -42,7 +43,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     capacity = None
     if args.capacity:
-        from .kubelet import machine_capacity
         capacity = machine_capacity(0)
         for item in args.capacity:
             name, sep, value = item.partition("=")

@@ -6,6 +6,7 @@ import contextlib
 import ipaddress
 import json
 import logging
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -147,8 +148,6 @@ def start_embedded(data_dir: Path, kubeconfig: Path, stop: asyncio.Event,
 
     Its start-up line (which network mode it runs in) goes to stderr, as JSON logs do.
     """
-    import sys
-
     options = DataPlaneOptions(kubeconfig=kubeconfig, data_dir=data_dir, jobset_feature_gates=jobset_feature_gates,
                                announce=lambda line: print(line, file=sys.stderr, flush=True))
 

@@ -22,6 +22,7 @@ from aiohttp import web
 from trainyard.errortext import describe
 from trainyard.kube.client import KubeClient, KubeError
 from trainyard.kube.resources import Resource
+from trainyard.security import pki
 
 from .admission import default_jobset, validate_jobset
 
@@ -37,8 +38,6 @@ VALIDATING = Resource("admissionregistration.k8s.io", "v1", "validatingwebhookco
 
 def serving_certificate() -> tuple[bytes, bytes, bytes]:
     """(certificate chain PEM, key PEM, CA PEM) for 127.0.0.1, from the one CA helper."""
-    from trainyard.security import pki
-
     bundle = pki.issue(["127.0.0.1", "localhost"], ca_common_name="trainyard-dataplane-webhook-ca",
                        common_name="trainyard-dataplane-webhook", cert_validity=dt.timedelta(days=3650))
     return bundle.chain_pem, bundle.key_pem, bundle.ca_cert_pem
