@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
                                     ack_wait_s=config.ack_wait_s)
             registry.on_reachable = dispatcher.worker_reachable
             runtime.add_check("kueue-multikueue-absent", lambda: not dispatcher.kueue_present)
-            await asyncio.gather(dispatcher.run_loops(stop, probe, resync), dispatcher.consumer().run(stop))
+            await asyncio.gather(dispatcher.run_loops(stop, probe, resync), dispatcher.subscriber().run(stop))
         finally:
             if registry is not None:
                 await registry.close()

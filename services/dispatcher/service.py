@@ -10,6 +10,13 @@ created on the worker that annotation names, so one TrainJob never has two curre
 Copies on a worker that the manager no longer points at (re-dispatched, or the manager
 TrainJob is gone) are deleted by the sweep whenever that worker is reachable.
 
+Home replicas: each replica holds a share of the bus's partitions (trainyard.bus.partitions), as
+planner, applier and status do. A TrainJob's events (the manager's and its copies', one
+partition: its namespace/name) reach the replica holding that partition, and only that replica
+resyncs it, prunes its holds and sweeps its stale copies; so one TrainJob's passes run in one
+process, one at a time, and its write echoes reach the process that wrote them. Ownership is a
+performance property: the guarantees above hold whichever replicas act on a TrainJob.
+
 Capacity: a TrainJob that may run on a worker holds what its pods request in that worker's
 ``ty_slots`` entry (trainyard.multicluster.slots), taken with compare-and-set by whichever
 replica places or resumes it, so N replicas never overcommit a worker. A suspended TrainJob
@@ -23,28 +30,25 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from trainyard.clock import now_rfc3339
-from trainyard.bus.consumer import Consumer, Delivery, PermanentError
+from trainyard.bus.consumer import Delivery, PermanentError
 from trainyard.bus.envelopes import EnvelopeError, ObjectEvent, decode
+from trainyard.bus.partitions import PartitionedSubscriber, Subscription
 from trainyard.bus.session import BusSession
-from trainyard.bus.subjects import EVENTS_PREFIX, encode_token
-from trainyard.bus.topology import EVENTS_STREAM, ConsumerSpec, durable_name
+from trainyard.bus.subjects import EVENTS_PREFIX, encode_token, event_filter, partitions_setting, trainjob_partition
+from trainyard.bus.topology import EVENTS_STREAM, durable_name
 from trainyard.errortext import describe
 from trainyard.kube import resources as r
 from trainyard.kube.client import KubeClient, KubeError
 from trainyard.keyed_locks import KeyedLocks
 from trainyard.kube.events import record_event
 from trainyard.multicluster import delegation as d
-from trainyard.multicluster.placement import REASON_NO_CAPACITY, Amounts, Placement, Worker, choose_worker, plan_requests, \
-    render_amounts, unheld_use
-from trainyard.multicluster.registry import WorkerRegistry, WorkerState
+from trainyard.multicluster.placement import REASON_NO_CAPACITY, Amounts
+from trainyard.multicluster.placer import Placer, trainjob_key as _key
+from trainyard.multicluster.registry import WorkerRegistry
 from trainyard.multicluster.slots import SlotLedger, hold_key
-from trainyard.pipeline.curve_keys import deferred_curve_key
-from trainyard.pipeline.errors import PlanningError
-from trainyard.pipeline.planning import plan
-from trainyard.pipeline.ssh_keys import deferred_ssh_key
 
 log = logging.getLogger(__name__)
 
@@ -53,9 +57,6 @@ COMPONENT = "trainyard-dispatcher"
 FIELD_MANAGER = "trainyard-dispatcher"
 REASON_WORKER_LOST = "WorkerLost"
 KUEUE_GROUP = "kueue.x-k8s.io"
-# How long a runtime lookup (on the manager for requests, on a worker for presence) is reused:
-# a burst of TrainJobs for one runtime asks once, a new runtime is seen within seconds.
-RUNTIME_CACHE_S = 2.0
 # Every this many resync passes, every delegated TrainJob is reconciled and every reachable
 # worker swept, not only the TrainJobs that wait for a worker.
 FULL_RESYNC_EVERY = 15
@@ -66,10 +67,6 @@ MIRROR_DELAY_S = 0.2
 # A hold younger than this is kept by a resync even if its TrainJob's placement is not listed
 # yet (taken by a replica that is writing the placement now; clocks of replicas may differ).
 HOLD_GRACE_S = 30.0
-
-
-def _key(trainjob: dict[str, Any]) -> tuple[str, str]:
-    return trainjob["metadata"]["namespace"], trainjob["metadata"]["name"]
 
 
 def _lane(subject: str) -> str:
@@ -86,13 +83,11 @@ class Dispatcher:
     slots: SlotLedger
     ack_wait_s: float = 30.0
     kueue_present: str | None = None  # why the dispatcher stands down, when it does
+    partitions: int = field(default_factory=partitions_setting)
     _locks: KeyedLocks = field(default_factory=KeyedLocks)
-    # Per worker: (summary generation, holds removed, use of the pods of no held TrainJob).
-    _unheld: dict[str, tuple[int, int, Amounts]] = field(default_factory=dict)
     _sweep_now: set[str] = field(default_factory=set)
+    _resync_now: bool = False  # a partition was acquired: its waiting TrainJobs are looked at soon
     _sweeping: dict[str, asyncio.Task] = field(default_factory=dict)  # worker -> its sweep in flight
-    _runtimes: dict[tuple, tuple[float, Any]] = field(default_factory=dict)  # key -> (expiry, answer)
-    _runtime_lookups: dict[tuple, asyncio.Future] = field(default_factory=dict)  # key -> the GET in flight
     _namespaces: set[tuple[str, str]] = field(default_factory=set)  # (worker, namespace) known to exist
     _passes: int = 0
     _fresh: set[tuple[str, str, str]] = field(default_factory=set)  # (worker, ns, name) placed just now
@@ -101,21 +96,55 @@ class Dispatcher:
     # resourceVersion of this process's last write of each manager TrainJob: the event that
     # write causes carries nothing new, and is not worth a pass.
     _own_writes: dict[tuple[str, str], str] = field(default_factory=dict)
-    placement_seconds: list[float] = field(default_factory=list)  # the last placements' decision times
+    _subscriber: PartitionedSubscriber | None = None  # None: no bus, every TrainJob is this process's
+
+    def __post_init__(self) -> None:
+        self.placer = Placer(self.manager, self.cluster, self.registry, self.slots)
+
+    @property
+    def placement_seconds(self) -> list[float]:
+        """The last placements' decision times (benchmarks read them)."""
+        return self.placer.placement_seconds
 
     # -- triggers ------------------------------------------------------------------------------
 
-    def consumer_spec(self) -> ConsumerSpec:
-        # Every cluster's TrainJob events: the manager's own, and the worker copies' (their
-        # status changes are what the manager mirrors).
-        return ConsumerSpec(EVENTS_STREAM, durable_name(ROLE, self.cluster),
-                            [f"{EVENTS_PREFIX}.*.*.{encode_token('TrainJob')}.*.*"],
-                            ack_wait_s=self.ack_wait_s, max_deliver=5, deliver_new_only=True)
+    def subscriptions(self) -> list[Subscription]:
+        # Every cluster's TrainJob events on one partition: the manager's own, and the worker
+        # copies' (their status changes are what the manager mirrors). A copy has its manager
+        # TrainJob's namespace and name, so the workers' watchers publish it on the same
+        # partition (one partition count per bus): both reach the TrainJob's home replica.
+        return [Subscription(
+            EVENTS_STREAM, ROLE, lambda p: [event_filter(None, "TrainJob", p)], self.handle,
+            ack_wait_s=self.ack_wait_s, max_deliver=5, key_of=_lane, deliver_new_only=True,
+            retires=((durable_name(ROLE, self.cluster), (f"{EVENTS_PREFIX}.*.*.{encode_token('TrainJob')}.*.*",)),),
+        )]
 
-    def consumer(self) -> Consumer:
+    def subscriber(self) -> PartitionedSubscriber:
+        """The dispatcher's share of the partitions: it handles the events of their TrainJobs,
+        and its resyncs and sweeps look only at those (the home replica of each TrainJob is the
+        one that places, mirrors and cleans it up)."""
         assert self.bus is not None
-        return Consumer(self.bus.js, self.consumer_spec(), self.handle, service=ROLE,
-                        publisher=self.bus.publisher, key_of=_lane)
+        self._subscriber = PartitionedSubscriber(self.bus, ROLE, self.cluster, self.subscriptions(),
+                                                 service=ROLE, partitions=self.partitions,
+                                                 on_acquire=self._acquired, on_release=self._forget_partition)
+        return self._subscriber
+
+    def owns(self, namespace: str, name: str) -> bool:
+        """Whether the TrainJob's partition is this replica's now (always, without a bus)."""
+        if self._subscriber is None:
+            return True
+        return trainjob_partition(namespace, name, self.partitions) in self._subscriber.owned
+
+    def _acquired(self, partition: int) -> None:
+        """A partition taken over (a replica stopped or crashed, or this one started): the
+        TrainJobs of it that wait for a timer are resynced at the next loop pass, not up to
+        --resync-interval later (their events reach this replica through the partition)."""
+        self._resync_now = True
+
+    def _forget_partition(self, partition: int) -> None:
+        """What this replica remembers of a partition's TrainJobs goes with the partition."""
+        for key in [k for k in self._own_writes if trainjob_partition(*k, self.partitions) == partition]:
+            del self._own_writes[key]
 
     async def handle(self, delivery: Delivery) -> None:
         try:
@@ -173,8 +202,10 @@ class Dispatcher:
         return not d.suspended(trainjob) and not self.slots.holds(worker, hold_key(*_key(trainjob)))
 
     async def resync(self) -> None:
-        """The delegated TrainJobs that wait for something a timer must notice (every one on a
-        full pass, which also sweeps stale copies off reachable workers)."""
+        """This replica's delegated TrainJobs that wait for something a timer must notice (every
+        one on a full pass, which also sweeps stale copies off reachable workers)."""
+        if self._subscriber is not None and not self._subscriber.owned:
+            return  # none yet (starting), or none left: the first pass with a share is a full one
         asked_at = time.time()
         try:
             listed = await self.manager.request("GET", r.TRAINJOB.path())
@@ -183,6 +214,7 @@ class Dispatcher:
             return
         delegated = [tj for tj in listed.get("items") or [] if d.is_delegated(tj)]
         await self._prune_holds(delegated, asked_at)
+        delegated = [tj for tj in delegated if self.owns(*_key(tj))]
         full = self._passes % FULL_RESYNC_EVERY == 0
         self._passes += 1
         due = [tj for tj in delegated if full or self._waiting(tj)]
@@ -193,8 +225,9 @@ class Dispatcher:
                 self._sweep_soon(worker.name)
 
     async def _prune_holds(self, delegated: list[dict[str, Any]], asked_at: float) -> None:
-        """Drops the holds of TrainJobs that no longer run on that worker (finished, suspended,
-        gone, moved), taken before the list was asked for; reads every worker's entry afresh."""
+        """Drops the holds of this replica's TrainJobs that no longer run on that worker
+        (finished, suspended, gone, moved), taken before the list was asked for; reads every
+        worker's entry afresh."""
         running: dict[str, set[str]] = {}
         for tj in delegated:
             worker = d.assigned_worker(tj)
@@ -204,7 +237,8 @@ class Dispatcher:
             keep = running.get(worker, set())
             try:
                 dropped = await self.slots.prune(
-                    worker, lambda key, at: key not in keep and at < asked_at - HOLD_GRACE_S)
+                    worker, lambda key, at: key not in keep and at < asked_at - HOLD_GRACE_S
+                    and self.owns(*key.split("/", 1)))
             except Exception as err:  # the bus is away: the next resync prunes
                 log.warning("resync: slots of %s not pruned: %s", worker, describe(err))
                 continue
@@ -311,78 +345,12 @@ class Dispatcher:
 
     # -- placement -----------------------------------------------------------------------------
 
-    async def _runtime(self, cluster: str, client: KubeClient, trainjob: dict[str, Any]) -> dict[str, Any] | None:
-        """The TrainJob's runtime on one cluster (None when absent), looked up at most once per
-        RUNTIME_CACHE_S for each cluster and runtime."""
-        ref = (trainjob.get("spec") or {}).get("runtimeRef") or {}
-        kind = ref.get("kind") or "ClusterTrainingRuntime"
-        resource = r.TRAINING_RUNTIME if kind == "TrainingRuntime" else r.CLUSTER_TRAINING_RUNTIME
-        runtime_ns = trainjob["metadata"]["namespace"] if kind == "TrainingRuntime" else None
-        key = (cluster, kind, runtime_ns, ref.get("name") or "")
-        cached = self._runtimes.get(key)
-        if cached is not None and cached[0] > time.monotonic():
-            return cached[1]
-        # One lookup in flight per cluster and runtime: a resync reconciles hundreds of waiting
-        # TrainJobs at once, and as many GETs at once made a loaded API server time them out.
-        pending = self._runtime_lookups.get(key)
-        if pending is None:
-            pending = self._runtime_lookups[key] = asyncio.ensure_future(
-                client.get(resource, runtime_ns, ref.get("name") or "", timeout_s=5.0))
-            pending.add_done_callback(lambda _: self._runtime_lookups.pop(key, None))
-        # A failed lookup raises (unknown is not absent) and is not cached: asked again next time.
-        runtime = await asyncio.shield(pending)
-        self._runtimes[key] = (time.monotonic() + RUNTIME_CACHE_S, runtime)
-        return runtime
-
-    async def _requests(self, trainjob: dict[str, Any]) -> Amounts:
-        """What the TrainJob's pods will request, planned with the manager's copy of its runtime.
-        Raises KubeError when the manager cannot tell (e.g. a timeout under load): counting such a
-        TrainJob as requesting nothing would let every placement after it overcommit its worker."""
-        runtime = await self._runtime(self.cluster, self.manager, trainjob)
-        if runtime is None:
-            return {}
-        try:
-            return plan_requests(plan(trainjob, runtime, new_ssh_key=deferred_ssh_key,
-                                      new_curve_key=deferred_curve_key).objects)
-        except PlanningError:
-            return {}  # the worker's trainyard reports the planning error on the copy
-
-    async def _has_runtime(self, worker: str, client: KubeClient, trainjob: dict[str, Any]) -> bool | None:
-        """Whether the worker has the TrainJob's runtime; None when it did not say (a timeout)."""
-        try:
-            return await self._runtime(worker, client, trainjob) is not None
-        except KubeError as err:
-            log.debug("runtime lookup on %s failed: %s", worker, describe(err))
-            return None
-
-    def _unheld_use(self, worker: WorkerState) -> Amounts:
-        """What the worker's pods of no held TrainJob request (held ones count whole, as held),
-        recounted only when a new summary came or a hold went away."""
-        entry = self.slots.cached(worker.name)
-        known = self._unheld.get(worker.name)
-        if known is None or known[:2] != (worker.generation, entry.removals):
-            held = {tuple(key.split("/", 1)) for key in entry.holds}
-            known = self._unheld[worker.name] = (worker.generation, entry.removals, unheld_use(worker.pod_use, held))
-        return known[2]
-
-    def _view(self, worker: WorkerState, has_runtime: bool, held: Amounts | None = None) -> Worker:
-        """The worker as placement sees it: allocatable, and in use what its other pods request
-        plus what the held TrainJobs reserve, whether their pods exist yet or not."""
-        used = dict(self._unheld_use(worker))
-        for resource, amount in (self.slots.cached(worker.name).total if held is None else held).items():
-            used[resource] = used.get(resource, 0) + amount
-        return Worker(worker.name, worker.allocatable, used, has_runtime)
-
-    def _fits(self, worker: WorkerState, need: Amounts) -> Callable[[Amounts], bool]:
-        """For the ledger's compare-and-set: whether ``need`` fits beside the holds it read."""
-        return lambda held: self._view(worker, True, held).fits(need)
-
     async def _place(self, trainjob: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
         key = _key(trainjob)
         suspended = d.suspended(trainjob)
         # A suspended TrainJob holds nothing: it goes where the runtime is, least loaded first.
-        need = {} if suspended else await self._requests(trainjob)
-        placement, unknown = await self._choose_and_hold(trainjob, need, suspended)
+        need = {} if suspended else await self.placer.requests(trainjob)
+        placement, unknown = await self.placer.choose_and_hold(trainjob, need, suspended)
         if placement.worker is None:
             if unknown:
                 return trainjob, None  # a worker did not say whether it has the runtime: the next pass asks
@@ -403,43 +371,6 @@ class Dispatcher:
         self._background(record_event(self.manager, trainjob, "Normal", "Dispatched", placement.message, COMPONENT))
         return trainjob, placement.worker
 
-    async def _choose_and_hold(self, trainjob: dict[str, Any], need: Amounts, suspended: bool,
-                               exclude: str | None = None) -> tuple[Placement, bool]:
-        """The worker chosen (with ``need`` held there unless ``suspended``), or why none; and
-        whether a worker could not say if it has the runtime."""
-        key = _key(trainjob)
-        runtime = ((trainjob.get("spec") or {}).get("runtimeRef") or {}).get("name") or ""
-        active = [w for w in self.registry.active() if w.name != exclude]
-        presence = await asyncio.gather(*(self._has_runtime(w.name, w.client, trainjob) for w in active))
-        candidates = [(w, has) for w, has in zip(active, presence) if has is not None]
-        refused: set[str] = set()
-        while True:
-            began = time.perf_counter()
-            placement = choose_worker(need, [self._view(w, has) for w, has in candidates if w.name not in refused],
-                                      runtime, spread_key=hold_key(*key) if suspended else None)
-            self._timed(time.perf_counter() - began)
-            if placement.worker is None or suspended:
-                break
-            # The hold is taken before the placement is written (and given back if the write
-            # fails); a replica that took the room first makes it fail: choose again.
-            chosen = next(w for w, _ in candidates if w.name == placement.worker)
-            if await self.slots.reserve(chosen.name, hold_key(*key), need, self._fits(chosen, need)):
-                break
-            refused.add(chosen.name)
-        if placement.worker is None and refused:
-            # Why not, over every worker as the holds just read show them.
-            placement = choose_worker(need, [self._view(w, has) for w, has in candidates], runtime)
-            if placement.worker is not None:  # its room went while this pass ran
-                placement = Placement(None, REASON_NO_CAPACITY,
-                                      f"no worker cluster has free capacity for {render_amounts(need)}; "
-                                      "waiting for capacity")
-        return placement, None in presence
-
-    def _timed(self, seconds: float) -> None:
-        self.placement_seconds.append(seconds)
-        if len(self.placement_seconds) > 10000:
-            del self.placement_seconds[:5000]
-
     async def _hold_and_suspend(self, client: KubeClient, worker: str, trainjob: dict[str, Any],
                                 copy_obj: dict[str, Any]) -> tuple[dict[str, Any] | None, tuple[str, Any] | None]:
         """The copy runs only while its TrainJob holds its slots on the worker: a suspended or
@@ -457,20 +388,16 @@ class Dispatcher:
                 await self.slots.release(worker, held_key)
             return await self._propagate_suspend(client, trainjob, copy_obj), None
         if not self.slots.holds(worker, held_key):
-            need = await self._requests(trainjob)
+            need = await self.placer.requests(trainjob)
             state = self.registry.workers.get(worker)
             # A copy already running (its hold lost, or placed by an older release) is counted
             # as it is; a suspended one is resumed only if it fits.
-            fits = None if not copy_suspended or state is None else self._fits(state, need)
+            fits = None if not copy_suspended or state is None else self.placer.fits(state, need)
             if not await self.slots.reserve(worker, held_key, need, fits):
                 moved = await self._move(client, worker, trainjob, copy_obj, need) if fits is not None else None
                 if moved is not None:
                     return None, ("moved", moved)
-                free = render_amounts(self._view(state, True).free()) if state is not None else ""
-                message = (f"worker cluster {worker} has no free capacity for {render_amounts(need)} "
-                           f"(free {free or 'nothing'}), nor any other worker; the TrainJob stays suspended "
-                           "there until one has")
-                return copy_obj, (REASON_NO_CAPACITY, message)
+                return copy_obj, (REASON_NO_CAPACITY, self.placer.no_room(worker, need))
         return await self._propagate_suspend(client, trainjob, copy_obj), None
 
     async def _move(self, client: KubeClient, worker: str, trainjob: dict[str, Any], copy_obj: dict[str, Any],
@@ -479,7 +406,7 @@ class Dispatcher:
         suspended and has no pods, so nothing is lost): the hold there first, then the
         placement write, then the old copy's deletion (the sweep deletes it if this fails).
         The manager TrainJob as written, or None when no other worker has room."""
-        placement, _ = await self._choose_and_hold(trainjob, need, False, exclude=worker)
+        placement, _ = await self.placer.choose_and_hold(trainjob, need, False, exclude=worker)
         if placement.worker is None:
             return None
         held_key = hold_key(*_key(trainjob))
@@ -631,7 +558,8 @@ class Dispatcher:
                                                  if f != d.FINALIZER])
 
     async def sweep(self, worker: str) -> int:
-        """Deletes this manager's copies on ``worker`` that the manager no longer points at.
+        """Deletes this manager's copies on ``worker`` that the manager no longer points at (of
+        this replica's partitions).
         Copies are listed before the manager's TrainJobs: a copy is only created after its
         placement was written, so the later list always shows the placement of any copy seen."""
         client = self.registry.client(worker)
@@ -648,8 +576,8 @@ class Dispatcher:
         stale = []
         for copy_obj in copies.get("items") or []:
             meta = copy_obj["metadata"]
-            if meta.get("deletionTimestamp"):
-                continue
+            if meta.get("deletionTimestamp") or not self.owns(meta["namespace"], meta["name"]):
+                continue  # (another replica's TrainJob: its home replica's sweep deletes it)
             owner = manager.get((meta["namespace"], meta["name"]))
             if owner is not None and d.assigned_worker(owner) == worker \
                     and d.copy_is_current(copy_obj, owner, self.cluster):
@@ -697,7 +625,8 @@ class Dispatcher:
                 for worker in sorted(self._sweep_now):
                     self._sweep_now.discard(worker)
                     self._sweep_soon(worker)
-                if not self.kueue_present and time.monotonic() >= next_resync:
+                if not self.kueue_present and (time.monotonic() >= next_resync or self._resync_now):
+                    self._resync_now = False
                     await self.resync()
                     next_resync = time.monotonic() + resync_interval_s
             except Exception:  # one failed pass must not end the loop

@@ -156,7 +156,6 @@ def grants_for(role: str, cluster: str, clusters: list[str] | None = None, parti
     """Exactly the subjects ``role``'s code uses for ``cluster`` (``clusters``: every cluster of
     the bus, for the manager's dispatcher and dashboard; ``partitions``: the bus's partition
     count, ``$TRAINYARD_PARTITIONS`` when not given)."""
-    from trainyard.bus.topology import durable_name
 
     partitions = partitions or subjects.partitions_setting()
 
@@ -197,9 +196,10 @@ def grants_for(role: str, cluster: str, clusters: list[str] | None = None, parti
             _kv_read(grants, bucket, mine)
     elif role == "dispatcher":
         # TrainJob events of every cluster (the manager's own and the worker copies'), through
-        # its consumer dispatcher_<its --cluster> (any of the bus's cluster names).
+        # its partitions' consumers dispatcher-p<N>_<its --cluster> (any of the bus's cluster
+        # names), and its leases.
         for own in dict.fromkeys([cluster, *(clusters or [])]):
-            _consumer(grants, EVENTS_STREAM, durable_name("dispatcher", own))
+            _partitioned(grants, role, own, [(EVENTS_STREAM, "dispatcher")], partitions)
         grants.publish.append(f"{DEAD_LETTER_PREFIX}.{EVENTS_PREFIX}.*.*.{encode_token('TrainJob')}.>")
         # The worker slots its manager's TrainJobs hold (entries <its --cluster>.<worker>).
         grants.publish.append(f"{API}.STREAM.INFO.KV_{SLOTS_BUCKET}")

@@ -332,3 +332,30 @@ def stream_messages(url: str, stream: str, subject: str = ">") -> list:
         return out
 
     return bus_call(url, read)
+
+
+def leases(url: str) -> dict[str, dict[int, str]]:
+    """role -> partition -> holder, as the ty_leases bucket has them now."""
+    async def read(session):
+        from nats.js.errors import KeyNotFoundError
+
+        from trainyard.bus.topology import LEASES_BUCKET
+
+        kv = await session.js.key_value(LEASES_BUCKET)
+        try:
+            keys = await kv.keys()
+        except Exception:  # no keys yet
+            return {}
+        found: dict[str, dict[int, str]] = {}
+        for key in keys:
+            role, _, kind, ident = key.split(".")
+            if kind != "p":
+                continue
+            try:
+                entry = await kv.get(key)
+            except KeyNotFoundError:  # handed over (deleted) between the listing and this read
+                continue
+            found.setdefault(role, {})[int(ident)] = entry.value.decode()
+        return found
+
+    return bus_call(url, read)

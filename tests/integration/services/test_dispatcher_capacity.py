@@ -266,7 +266,7 @@ def test_a_runtime_lookup_that_fails_places_nothing(clusters):
                 raise KubeError(0, "TimeoutError", "the manager did not answer within 5s")
             return await real(method, path, *args, **kwargs)
 
-        dispatcher._runtimes.clear()  # the cached answer has expired
+        dispatcher.placer.forget_runtimes()  # the cached answer has expired
         setup.manager.request = timing_out
         try:
             await setup.create("c")
@@ -336,11 +336,11 @@ def test_a_worker_that_cannot_say_whether_it_has_the_runtime_is_asked_again(clus
     336 TrainJobs with a false RuntimeNotFound condition); and a pass over many waiting
     TrainJobs asks each worker once, not once per TrainJob (those many GETs at once were what
     timed out)."""
-    from trainyard_services.dispatcher import service
+    from trainyard.multicluster import placer
 
     # "Once" is the shared lookup and its cache, not how fast five reconciles run: on a loaded
     # machine they can span more than the 2-s cache, and the last one would rightly ask again.
-    monkeypatch.setattr(service, "RUNTIME_CACHE_S", 3600.0)
+    monkeypatch.setattr(placer, "RUNTIME_CACHE_S", 3600.0)
     async def scenario(setup):
         from trainyard.kube.client import KubeError
 
@@ -529,3 +529,124 @@ def test_a_resumed_trainjob_whose_worker_is_full_moves_to_one_with_room(clusters
             await other.close()
 
     run(clusters, scenario)
+
+
+def test_two_dispatcher_processes_split_the_partitions_and_one_takes_over_a_killed_ones(
+        clusters, second_worker, tmp_path):
+    """Home replicas (docs/multicluster.md, "Several dispatchers"): two `trainyard dispatcher`
+    processes and the manager's watcher on the real bus, two workers declared. The replicas
+    split the partitions, and each TrainJob is placed by the replica holding its partition, once,
+    with one copy on the worker its placement names (none on the other). One replica SIGKILLed in
+    the middle of a burst: the other takes its partitions, and every TrainJob of the burst is
+    dispatched, with one copy. The periodic resync is pushed out of the test's time: what the
+    killed replica had fetched or not yet read reaches the survivor through its partitions."""
+    import os
+    import time
+
+    from integration.services.conftest import ServiceProcess, bus_call, leases, wait_for
+
+    manager, _, nats = clusters
+
+    async def purge_holds(session) -> None:  # what the earlier tests' TrainJobs held on worker-1
+        from trainyard.bus.topology import SLOTS_BUCKET
+
+        await (await session.js.key_value(SLOTS_BUCKET)).purge(f"manager.{WORKER}")
+
+    bus_call(nats.url, purge_holds)
+    manager.kubectl("create", "secret", "generic", "worker-2-kubeconfig", "-n", "kubeflow-system",
+                    f"--from-file=kubeconfig={second_worker.kubeconfig}")
+    manager.kubectl("apply", "-f", "-", input=json.dumps({
+        "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "MultiKueueCluster", "metadata": {"name": "worker-2"},
+        "spec": {"kubeConfig": {"locationType": "Secret", "location": "worker-2-kubeconfig"}}}))
+    env = dict(os.environ, PYTHONUNBUFFERED="1", TRAINYARD_PARTITIONS="8")  # the watcher's and theirs
+    common = ["--kubeconfig", str(manager.kubeconfig), "--nats-url", nats.url, "--http-port", "0",
+              "--cluster", "manager", "--shutdown-grace", "5", "--ack-wait", "3"]
+    processes = [ServiceProcess("watcher", common, tmp_path / "watcher.log", env)]
+    processes += [ServiceProcess("dispatcher", [*common, "--probe-interval", "1", "--resync-interval", "3600"],
+                                 tmp_path / f"dispatcher-{index}.log", env) for index in range(2)]
+    watcher, one, two = processes
+    workers = {WORKER: clusters[1], "worker-2": second_worker}
+
+    def held_by(process: ServiceProcess) -> set[int]:
+        """The partitions ``process`` holds now (its replica id is in its log)."""
+        mine = {json.loads(line).get("replica") for line in process.log_path.read_text().splitlines()
+                if '"partition acquired"' in line}
+        return {p for p, holder in leases(nats.url).get("dispatcher", {}).items() if holder in mine}
+
+    def dispatched_by(process: ServiceProcess) -> set[str]:
+        return {json.loads(line)["trainjob"].split("/", 1)[1] for line in process.log_path.read_text().splitlines()
+                if '"msg": "dispatched"' in line}
+
+    def trainjobs(cluster) -> dict[str, dict]:
+        listed = json.loads(cluster.kubectl("get", "trainjobs", "-n", "default", "-o", "json").stdout)["items"]
+        return {tj["metadata"]["name"]: tj for tj in listed}
+
+    def dispatched(names: list[str]) -> dict[str, dict] | None:
+        found = trainjobs(manager)
+        ok = all(any(c["type"] == "Dispatched" and c["status"] == "True"
+                     for c in (found.get(n, {}).get("status") or {}).get("conditions") or []) for n in names)
+        return found if ok else None
+
+    def suspended(name: str) -> dict:
+        body = delegated(name)
+        body["spec"]["suspend"] = True  # holds no slot: any number fit on the two-pod workers
+        return body
+
+    def one_copy_each(names: list[str]) -> dict[str, str]:
+        """Each TrainJob's worker, after checking it has one copy, there, of this manager TrainJob."""
+        placed = wait_for(lambda: dispatched(names), timeout=120, interval=0.5, what=f"{len(names)} dispatched")
+        copies = {worker: trainjobs(cluster) for worker, cluster in workers.items()}
+        where = {}
+        for name in names:
+            where[name] = placed[name]["metadata"]["annotations"][WORKER_ANNOTATION]
+            holders = [w for w, found in copies.items() if name in found]
+            assert holders == [where[name]], (name, holders, where[name])
+            copy = copies[where[name]][name]
+            assert copy["metadata"]["labels"]["kueue.x-k8s.io/multikueue-origin"] == "manager"
+        return where
+
+    from trainyard.bus.subjects import trainjob_partition
+
+    try:
+        for process in processes:
+            process.spawn()
+        for process in processes:
+            process.await_listening()
+            process.wait_ready()
+        wait_for(lambda: len(held_by(one)) == len(held_by(two)) == 4, timeout=60, interval=0.5,
+                 what="two dispatchers holding 4 of the 8 partitions each")
+        shares = {"one": held_by(one), "two": held_by(two)}
+
+        first = [f"home-{index}" for index in range(16)]
+        manager.kubectl("create", "-f", "-", input="\n---\n".join(json.dumps(suspended(n)) for n in first))
+        where = one_copy_each(first)
+        assert set(where.values()) == set(workers)  # spread over both: a second copy would show
+        # Each TrainJob placed by the replica holding its partition, and by no other.
+        for process, share in ((one, shares["one"]), (two, shares["two"])):
+            expected = {n for n in first if trainjob_partition("default", n, 8) in share}
+            assert dispatched_by(process) & set(first) == expected
+        assert held_by(one) == shares["one"] and held_by(two) == shares["two"]  # nothing moved meanwhile
+
+        burst = [f"kill-{index}" for index in range(24)]
+        for index, name in enumerate(burst):
+            manager.kubectl("create", "-f", "-", input=json.dumps(suspended(name)))
+            if index == len(burst) // 2:
+                one.kill()
+                killed_at = time.monotonic()
+        wait_for(lambda: len(held_by(two)) == 8, timeout=30, interval=0.5,
+                 what="the surviving dispatcher holding every partition")
+        print(f"takeover: every partition leased by the survivor {time.monotonic() - killed_at:.1f} s after SIGKILL")
+        one_copy_each(burst)
+        placed_twice = dispatched_by(one) & dispatched_by(two)
+        assert not placed_twice, placed_twice
+    finally:
+        for process in reversed(processes):
+            process.stop()
+        for name, cluster in (("manager", manager), *workers.items()):
+            for tj in trainjobs(cluster):
+                if tj.startswith(("home-", "kill-")):
+                    cluster.kubectl("patch", "trainjob", tj, "-n", "default", "--type=merge",
+                                    "-p", '{"metadata":{"finalizers":null}}', check=False)
+                    cluster.kubectl("delete", "trainjob", tj, "-n", "default", "--wait=false", check=False)
+        manager.kubectl("delete", "multikueuecluster", "worker-2", check=False)
+        manager.kubectl("delete", "secret", "worker-2-kubeconfig", "-n", "kubeflow-system", check=False)

@@ -12,7 +12,7 @@ from collections import Counter
 import pytest
 
 from integration.services.conftest import (
-    CTR, JOBSETS, TRAINJOBS, Api, Stack, bus_call, install_crds, small_runtime, stream_messages, trainjob,
+    CTR, JOBSETS, TRAINJOBS, Api, Stack, install_crds, leases, small_runtime, stream_messages, trainjob,
     wait_for,
 )
 
@@ -20,33 +20,6 @@ pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]
 
 PARTITIONS = 8
 FAST = ["--ack-wait", "3"]
-
-
-def leases(url: str) -> dict[str, dict[int, str]]:
-    """role -> partition -> holder, as the ty_leases bucket has them now."""
-    async def read(session):
-        from nats.js.errors import KeyNotFoundError
-
-        from trainyard.bus.topology import LEASES_BUCKET
-
-        kv = await session.js.key_value(LEASES_BUCKET)
-        try:
-            keys = await kv.keys()
-        except Exception:  # no keys yet
-            return {}
-        found: dict[str, dict[int, str]] = {}
-        for key in keys:
-            role, _, kind, ident = key.split(".")
-            if kind != "p":
-                continue
-            try:
-                entry = await kv.get(key)
-            except KeyNotFoundError:  # handed over (deleted) between the listing and this read
-                continue
-            found.setdefault(role, {})[int(ident)] = entry.value.decode()
-        return found
-
-    return bus_call(url, read)
 
 
 def split_between(url: str, role: str, replicas: int) -> dict[int, str] | None:
