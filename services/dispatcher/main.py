@@ -23,8 +23,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "comes from watches) "
                              "(env TRAINYARD_PROBE_INTERVAL; default 2)")
     parser.add_argument("--resync-interval", default=os.environ.get("TRAINYARD_RESYNC_INTERVAL", "10"),
-                        help="seconds between passes over every delegated TrainJob, which retry "
-                             "placement and notice lost workers (env TRAINYARD_RESYNC_INTERVAL; default 10)")
+                        help="seconds between passes over the delegated TrainJobs of this replica's partitions, "
+                             "which retry placement and notice lost workers "
+                             "(env TRAINYARD_RESYNC_INTERVAL; default 10)")
 
 
 def _seconds(value: str, flag: str) -> float:

@@ -116,6 +116,9 @@ class Dispatcher:
         return [Subscription(
             EVENTS_STREAM, ROLE, lambda p: [event_filter(None, "TrainJob", p)], self.handle,
             ack_wait_s=self.ack_wait_s, max_deliver=5, key_of=_lane, deliver_new_only=True,
+            # Every pass reads (or is handed) the newest state: of one object's queued events
+            # only the newest needs one (a deletion is always kept).
+            coalesce=True,
             retires=((durable_name(ROLE, self.cluster), (f"{EVENTS_PREFIX}.*.*.{encode_token('TrainJob')}.*.*",)),),
         )]
 
@@ -228,11 +231,7 @@ class Dispatcher:
         """Drops the holds of this replica's TrainJobs that no longer run on that worker
         (finished, suspended, gone, moved), taken before the list was asked for; reads every
         worker's entry afresh."""
-        running: dict[str, set[str]] = {}
-        for tj in delegated:
-            worker = d.assigned_worker(tj)
-            if worker is not None and not d.finished(tj) and not d.suspended(tj):
-                running.setdefault(worker, set()).add(hold_key(*_key(tj)))
+        running = d.running_on(delegated)
         for worker in list(self.registry.workers):
             keep = running.get(worker, set())
             try:
@@ -447,10 +446,7 @@ class Dispatcher:
         if status == "False" and (previous is None or previous.get("reason") != reason):
             await record_event(self.manager, trainjob, "Warning", reason, message, COMPONENT)
         condition = d.dispatched_condition(status, reason, message, now_rfc3339(), previous)
-        current = dict(trainjob.get("status") or {})
-        conditions = [c for c in current.get("conditions") or [] if c.get("type") != d.CONDITION_DISPATCHED]
-        current["conditions"] = [condition, *conditions]
-        return await self._write_status(trainjob, current)
+        return await self._write_status(trainjob, d.with_dispatched(trainjob, condition))
 
     async def _write_status(self, trainjob: dict[str, Any], status: dict[str, Any]) -> dict[str, Any]:
         if status == (trainjob.get("status") or {}):
@@ -572,17 +568,9 @@ class Dispatcher:
         except KubeError as err:
             log.debug("sweep of %s skipped: %s", worker, describe(err))
             return 0
-        manager = {(tj["metadata"]["namespace"], tj["metadata"]["name"]): tj for tj in listed.get("items") or []}
-        stale = []
-        for copy_obj in copies.get("items") or []:
-            meta = copy_obj["metadata"]
-            if meta.get("deletionTimestamp") or not self.owns(meta["namespace"], meta["name"]):
-                continue  # (another replica's TrainJob: its home replica's sweep deletes it)
-            owner = manager.get((meta["namespace"], meta["name"]))
-            if owner is not None and d.assigned_worker(owner) == worker \
-                    and d.copy_is_current(copy_obj, owner, self.cluster):
-                continue
-            stale.append(meta)
+        # Another replica's TrainJobs are left to their home replica's sweep.
+        stale = [meta for meta in d.stale_copies(copies.get("items") or [], listed.get("items") or [], worker,
+                                                 self.cluster) if self.owns(meta["namespace"], meta["name"])]
         slots = asyncio.Semaphore(SWEEP_CONCURRENCY)
 
         async def delete(meta: dict[str, Any]) -> bool:

@@ -9,7 +9,7 @@ upstream's status schema: conditions and jobsStatus are the worker copy's.
 from __future__ import annotations
 
 import copy
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 MULTIKUEUE_MANAGED_BY = "kueue.x-k8s.io/multikueue"
 ORIGIN_LABEL = "kueue.x-k8s.io/multikueue-origin"
@@ -150,3 +150,41 @@ def mirrored_status(manager: Mapping[str, Any], copy_obj: Mapping[str, Any] | No
 
 def condition(obj: Mapping[str, Any] | None, kind: str) -> dict[str, Any] | None:
     return next((c for c in ((obj or {}).get("status") or {}).get("conditions") or [] if c.get("type") == kind), None)
+
+
+def with_dispatched(trainjob: Mapping[str, Any], dispatched: Mapping[str, Any]) -> dict[str, Any]:
+    """The TrainJob's status with ``dispatched`` as its first condition (the others kept)."""
+    current = dict(trainjob.get("status") or {})
+    conditions = [c for c in current.get("conditions") or [] if c.get("type") != CONDITION_DISPATCHED]
+    current["conditions"] = [dict(dispatched), *conditions]
+    return current
+
+
+def running_on(delegated: Iterable[Mapping[str, Any]]) -> dict[str, set[str]]:
+    """Per worker, the ``namespace/name`` of the TrainJobs that may run there now (placed
+    there, neither finished nor suspended): the holds a resync keeps."""
+    running: dict[str, set[str]] = {}
+    for trainjob in delegated:
+        worker = assigned_worker(trainjob)
+        if worker is not None and not finished(trainjob) and not suspended(trainjob):
+            meta = trainjob["metadata"]
+            running.setdefault(worker, set()).add(f"{meta['namespace']}/{meta['name']}")
+    return running
+
+
+def stale_copies(copies: Iterable[Mapping[str, Any]], manager: Iterable[Mapping[str, Any]], worker: str,
+                 manager_cluster: str) -> list[Mapping[str, Any]]:
+    """The metadata of the copies on ``worker`` (``copies``, listed before the manager's
+    TrainJobs ``manager``) that the manager no longer points at: its TrainJob gone, with another
+    uid, or placed on another worker. Copies being deleted are left to finish."""
+    owners = {(tj["metadata"]["namespace"], tj["metadata"]["name"]): tj for tj in manager}
+    stale = []
+    for copy_obj in copies:
+        meta = copy_obj["metadata"]
+        if meta.get("deletionTimestamp"):
+            continue
+        owner = owners.get((meta["namespace"], meta["name"]))
+        if owner is not None and assigned_worker(owner) == worker and copy_is_current(copy_obj, owner, manager_cluster):
+            continue
+        stale.append(meta)
+    return stale

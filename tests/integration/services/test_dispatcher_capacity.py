@@ -547,10 +547,14 @@ def test_two_dispatcher_processes_split_the_partitions_and_one_takes_over_a_kill
 
     manager, _, nats = clusters
 
-    async def purge_holds(session) -> None:  # what the earlier tests' TrainJobs held on worker-1
+    async def purge_holds(session) -> None:
+        """What the earlier tests' TrainJobs held (pruned only 30 s after, by design): both
+        workers equally free, so the suspended TrainJobs below spread over both."""
         from trainyard.bus.topology import SLOTS_BUCKET
 
-        await (await session.js.key_value(SLOTS_BUCKET)).purge(f"manager.{WORKER}")
+        kv = await session.js.key_value(SLOTS_BUCKET)
+        for worker in (WORKER, "worker-2"):
+            await kv.purge(f"manager.{worker}")
 
     bus_call(nats.url, purge_holds)
     manager.kubectl("create", "secret", "generic", "worker-2-kubeconfig", "-n", "kubeflow-system",

@@ -148,3 +148,40 @@ def test_trainjobs_that_hold_nothing_are_spread_over_equal_workers() -> None:
     assert 30 < chosen.count("worker-1") < 70
     assert chosen == [choose_worker({}, list(reversed(workers)), "rt", spread_key=f"team/tj-{i}").worker
                       for i in range(100)]  # the same answer whatever the order (replicas agree)
+
+
+def test_stale_copies_are_those_the_manager_no_longer_points_at():
+    import copy as deep
+
+    current = manager_trainjob()  # placed on worker-1
+    moved = deep.deepcopy(current)
+    moved["metadata"].update(name="moved", annotations={d.WORKER_ANNOTATION: "worker-2"})
+    recreated = deep.deepcopy(current)
+    recreated["metadata"].update(name="recreated", uid="uid-new")
+    copies = [d.worker_copy(tj, "manager") for tj in (current, moved)]
+    old = deep.deepcopy(current)
+    old["metadata"].update(name="recreated")  # the copy of the earlier TrainJob of that name (uid-1)
+    gone, leaving = deep.deepcopy(current), deep.deepcopy(current)
+    gone["metadata"]["name"], leaving["metadata"]["name"] = "gone", "leaving"
+    copies += [d.worker_copy(tj, "manager") for tj in (old, gone, leaving)]
+    copies[-1]["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"  # being deleted: left alone
+    stale = d.stale_copies(copies, [current, moved, recreated], "worker-1", "manager")
+    assert [meta["name"] for meta in stale] == ["moved", "recreated", "gone"]
+
+
+def test_holds_a_resync_keeps_are_those_of_trainjobs_that_may_run():
+    running = manager_trainjob()
+    suspended = manager_trainjob(suspend=True)
+    suspended["metadata"]["name"] = "held"
+    done = manager_trainjob()
+    done["metadata"]["name"] = "done"
+    done["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
+    assert d.running_on([running, suspended, done]) == {"worker-1": {"team-a/job"}}
+
+
+def test_the_dispatched_condition_goes_first_and_replaces_the_previous_one():
+    trainjob = manager_trainjob()
+    trainjob["status"]["conditions"].append({"type": "Created", "status": "True"})
+    condition = d.dispatched_condition("False", "WorkerLost", "gone", "2026-01-01T00:00:00Z", None)
+    assert [c["type"] + c["status"] for c in d.with_dispatched(trainjob, condition)["conditions"]] == \
+        ["DispatchedFalse", "CreatedTrue"]
