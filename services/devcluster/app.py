@@ -35,9 +35,10 @@ def run_up(data_dir: Path, host: str, port: int, watch_history: int, log_level: 
     from trainyard.cli.main import UserError
     from .multiproc.supervisor import WorkerFailed
     from .storage import DataDirError
+    from .runtime import run
     setup_logging(log_level)
     try:
-        asyncio.run(_main(data_dir, host, port, watch_history, dataplane, authorization_mode,
+        run(_main(data_dir, host, port, watch_history, dataplane, authorization_mode,
                           jobset_feature_gates=jobset_feature_gates, audit_log_path=audit_log_path,
                           api_workers=api_workers, log_level=log_level))
     except DataDirError as err:

@@ -18,6 +18,7 @@ import signal
 from pathlib import Path
 from typing import Callable
 
+from .. import runtime
 from ..registry import Registry
 from ..server import ApiServer, serve
 from ..storage import Change
@@ -89,7 +90,7 @@ def main() -> None:
     args = parser.parse_args()
     from ..app import setup_logging
     setup_logging(args.log_level)
-    asyncio.run(run(args))
+    runtime.run(run(args))
 
 
 if __name__ == "__main__":
