@@ -123,6 +123,44 @@ def test_native_rule_fast_paths_agree_with_cel(rule, values):
             assert not expected
 
 
+JOBSET_EXCLUSIVE = ("!(has(self.startupPolicy) && self.startupPolicy.startupPolicyOrder == 'InOrder' "
+                    "&& self.replicatedJobs.exists(x, has(x.dependsOn)))")
+
+
+def test_a_negated_conjunction_holds_natively_only_when_a_known_term_is_false():
+    """JobSet's StartupPolicy/DependsOn rule, on every JobSet write: ``has()`` of an absent key
+    or a string field with another text makes the ``&&`` false whatever the macro gives, so
+    the rule holds without CEL; in every other case CEL answers (the verdict is CEL's)."""
+    compiled = compile_rule(JOBSET_EXCLUSIVE)
+    assert compiled.native is not None
+    depends = [{"name": "b", "dependsOn": [{"name": "a", "status": "Ready"}]}]
+    certain = [{"replicatedJobs": depends},  # no startupPolicy
+               {"startupPolicy": {"startupPolicyOrder": "AnyOrder"}, "replicatedJobs": depends},
+               {"startupPolicy": {"startupPolicyOrder": "AnyOrder"}}]  # the macro would fail: still false
+    left_to_cel = [({"startupPolicy": {"startupPolicyOrder": "InOrder"}, "replicatedJobs": depends}, False),
+                   ({"startupPolicy": {"startupPolicyOrder": "InOrder"}, "replicatedJobs": [{"name": "a"}]}, True),
+                   ({"startupPolicy": {}, "replicatedJobs": depends}, False)]  # no such key: not certain
+    for value in certain:
+        assert bool(compiled.program({"self": celpy.json_to_cel(value)})) is True, value
+        assert compiled.native(value, None) is True, value
+        assert compiled.holds(value) is True, value
+    for value, verdict in left_to_cel:
+        assert compiled.native(value, None) is False, value
+        try:
+            assert compiled.holds(value) is verdict, value
+        except CelError:
+            assert not verdict
+
+
+@pytest.mark.parametrize("rule", [
+    "!(has(self.a) && self.b == 'x' || self.c.exists(x, x))",  # a top-level || is not a conjunction
+    "!(has(self.a) && self.b == 'x') && self.c.exists(x, x)",  # the ! does not enclose it all
+    "!(size(self.a) > 1 && self.c.exists(x, x))",  # no term known natively
+])
+def test_rules_near_the_negated_conjunction_shape_use_cel(rule):
+    assert compile_rule(rule).native is None
+
+
 def test_rules_outside_the_fast_shapes_use_cel():
     compiled = compile_rule("self.templates.all(t, !has(t.metadata.namespace))")
     assert compiled.native is None
