@@ -25,10 +25,15 @@ prints per service the fixed part (idle ms/s x the run's seconds, per TrainJob) 
 ``--nats-cluster 3`` runs the bus on a local 3-node JetStream cluster
 with 3 copies of every stream and bucket, as ``trainyard up --nats-cluster 3`` (and deploy/)
 does; nats-server's CPU and the messages per service are then summed over the nodes.
+``--api-workers N`` runs the devcluster with N API worker processes over its store process
+(``trainyard devcluster up --api-workers N``), so that the API server need not be the limit:
+the devcluster's CPU is then the sum of its processes (``devcluster-store``,
+``devcluster-api-1..N``), and every run and table row says which process saturates (one at
+>= 85 % of a core: an API worker, the store process, a service) or that none does.
 
 Usage: .venv/bin/python bench/e2e.py [--duration 3] [--sustained 300] [--concurrency 16]
        [--generators 4] [--replicas planner=2,...] [--profile DIR] [--skip-paced] [--table planner,...]
-       [--nats-cluster 3]
+       [--nats-cluster 3] [--api-workers N]
        .venv/bin/python bench/e2e.py --raw-only [--sustained 2000] [--rounds 2] [--profile DIR]
        [--api-workers 1,2,4]
        (the raw devcluster SSA phase alone, on a devcluster without services; --api-workers: a table
@@ -372,10 +377,14 @@ def prometheus_samples(text: str, name: str) -> dict[tuple, float]:
 class Counters:
     """What one sustained run costs per TrainJob: NATS messages, KV round trips, API requests."""
 
-    def __init__(self, client: httpx.AsyncClient, ports: dict[str, list[int]], monitor_ports: list[int]) -> None:
+    def __init__(self, client: httpx.AsyncClient, ports: dict[str, list[int]], monitor_ports: list[int],
+                 api_metrics: bool = True) -> None:
         self._client = client
         self._ports = ports
         self._monitors = monitor_ports  # every NATS node's: a client's connection is on one of them
+        # With API workers each worker counts its own requests and the port hands a scrape to any
+        # one of them: no whole figure to read, so none is printed.
+        self._api_metrics = api_metrics
 
     async def snapshot(self) -> dict:
         snap: dict = {"nats": {}, "kv": {}, "api": {}, "published": {}, "timing": {}}
@@ -402,7 +411,7 @@ class Counters:
                             if dict(labels).get("webhook", "").endswith("-trainjob"):
                                 key = ("webhook", part)
                                 snap["timing"][key] = snap["timing"].get(key, 0) + value
-        text = (await self._client.get("/metrics")).text
+        text = (await self._client.get("/metrics")).text if self._api_metrics else ""
         for part in ("sum", "count"):
             for labels, value in prometheus_samples(text, f"apiserver_request_duration_seconds_{part}").items():
                 d = dict(labels)
@@ -466,6 +475,10 @@ class Counters:
                 lines.append(f"  KV round trips, {service} ({sum(ops.values()):.1f}): " + ", ".join(
                     f"{bucket} {op} {v:.2f}" for (_, bucket, op), v in sorted(ops.items())))
         api = per("api")
+        if not api:
+            lines.append("  API requests: not counted (each devcluster API worker counts its own, and a scrape "
+                         "of the port reaches one of them)")
+            return lines
         lines.append(f"  API requests ({sum(v for k, v in api.items() if k[0] != 'WATCH'):.1f}): " + ", ".join(
             f"{verb} {resource} {v:.2f}" for (verb, resource), v in sorted(api.items()) if verb != "WATCH"))
         return lines
@@ -546,9 +559,10 @@ def summarize_profile(name: str, path: Path, top: int) -> None:
 class Stack:
     """nats-server, a devcluster and the services (with replicas), for one bench."""
 
-    def __init__(self, replicas: dict[str, int], workdir: Path, nats_nodes: int = 1) -> None:
+    def __init__(self, replicas: dict[str, int], workdir: Path, nats_nodes: int = 1, api_workers: int = 0) -> None:
         self.replicas = replicas
         self.workdir = workdir
+        self.api_workers = api_workers  # 0: the devcluster's default (one process on <= 4 cores)
         self.monitor_ports = [free_port() for _ in range(nats_nodes)]
         if nats_nodes == 1:
             self.nodes = [NatsServer(workdir / "nats", monitor_port=self.monitor_ports[0])]
@@ -571,7 +585,8 @@ class Stack:
     def start(self) -> None:
         for node in self.nodes:
             node.start()
-        self.cluster = start_devcluster(self.workdir / "devcluster")
+        self.cluster = start_devcluster(self.workdir / "devcluster",
+                                        ["--api-workers", str(self.api_workers)] if self.api_workers else [])
         self.cluster.kubectl("apply", "--server-side",  # every CRD file (not the kustomization)
                              *(arg for path in sorted((REPO / "deploy" / "crds").glob("*_*.yaml"))
                                for arg in ("-f", str(path))))
@@ -602,7 +617,7 @@ class Stack:
         out: dict[str, list[int]] = {}
         for name, proc in self.procs:
             out.setdefault(name, []).append(proc.pid)
-        out["devcluster"] = [self.cluster.pid]
+        out["devcluster"] = devcluster_pids(self.cluster)  # the store process first, then its API workers
         out["nats-server"] = [node.proc.pid for node in self.nodes]
         return out
 
@@ -664,9 +679,54 @@ async def wait_balanced(url: str, replicas: dict[str, int], timeout_s: float = 6
         await nc.close()
 
 
+SATURATED_PCT = 85.0  # of one core: a process this busy is the limit (each runs one event loop)
+
+
 def same_service(process: str, service: str) -> bool:
-    """Whether ``process`` (a :func:`process_names` name) is a replica of ``service``."""
-    return process == service or process.startswith(f"{service}-") and process[len(service) + 1:].isdigit()
+    """Whether ``process`` (a :func:`process_names` name) is a replica of ``service`` (for the
+    devcluster: its store process or one of its API workers)."""
+    if process == service:
+        return True
+    rest = process[len(service) + 1:] if process.startswith(f"{service}-") else ""
+    if service == "devcluster" and (rest == "store" or rest.startswith("api-")):
+        rest = rest.removeprefix("api-") if rest != "store" else "0"
+    return rest.isdigit()
+
+
+def saturation(percent: dict[str, float], cores: int, others_pct: float = 0.0, load: float = 0.0) -> str:
+    """Which process is the limit of a run, from each process's CPU % of one core: one at
+    >= SATURATED_PCT (and, for the devcluster's, whether the API server is the limit), else
+    all of them (with ``others_pct``, the load generators) near the machine's cores, else none
+    (and, with a 1-minute ``load`` average above the cores, that other work held them)."""
+    busiest = max(percent, key=percent.get)
+    top = percent[busiest]
+    if top >= SATURATED_PCT:
+        if busiest == "devcluster":
+            role = "the API server, one process: it is the limit"
+        elif busiest == "devcluster-store":
+            role = "the devcluster's store process: the API server is the limit"
+        elif same_service(busiest, "devcluster"):
+            role = "a devcluster API worker: the API server is the limit"
+        else:
+            role = "not the API server"
+        return f"{busiest} {top:.0f}% ({role})"
+    total = sum(percent.values()) + others_pct
+    if total >= SATURATED_PCT * cores:
+        return (f"no one process; all {total:.0f}% of {100 * cores}% (the cores are the limit; "
+                f"busiest {busiest} {top:.0f}%)")
+    if load > cores:
+        return (f"none (busiest {busiest} {top:.0f}%; load average {load:.1f} on {cores} cores: "
+                "other work held the cores)")
+    return f"none (busiest {busiest} {top:.0f}%)"
+
+
+def devcluster_split(percent: dict[str, float]) -> str:
+    """The devcluster's CPU: its processes summed, and each (store process, API workers)."""
+    own = {name: value for name, value in percent.items() if same_service(name, "devcluster")}
+    if len(own) <= 1:
+        return f"{sum(own.values()):.0f}"
+    return f"{sum(own.values()):.0f} (" + ", ".join(
+        f"{name.removeprefix('devcluster-')} {value:.0f}" for name, value in own.items()) + ")"
 
 
 async def idle_cpu(flat: dict[str, int], seconds: float) -> dict[str, float]:
@@ -683,9 +743,14 @@ async def idle_cpu(flat: dict[str, int], seconds: float) -> dict[str, float]:
 
 
 def process_names(pids: dict[str, list[int]]) -> dict[str, int]:
-    """One name per process: ``planner`` or ``planner-2`` when there are replicas."""
+    """One name per process: ``planner`` or ``planner-2`` when there are replicas; a devcluster
+    with API workers is ``devcluster-store`` and ``devcluster-api-1``..N."""
     out = {}
     for name, group in pids.items():
+        if name == "devcluster" and len(group) > 1:
+            out["devcluster-store"] = group[0]
+            out.update({f"devcluster-api-{i}": pid for i, pid in enumerate(group[1:], 1)})
+            continue
         for i, pid in enumerate(group):
             out[name if len(group) == 1 else f"{name}-{i + 1}"] = pid
     return out
@@ -724,7 +789,7 @@ async def bench(stack: Stack, args) -> dict:
                       f"   {percentile(AFTER_CREATE_MS, 0.5):>28.1f} {percentile(AFTER_CREATE_MS, 0.99):>8.1f}")
 
         names = [f"s-{i}" for i in range(args.sustained)]
-        counters = Counters(client, stack.ports, stack.monitor_ports)
+        counters = Counters(client, stack.ports, stack.monitor_ports, api_metrics=len(pids["devcluster"]) == 1)
         creators = Generators(cluster, "create", "bench-sustained", names, args.generators, args.concurrency)
         await creators.start()
         flat = process_names(pids)
@@ -764,8 +829,11 @@ async def bench(stack: Stack, args) -> dict:
         appliers = Generators(cluster, "apply", "bench-raw", names, args.generators, args.concurrency,
                               spec=sample["spec"])
         await appliers.start()
-        raw_profile = start_profiles(Path(args.profile), {"devcluster-raw-ssa": cluster.pid}) if args.profile else []
-        dev_before = cpu_seconds(cluster.pid)
+        dev_pids = pids["devcluster"]  # the store process and its API workers, summed
+        raw_profile = start_profiles(Path(args.profile), {
+            f"devcluster-raw-ssa{'' if i == 0 else f'-api-{i}'}": pid for i, pid in enumerate(dev_pids)
+        }) if args.profile else []
+        dev_before = sum(cpu_seconds(pid) for pid in dev_pids)
         start = time.perf_counter()
         appliers.go()
         await appliers.finish()
@@ -773,7 +841,7 @@ async def bench(stack: Stack, args) -> dict:
         if raw_profile:
             stop_profiles(raw_profile)
         raw = args.sustained / elapsed
-        dev_raw_pct = 100 * (cpu_seconds(cluster.pid) - dev_before) / elapsed
+        dev_raw_pct = 100 * (sum(cpu_seconds(pid) for pid in dev_pids) - dev_before) / elapsed
         generator_ms = (1000 * creators.cpu_s / args.sustained, 1000 * appliers.cpu_s / args.sustained)
         await watch.stop()
     return await _summary(args, figures, cpu_each, wall, created, load_before, sustained, cpu, before, after,
@@ -785,11 +853,14 @@ async def _summary(args, figures: dict, cpu_each: dict, wall: float, created: fl
                    dev_raw_pct: float | None, generator_ms: tuple[float, float]) -> dict:
     percent = {name: 100 * used / wall for name, used in cpu_each.items()}
     busiest = max(percent, key=percent.get)
+    generators_pct = 100 * generator_ms[0] * args.sustained / 1000 / wall
+    saturates = saturation(percent, os.cpu_count() or 1, others_pct=generators_pct,
+                           load=max(float(load_before.split()[0]), os.getloadavg()[0]))
     print(f"sustained: {sustained:.1f} TrainJobs/s (create -> JobSet applied, {args.sustained} TrainJobs, "
           f"concurrency {args.concurrency}, {args.generators} generator processes, every create answered "
           f"after {created:.1f} s of {wall:.1f} s; load average before {load_before}, after {loadavg()})")
     if raw is not None:
-        print(f"raw devcluster SSA: {raw:.1f} JobSets/s (devcluster at {dev_raw_pct:.0f}% CPU); "
+        print(f"raw devcluster SSA: {raw:.1f} JobSets/s (devcluster at {dev_raw_pct:.0f}% CPU, all its processes); "
               f"ratio sustained/raw = {sustained / raw:.2f}")
     print(f"load generators (same machine): {generator_ms[0]:.2f} ms CPU per create in the sustained run, "
           f"{generator_ms[1]:.2f} ms per apply in the raw run")
@@ -803,6 +874,7 @@ async def _summary(args, figures: dict, cpu_each: dict, wall: float, created: fl
               "; per TrainJob beyond it: " + ", ".join(f"{name} {figures['net'][name]:.1f}" for name in cpu))
     print("CPU % of one core during the sustained run: " +
           ", ".join(f"{name} {value:.0f}" for name, value in percent.items()) + f"; busiest: {busiest}")
+    print(f"devcluster CPU % (all its processes): {devcluster_split(percent)}; saturates: {saturates}")
     print("per TrainJob in the sustained run (counted after it settled):")
     for line in Counters.report(before, after, args.sustained):
         print(line)
@@ -811,14 +883,21 @@ async def _summary(args, figures: dict, cpu_each: dict, wall: float, created: fl
     kv_per = {s: sum(v for k, v in kv.items() if k[0] == s) for s in SERVICES}
     msgs_per = {s: sum(v[0] + v[1] for name, v in nats.items() if name.removeprefix("trainyard-") == s)
                 for s in SERVICES}  # connections are named trainyard-<service>, replicas alike
-    figures.update(sustained=sustained, raw=raw, cpu=cpu, percent=percent, busiest=busiest, kv=kv_per, msgs=msgs_per)
+    figures.update(sustained=sustained, raw=raw, cpu=cpu, percent=percent, busiest=busiest, saturates=saturates,
+                   kv=kv_per, msgs=msgs_per)
     return figures
 
 
 def devcluster_pids(cluster) -> list[int]:
     """The devcluster's processes: the store process and its API workers (--api-workers)."""
-    workers = cluster.data_dir / "api-workers"
-    return [cluster.pid] + ([int(p) for p in workers.read_text().split()] if workers.exists() else [])
+    return [cluster.pid, *api_worker_pids(cluster.data_dir)]
+
+
+def api_worker_pids(data_dir: Path) -> list[int]:
+    """The API workers of the devcluster on ``data_dir`` (it writes their pids to
+    ``<data-dir>/api-workers`` before it is ready; none when it runs as one process)."""
+    workers = data_dir / "api-workers"
+    return [int(p) for p in workers.read_text().split()] if workers.exists() else []
 
 
 async def raw_only(cluster, args) -> list[dict]:
@@ -885,16 +964,28 @@ async def raw_only(cluster, args) -> list[dict]:
     return rounds
 
 
+def parse_api_workers(value: str, raw_only: bool) -> list[int]:
+    """``--api-workers``: with --raw-only a comma list (one devcluster each), else one count
+    for the whole stack; empty: the devcluster's default."""
+    if not value.strip():
+        return []
+    try:
+        counts = [int(c) for c in value.split(",") if c.strip()]
+    except ValueError:
+        raise SystemExit(f"error: --api-workers: expected {'a comma list of numbers' if raw_only else 'a number'}, "
+                         f"got {value!r}") from None
+    if not counts or min(counts) < 1:
+        raise SystemExit(f"error: --api-workers: every count must be 1 or more, got {value!r}")
+    if len(counts) > 1 and not raw_only:
+        raise SystemExit(f"error: --api-workers: one count for the stack (a list only with --raw-only), got {value!r}")
+    return counts
+
+
 def run_raw_only(args) -> None:
-    if not args.api_workers:
+    counts = parse_api_workers(args.api_workers, raw_only=True)
+    if not counts:
         run_raw_once(args, [])
         return
-    try:
-        counts = [int(c) for c in args.api_workers.split(",") if c.strip()]
-    except ValueError:
-        raise SystemExit(f"error: --api-workers: expected a comma list of numbers, got {args.api_workers!r}") from None
-    if not counts or min(counts) < 1:
-        raise SystemExit(f"error: --api-workers: every count must be 1 or more, got {args.api_workers!r}")
     table = [(count, run_raw_once(args, ["--api-workers", str(count)])) for count in counts]
     print(f"\nraw SSA of JobSets by devcluster API workers ({args.sustained} JobSets per round, {args.generators} "
           f"generator processes, concurrency {args.concurrency}; {os.cpu_count()} CPUs, shared: load average now "
@@ -924,14 +1015,16 @@ def run_raw_once(args, extra_args: list[str]) -> list[dict]:
 
 def run_once(args, replicas: dict[str, int]) -> dict:
     workdir = Path(tempfile.mkdtemp(prefix="trainyard-bench-"))
-    stack = Stack(replicas, workdir, args.nats_cluster)
+    stack = Stack(replicas, workdir, args.nats_cluster, args.stack_api_workers)
     try:
         stack.start()
         shown = ", ".join(f"{name}={count}" for name, count in replicas.items())
         bus = (f"NATS cluster of {args.nats_cluster} nodes, {os.environ.get('TRAINYARD_BUS_REPLICAS')} copies of every "
                "stream and bucket" if args.nats_cluster > 1 else "one NATS node, 1 copy")
+        dev = len(stack.pids()["devcluster"])
+        api = f"devcluster of {dev} processes (store + {dev - 1} API workers)" if dev > 1 else "devcluster one process"
         print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} "
-              f"(/proc/loadavg {loadavg()}); replicas {shown}; {bus}; logs in {workdir}", flush=True)
+              f"(/proc/loadavg {loadavg()}); replicas {shown}; {bus}; {api}; logs in {workdir}", flush=True)
         return asyncio.run(bench(stack, args))
     finally:
         stack.stop()
@@ -962,9 +1055,12 @@ def main() -> int:
     parser.add_argument("--nats-cluster", type=int, default=1, metavar="N",
                         help="run the bus on a local JetStream cluster of N nodes with 3 copies of every stream and "
                              "bucket, as `trainyard up --nats-cluster N` (nats-server CPU and messages: all nodes)")
-    parser.add_argument("--api-workers", default="", metavar="COUNTS",
-                        help="with --raw-only: a table over these devcluster --api-workers counts (comma list, "
-                             "e.g. 1,2,4), one devcluster each; CPU is the store process's and the workers'")
+    parser.add_argument("--api-workers", default="", metavar="N",
+                        help="run the devcluster as `devcluster up --api-workers N` (a store process and N API "
+                             "workers), so the API server need not be the limit; its CPU is the sum of its "
+                             "processes and each run and --table row says which process saturates (default: "
+                             "the devcluster's own, one process on <= 4 cores). With --raw-only a comma list "
+                             "(e.g. 1,2,4): a table, one devcluster each")
     args = parser.parse_args()
     if args.nats_cluster < 1 or (args.nats_cluster > 1 and args.nats_cluster % 2 == 0):
         raise SystemExit(f"error: --nats-cluster: 1 or an odd number of nodes, got {args.nats_cluster}")
@@ -975,6 +1071,7 @@ def main() -> int:
     if args.raw_only:
         run_raw_only(args)
         return 0
+    args.stack_api_workers = next(iter(parse_api_workers(args.api_workers, raw_only=False)), 0)
     if not args.table:
         run_once(args, parse_replicas(args.replicas))
         return 0
@@ -996,22 +1093,40 @@ def main() -> int:
     return 0
 
 
-def print_table(services: list[str], rows: list[tuple[int, dict]], args) -> None:
-    print(f"replicas of {', '.join(services)} (sustained {args.sustained} TrainJobs, {args.generators} generators, "
-          f"load average now {loadavg()}; CPU, KV and messages per TrainJob)")
-    head = f"{'replicas':>8} {'TJ/s':>7} {'raw/s':>6} {'ctl ms':>7} "
+def table_lines(services: list[str], rows: list[tuple[int, dict]]) -> list[str]:
+    """The --table rows: per replica count, throughput (and its multiple of the first row's),
+    CPU per TrainJob of the control plane, of the devcluster (all its processes) and of each
+    named service, KV round trips and messages per TrainJob, which process saturates, and the
+    devcluster's CPU % split over its store process and API workers."""
+    head = f"{'replicas':>8} {'TJ/s':>7} {'x1':>5} {'raw/s':>6} {'ctl ms':>7} {'dev ms':>7} "
     head += " ".join(f"{s[:7] + ' ms':>10} {'net':>5} {'idle':>5} {'KV':>5} {'msgs':>5}" for s in services)
-    print(head + "   busiest process (CPU %)")
-    print("  (ms: CPU ms per TrainJob; net: the same less the idle per-second work over the run; idle: CPU ms per "
-          "second of all replicas with no TrainJob flowing)")
+    lines = [head + "   saturates; devcluster CPU % (store, API workers); busiest processes (CPU %)",
+             "  (ms: CPU ms per TrainJob; dev: the devcluster's, all its processes; net: the same less the idle "
+             "per-second work over the run; idle: CPU ms per second of all replicas with no TrainJob flowing; "
+             "x1: TJ/s over the first row's)"]
+    first = rows[0][1]["sustained"] if rows else 0.0
     for count, fig in rows:
         control = sum(v for k, v in fig["cpu"].items() if k != "devcluster")
         top = sorted(fig["percent"].items(), key=lambda kv: -kv[1])[:3]
         raw = f"{fig['raw']:>6.1f}" if fig.get("raw") else f"{'-':>6}"
-        line = f"{count:>8} {fig['sustained']:>7.1f} {raw} {control:>7.1f} "
+        scale = fig["sustained"] / first if first else 0.0
+        line = (f"{count:>8} {fig['sustained']:>7.1f} {scale:>5.2f} {raw} {control:>7.1f} "
+                f"{fig['cpu'].get('devcluster', 0):>7.2f} ")
         line += " ".join(f"{fig['cpu'].get(s, 0):>10.2f} {fig['net'].get(s, 0):>5.2f} {fig['idle'].get(s, 0):>5.1f} "
                          f"{fig['kv'].get(s, 0):>5.1f} {fig['msgs'].get(s, 0):>5.1f}" for s in services)
-        print(line + "   " + ", ".join(f"{n} {v:.0f}" for n, v in top))
+        saturates = fig.get("saturates") or saturation(fig["percent"], os.cpu_count() or 1)
+        lines.append(line + f"   {saturates}; devcluster {devcluster_split(fig['percent'])}; "
+                     + ", ".join(f"{n} {v:.0f}" for n, v in top))
+    return lines
+
+
+def print_table(services: list[str], rows: list[tuple[int, dict]], args) -> None:
+    workers = args.stack_api_workers
+    dev = f"devcluster --api-workers {workers}" if workers else "devcluster its default (one process on <= 4 cores)"
+    print(f"replicas of {', '.join(services)} (sustained {args.sustained} TrainJobs, {args.generators} generators, "
+          f"{dev}, {os.cpu_count()} CPUs, load average now {loadavg()}; CPU, KV and messages per TrainJob)")
+    for line in table_lines(services, rows):
+        print(line)
     by_count = dict(rows)
     if 1 in by_count and 4 in by_count:
         ratios = {s: by_count[4]["cpu"].get(s, 0) / by_count[1]["cpu"][s] for s in services if by_count[1]["cpu"].get(s)}

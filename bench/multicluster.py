@@ -20,10 +20,13 @@ planes', not the local data plane's.
    client), optionally --fleet-pods pods on it; prints the p50/p99 of the decision (choosing
    among the workers' summaries), of decision + the shared slot hold (one compare-and-set on
    ty_slots), and of the whole placement including the manager's annotation write.
+``--api-workers N`` runs every devcluster (the single-cluster ones, the manager's and the
+workers', the placement run's) with N API worker processes over its store process, as
+`trainyard up --api-workers N`; a devcluster's CPU is then the sum of its processes.
 
 Usage: .venv/bin/python bench/multicluster.py [--sustained 200] [--paced-seconds 5] [--concurrency 16]
            [--replicas 1,2,4] [--placement-workers 20 --placements 300 --fleet-pods 0]
-           [--only placement|delegated] [--skip-single]
+           [--only placement|delegated] [--skip-single] [--api-workers N]
 Prints figures; asserts nothing (targets: delegated >= 0.4 x single-cluster on 2 cores,
 p50 < 500 ms at 10/s; >= 30 delegated TrainJobs/s on a 16-core machine, >= 150 on the device;
 placement p99 < 5 ms with 20 workers). Every wait says what it waits for and ends the run
@@ -50,7 +53,8 @@ sys.path.insert(0, str(REPO / "bench"))
 import httpx  # noqa: E402
 
 from e2e import (  # noqa: E402
-    RUNTIME, SERVICES, JobSetWatch, as_fast_as_possible, cpu_seconds, percentile, start_service, wait_ready,
+    RUNTIME, SERVICES, JobSetWatch, api_worker_pids, as_fast_as_possible, cpu_seconds, percentile, start_service,
+    wait_ready,
 )
 from fixtures.devcluster import start_devcluster  # noqa: E402
 from fixtures.nats import NatsServer  # noqa: E402
@@ -115,7 +119,7 @@ async def single_cluster(args) -> float:
     workdir = Path(tempfile.mkdtemp(prefix="trainyard-bench-single-"))
     nats = NatsServer(workdir / "nats")
     nats.start()
-    cluster = start_devcluster(workdir / "devcluster")
+    cluster = start_devcluster(workdir / "devcluster", api_workers_args(args))
     procs = []
     try:
         cluster.kubectl("apply", "--server-side",  # every CRD file (not the kustomization)
@@ -260,8 +264,8 @@ async def placement_bench(args) -> dict[str, float]:
     workdir = Path(tempfile.mkdtemp(prefix="trainyard-bench-placement-"))
     nats = NatsServer(workdir / "nats")
     nats.start()
-    manager_dc = start_devcluster(workdir / "manager")
-    worker_dc = start_devcluster(workdir / "worker")
+    manager_dc = start_devcluster(workdir / "manager", api_workers_args(args))
+    worker_dc = start_devcluster(workdir / "worker", api_workers_args(args))
     try:
         crds = [arg for path in sorted((REPO / "deploy" / "crds").glob("*_*.yaml")) for arg in ("-f", str(path))]
         for cluster in (manager_dc, worker_dc):
@@ -383,19 +387,37 @@ async def delegated(args, stack) -> tuple[list[float], float, dict[str, float]]:
     seen = await wait_all(watches, list(sent), timeout=120)
     latencies = [(seen[key] - at) * 1000 for key, at in sent.items() if key in seen]
 
-    pids = {name: info["pid"] for name, info in stack.state["children"].items()}
-    cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    pids = {name: child_processes(info["pid"]) for name, info in stack.state["children"].items()}
+    cpu_before = {name: sum(cpu_seconds(pid) for pid in group) for name, group in pids.items()}
     names = [f"sustained-{i}" for i in range(args.sustained)]
     start = time.perf_counter()
     await as_fast_as_possible([trainjob(n, True) for n in names], args.concurrency, create)
     done = await wait_all(watches, [f"{NAMESPACE}/{n}" for n in names], timeout=600)
     rate = len(done) / (time.perf_counter() - start)
-    cpu = {name: (cpu_seconds(pid) - cpu_before[name]) * 1000 / args.sustained for name, pid in pids.items()}
+    cpu = {name: (sum(cpu_seconds(pid) for pid in group) - cpu_before[name]) * 1000 / args.sustained
+           for name, group in pids.items()}
     for watch in watches:
         await watch.stop()
     for endpoint in endpoints.values():
         await endpoint.client.aclose()
     return latencies, rate, cpu
+
+
+def api_workers_args(args) -> list[str]:
+    """``devcluster up`` / ``trainyard up`` flags for --api-workers (none: their default)."""
+    return ["--api-workers", str(args.api_workers)] if args.api_workers else []
+
+
+def child_processes(pid: int) -> list[int]:
+    """A stack child's processes: itself, and for a devcluster with API workers those workers
+    (found from its --data-dir), so that its CPU is the sum of them all."""
+    try:
+        argv = [part.decode() for part in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")]
+    except OSError:
+        return [pid]
+    if "devcluster" not in argv or "--data-dir" not in argv:
+        return [pid]
+    return [pid, *api_worker_pids(Path(argv[argv.index("--data-dir") + 1]))]
 
 
 def main() -> int:
@@ -412,14 +434,21 @@ def main() -> int:
                         help="skip the two single-cluster runs (no delegated/single ratio)")
     parser.add_argument("--only", choices=["placement", "delegated"], default=None,
                         help="run only the placement run, or only the delegated (multi-cluster) runs")
+    parser.add_argument("--api-workers", type=int, default=0, metavar="N",
+                        help="every devcluster (single-cluster, manager, workers, placement run) with N API worker processes, "
+                             "as `trainyard up --api-workers N`; CPU per devcluster sums its processes "
+                             "(default: the devcluster's own, one process on <= 4 cores)")
     args = parser.parse_args()
+    if args.api_workers < 0 or args.api_workers > 64:
+        parser.error(f"--api-workers: must be between 1 and 64 (0: the devcluster's default), got {args.api_workers}")
     try:
         args.replicas = [int(v) for v in args.replicas.split(",") if v.strip()]
     except ValueError:
         parser.error(f"--replicas: expected counts such as 1,2,4, got {args.replicas!r}")
     if any(v < 1 for v in args.replicas):
         parser.error("--replicas: every count must be at least 1")
-    print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
+    print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; devclusters "
+          f"{f'--api-workers {args.api_workers}' if args.api_workers else 'at their default (one process on <= 4 cores)'}")
     if args.only != "delegated" and args.placement_workers > 0:
         figures = asyncio.run(placement_bench(args))
         print(f"placement with {figures['workers']} workers ({figures['fleet_pods']} pods in the fleet, "
@@ -437,7 +466,7 @@ def main() -> int:
         print(f"single-cluster sustained: {single:.1f} TrainJobs/s (bench/e2e.py's setup: devcluster without data "
               f"plane; create -> JobSet applied, {args.sustained} TrainJobs)")
         up_dir = Path(tempfile.mkdtemp(prefix="trainyard-bench-up-")) / "data"
-        one = start_stack(up_dir, timeout=300)
+        one = start_stack(up_dir, *api_workers_args(args), timeout=300)
         try:
             single_up = asyncio.run(single_cluster_up(args, one))
         finally:
@@ -446,7 +475,7 @@ def main() -> int:
         print(f"single-cluster sustained on `trainyard up` (data plane on, as each worker): {single_up:.1f} "
               "TrainJobs/s")
     data_dir = Path(tempfile.mkdtemp(prefix="trainyard-bench-mc-")) / "data"
-    stack = start_stack(data_dir, "--workers", "2", timeout=300)
+    stack = start_stack(data_dir, "--workers", "2", *api_workers_args(args), timeout=300)
     rows = []
     try:
         latencies, rate, cpu = asyncio.run(delegated(args, stack))
@@ -462,8 +491,9 @@ def main() -> int:
           f"concurrency {args.concurrency}); ratio delegated/single-cluster = {rate / single:.2f} "
           f"(vs `trainyard up` single cluster: {rate / single_up:.2f})")
     busiest = sorted(cpu.items(), key=lambda item: -item[1])
-    print("CPU ms per delegated TrainJob: " + ", ".join(f"{name} {value:.1f}" for name, value in busiest)
-          + f"; total {sum(cpu.values()):.1f}")
+    print("CPU ms per delegated TrainJob" + (f" (each devcluster: its store process + {args.api_workers} API workers)"
+                                              if args.api_workers > 1 else "") + ": "
+          + ", ".join(f"{name} {value:.1f}" for name, value in busiest) + f"; total {sum(cpu.values()):.1f}")
     print(json.dumps({"single_rate": None if single != single else round(single, 1),
                       "single_up_rate": None if single_up != single_up else round(single_up, 1),
                       "delegated_rate": round(rate, 1),

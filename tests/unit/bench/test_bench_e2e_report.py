@@ -1,0 +1,76 @@
+"""bench/e2e.py's report with a multi-process devcluster (--api-workers N): the devcluster's CPU
+is the sum of its store process and API workers, and each run says which process saturates."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
+
+from e2e import parse_api_workers, process_names, same_service, saturation, table_lines  # noqa: E402
+
+
+def test_a_devcluster_with_api_workers_is_named_per_process_and_counted_as_one_service() -> None:
+    pids = {"planner": [11, 12], "devcluster": [20, 21, 22], "nats-server": [30]}
+    names = process_names(pids)
+    assert names == {"planner-1": 11, "planner-2": 12, "devcluster-store": 20, "devcluster-api-1": 21,
+                     "devcluster-api-2": 22, "nats-server": 30}
+    members = {service: sorted(n for n in names if same_service(n, service)) for service in pids}
+    assert members == {"planner": ["planner-1", "planner-2"],
+                       "devcluster": ["devcluster-api-1", "devcluster-api-2", "devcluster-store"],
+                       "nats-server": ["nats-server"]}
+    assert process_names({"devcluster": [20]}) == {"devcluster": 20}  # one process: as before
+
+
+@pytest.mark.parametrize(("percent", "verdict"), [
+    ({"devcluster-store": 40, "devcluster-api-1": 93, "devcluster-api-2": 60, "planner": 50},
+     "devcluster-api-1 93% (a devcluster API worker: the API server is the limit)"),
+    ({"devcluster-store": 91, "devcluster-api-1": 50, "planner": 50},
+     "devcluster-store 91% (the devcluster's store process: the API server is the limit)"),
+    ({"devcluster": 97, "planner": 50}, "devcluster 97% (the API server, one process: it is the limit)"),
+    ({"devcluster-store": 20, "devcluster-api-1": 30, "planner-2": 88}, "planner-2 88% (not the API server)"),
+    ({"devcluster-store": 20, "devcluster-api-1": 30, "planner": 45}, "none (busiest planner 45%)"),
+])
+def test_the_saturating_process_is_named_and_whether_it_is_the_api_server(percent: dict, verdict: str) -> None:
+    assert saturation(percent, cores=16) == verdict
+
+
+def test_many_busy_processes_on_few_cores_make_the_cores_the_limit() -> None:
+    percent = {"devcluster-store": 30, "devcluster-api-1": 60, "devcluster-api-2": 60, "planner": 40}
+    assert saturation(percent, cores=2, others_pct=10) == (
+        "no one process; all 200% of 200% (the cores are the limit; busiest devcluster-api-1 60%)")
+
+
+def test_a_run_that_no_process_saturated_on_a_loaded_machine_says_other_work_held_the_cores() -> None:
+    percent = {"devcluster-store": 1, "devcluster-api-1": 3, "nats-server": 6}
+    assert saturation(percent, cores=2, load=14.5) == (
+        "none (busiest nats-server 6%; load average 14.5 on 2 cores: other work held the cores)")
+    assert saturation(percent, cores=16, load=14.5) == "none (busiest nats-server 6%)"
+
+
+def test_a_table_row_shows_the_devcluster_summed_and_split_and_what_saturates() -> None:
+    fig = {"sustained": 120.0, "raw": None, "cpu": {"planner": 4.0, "devcluster": 3.5, "nats-server": 1.0},
+           "net": {"planner": 3.8}, "idle": {"planner": 5.0}, "kv": {"planner": 8.0}, "msgs": {"planner": 28.5},
+           "percent": {"planner": 48.0, "devcluster-store": 12.0, "devcluster-api-1": 21.0,
+                       "devcluster-api-2": 19.0, "nats-server": 12.0},
+           "saturates": "none (busiest planner 48%)"}
+    faster = dict(fig, sustained=240.0)
+    lines = table_lines(["planner"], [(1, fig), (2, faster)])
+    rows = lines[2:]
+    assert rows[0].split()[:6] == ["1", "120.0", "1.00", "-", "5.0", "3.50"]
+    assert rows[1].split()[:3] == ["2", "240.0", "2.00"]
+    assert "none (busiest planner 48%); devcluster 52 (store 12, api-1 21, api-2 19); planner 48" in rows[0]
+
+
+def test_api_workers_is_one_count_for_a_stack_and_a_list_only_for_the_raw_table() -> None:
+    assert parse_api_workers("", raw_only=False) == []
+    assert parse_api_workers("4", raw_only=False) == [4]
+    assert parse_api_workers("1,2,4", raw_only=True) == [1, 2, 4]
+    with pytest.raises(SystemExit, match=r"--api-workers: one count for the stack"):
+        parse_api_workers("1,2", raw_only=False)
+    with pytest.raises(SystemExit, match=r"--api-workers: every count must be 1 or more"):
+        parse_api_workers("0", raw_only=False)
+    with pytest.raises(SystemExit, match=r"--api-workers: expected a number, got 'two'"):
+        parse_api_workers("two", raw_only=False)
