@@ -47,8 +47,23 @@ class WorkerSettings:
 
 def reserve_port(host: str, port: int) -> socket.socket:
     """Bind (not listen) with SO_REUSEPORT: the port is this devcluster's while the workers
-    start, and each worker can bind it too."""
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    start, and each worker can bind it too.
+
+    SO_REUSEPORT alone would also let this devcluster join a port that another one's workers
+    serve (any socket of the same user that sets it may): then two devclusters would answer on
+    one port, each a share of the connections. So the port is first claimed the way the
+    one-process server does, by a listening socket without SO_REUSEPORT, which anything else
+    listening there refuses (EADDRINUSE: "--port ... is already in use")."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    probe = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        probe.bind((host, port))
+        probe.listen(1)
+        port = probe.getsockname()[1]  # the port --port 0 was given
+    finally:
+        probe.close()
+    sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     try:

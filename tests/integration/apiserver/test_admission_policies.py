@@ -15,7 +15,7 @@ from typing import Any, Iterator
 import httpx
 import pytest
 
-from tests.fixtures.devcluster import Devcluster, start_devcluster
+from tests.fixtures.devcluster import Devcluster, api_workers_args, start_devcluster
 
 ADM = "/apis/admissionregistration.k8s.io/v1"
 POLICIES = f"{ADM}/validatingadmissionpolicies"
@@ -24,10 +24,11 @@ NS = "/api/v1/namespaces"
 
 
 @pytest.fixture(scope="module")
-def devcluster_module(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Devcluster]:
+def devcluster_module(tmp_path_factory: pytest.TempPathFactory, api_workers: int) -> Iterator[Devcluster]:
     """The module's one devcluster, with an audit log (kube-apiserver's ``--audit-log-path``)."""
     base = tmp_path_factory.mktemp("devcluster")
-    cluster = start_devcluster(base / "data", ["--audit-log-path", str(base / "audit.log")])
+    cluster = start_devcluster(base / "data", ["--audit-log-path", str(base / "audit.log"),
+                                               *api_workers_args(api_workers)])
     try:
         yield cluster
     finally:
@@ -43,7 +44,7 @@ def last_audit_event(cluster: Devcluster) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def client(devcluster_module) -> Iterator[httpx.Client]:
     ctx = ssl.create_default_context(cafile=str(devcluster_module.ca_cert))
-    with httpx.Client(base_url=devcluster_module.url, verify=ctx, timeout=20,
+    with httpx.Client(base_url=devcluster_module.url, verify=ctx, timeout=20, limits=devcluster_module.http_limits,
                       headers={"Authorization": f"Bearer {devcluster_module.token}"}) as c:
         for name, labels in (("team-a", {"tenant": "a"}), ("team-b", {"tenant": "b"}), ("plain", {})):
             assert c.post(NS, json={"apiVersion": "v1", "kind": "Namespace",

@@ -8,7 +8,7 @@ import pytest
 from kubernetes_asyncio import client, config, watch
 from kubernetes_asyncio.client.rest import ApiException
 
-from fixtures.devcluster import start_devcluster
+from fixtures.devcluster import api_workers_args, start_devcluster
 from integration.apiserver._manifests import install_trainer_crds
 
 GROUP, VERSION, PLURAL = "trainer.kubeflow.org", "v1alpha1", "trainjobs"
@@ -18,9 +18,10 @@ HISTORY = 30
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
+def cluster(tmp_path_factory, api_workers):
     # a small watch history so that the 410 Expired path is reachable with a few writes
-    cluster = start_devcluster(tmp_path_factory.mktemp("asyncio") / "data", ["--watch-history", str(HISTORY)])
+    cluster = start_devcluster(tmp_path_factory.mktemp("asyncio") / "data", ["--watch-history", str(HISTORY),
+                                                                              *api_workers_args(api_workers)])
     try:
         install_trainer_crds(cluster)
         yield cluster

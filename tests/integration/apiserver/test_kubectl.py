@@ -8,15 +8,15 @@ import time
 import pytest
 import yaml
 
-from fixtures.devcluster import start_devcluster
+from fixtures.devcluster import api_workers_args, start_devcluster
 from integration.apiserver._manifests import RUNTIME, install_trainer_crds, trainjob
 
 
-@pytest.fixture(scope="module", params=[1, 4], ids=["1-api-worker", "4-api-workers"])
-def cluster(request, tmp_path_factory):
+@pytest.fixture(scope="module")
+def cluster(api_workers, tmp_path_factory):
     """One devcluster per worker count: the single process, and 4 API workers over one store
     process (every kubectl call is a new connection, so the kernel spreads them over the workers)."""
-    devcluster = start_devcluster(tmp_path_factory.mktemp("devcluster") / "data", ["--api-workers", str(request.param)])
+    devcluster = start_devcluster(tmp_path_factory.mktemp("devcluster") / "data", api_workers_args(api_workers))
     try:
         install_trainer_crds(devcluster)
         devcluster.kubectl("apply", "-f", "-", input=RUNTIME)

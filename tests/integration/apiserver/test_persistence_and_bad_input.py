@@ -10,7 +10,7 @@ import httpx
 import pytest
 import yaml
 
-from fixtures.devcluster import REPO, start_devcluster
+from fixtures.devcluster import REPO, api_workers_args, start_devcluster
 from integration.apiserver._manifests import TRAINER_CRDS, install_trainer_crds, trainjob
 from trainyard_services.devcluster.storage import DataDirError, Store
 
@@ -20,13 +20,14 @@ CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 
 def http(cluster) -> httpx.Client:
     ctx = ssl.create_default_context(cafile=str(cluster.ca_cert))
-    return httpx.Client(base_url=cluster.url, verify=ctx, headers={"Authorization": f"Bearer {cluster.token}"}, timeout=10)
+    return httpx.Client(base_url=cluster.url, verify=ctx, headers={"Authorization": f"Bearer {cluster.token}"}, timeout=10,
+                        limits=cluster.http_limits)
 
 
-def test_restart_keeps_objects_crds_and_resource_version(tmp_path):
+def test_restart_keeps_objects_crds_and_resource_version(tmp_path, api_workers):
     data = tmp_path / "data"
     crd = yaml.safe_load(next(p for p in TRAINER_CRDS if p.name.endswith("_trainjobs.yaml")).read_text())
-    first = start_devcluster(data)
+    first = start_devcluster(data, api_workers_args(api_workers))
     try:
         with http(first) as c:
             assert c.post(CRDS, json=crd).status_code == 201
@@ -35,7 +36,7 @@ def test_restart_keeps_objects_crds_and_resource_version(tmp_path):
             list_rv = int(c.get(TJ).json()["metadata"]["resourceVersion"])
     finally:
         first.stop()
-    second = start_devcluster(data)
+    second = start_devcluster(data, api_workers_args(api_workers))
     try:
         with http(second) as c:
             assert c.get(TJ + "/kept").json() == before
@@ -49,10 +50,10 @@ def test_restart_keeps_objects_crds_and_resource_version(tmp_path):
         second.stop()
 
 
-def _up(data_dir, port: int = 0) -> subprocess.CompletedProcess:
+def _up(data_dir, port: int = 0, workers: int = 1) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "trainyard.cli.main", "devcluster", "up", "--port", str(port),
-                           "--no-dataplane", "--data-dir", str(data_dir)], capture_output=True, text=True, timeout=60,
-                          cwd=REPO)
+                           "--no-dataplane", "--data-dir", str(data_dir), *api_workers_args(workers)],
+                          capture_output=True, text=True, timeout=60, cwd=REPO)
 
 
 def test_corrupt_or_foreign_data_dir_is_refused_with_a_clear_error(tmp_path):
@@ -159,7 +160,9 @@ def test_built_in_kinds_report_unknown_fields_and_apply_needs_a_field_manager(cl
 
 
 def test_a_port_in_use_is_a_clear_error(cluster, tmp_path):
-    result = _up(tmp_path / "other", port=cluster.port)
+    # a second devcluster of as many workers: with 4, both would set SO_REUSEPORT, which alone
+    # would let the second share the first's port (supervisor.reserve_port)
+    result = _up(tmp_path / "other", port=cluster.port, workers=cluster.api_workers)
     assert result.returncode == 2
     assert f"error: --port: 127.0.0.1:{cluster.port} is already in use" in result.stderr
     assert "Traceback" not in result.stderr
@@ -167,7 +170,7 @@ def test_a_port_in_use_is_a_clear_error(cluster, tmp_path):
 
 def test_requests_without_the_token_are_unauthorized(cluster):
     ctx = ssl.create_default_context(cafile=str(cluster.ca_cert))
-    with httpx.Client(base_url=cluster.url, verify=ctx, timeout=10) as c:
+    with httpx.Client(base_url=cluster.url, verify=ctx, timeout=10, limits=cluster.http_limits) as c:
         _status(c.get("/api/v1/namespaces"), 401, "Unauthorized")
         assert c.get("/version").json()["gitVersion"].startswith("v1.36.")
 

@@ -58,7 +58,7 @@ def cluster(devcluster_module, tmp_path_factory):
 def http(cluster, token: str | None = None) -> httpx.Client:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     return httpx.Client(base_url=cluster.url, verify=ssl.create_default_context(cafile=str(cluster.ca_cert)),
-                        headers=headers, timeout=10)
+                        headers=headers, timeout=10, limits=cluster.http_limits)
 
 
 def can_i(cluster, identity: str, *args: str) -> bool:
@@ -322,10 +322,10 @@ def test_roles_and_bindings_cannot_grant_more_than_their_writer_holds(cluster) -
             'Name:"edit"}: cannot change roleRef') in changed.stderr
 
 
-def test_authorization_mode_always_allow_still_authenticates(tmp_path) -> None:
+def test_authorization_mode_always_allow_still_authenticates(tmp_path, api_workers: int) -> None:
     from fixtures.devcluster import start_devcluster
 
-    server = start_devcluster(tmp_path / "open", ["--authorization-mode", "AlwaysAllow"])
+    server = start_devcluster(tmp_path / "open", ["--authorization-mode", "AlwaysAllow", "--api-workers", str(api_workers)])
     try:
         server.kubectl("create", "serviceaccount", "anyone")
         token = server.kubectl("create", "token", "anyone").stdout.strip()

@@ -23,7 +23,8 @@ def cluster(devcluster_module):
 
 
 def anonymous(cluster) -> httpx.Client:
-    return httpx.Client(base_url=cluster.url, verify=ssl.create_default_context(cafile=str(cluster.ca_cert)), timeout=10)
+    return httpx.Client(base_url=cluster.url, verify=ssl.create_default_context(cafile=str(cluster.ca_cert)), timeout=10,
+                        limits=cluster.http_limits)
 
 
 def relying_party_verify(cluster, token: str, audience: str) -> dict:

@@ -1,10 +1,15 @@
-"""Admission webhooks: the devcluster calls real HTTPS webhook servers (AdmissionReview v1)."""
+"""Admission webhooks: the devcluster calls real HTTPS webhook servers (AdmissionReview v1).
+
+One devcluster per module (and worker count, conftest.py); each test starts its own webhook
+servers, and its webhook configurations are deleted after it (``clean``), so no test's hooks
+see another test's writes. Each test's objects have names of their own."""
 from __future__ import annotations
 
 import asyncio
 import base64
 import json
 import ssl
+from typing import Iterator
 
 import httpx
 import pytest
@@ -13,6 +18,22 @@ from aiohttp import web
 from trainyard_services.devcluster.tls import ensure_credentials
 
 CM = "/api/v1/namespaces/default/configmaps"
+ADM = "/apis/admissionregistration.k8s.io/v1"
+
+
+@pytest.fixture(scope="module")
+def devcluster(devcluster_module):
+    return devcluster_module
+
+
+@pytest.fixture(autouse=True)
+def clean(devcluster) -> Iterator[None]:
+    yield
+    ctx = ssl.create_default_context(cafile=str(devcluster.ca_cert))
+    with httpx.Client(base_url=devcluster.url, verify=ctx, timeout=20,
+                      headers={"Authorization": f"Bearer {devcluster.token}"}) as c:
+        for kind in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations"):
+            assert c.delete(f"{ADM}/{kind}").status_code == 200
 
 
 @pytest.fixture
@@ -76,7 +97,7 @@ def _hook(name: str, url: str, ca: str, policy: str = "Fail", selector: dict | N
 async def test_mutating_and_validating_webhooks_are_called(devcluster, webhook_server):
     url, ca, seen = webhook_server
     ctx = ssl.create_default_context(cafile=str(devcluster.ca_cert))
-    async with httpx.AsyncClient(base_url=devcluster.url, verify=ctx, timeout=20,
+    async with httpx.AsyncClient(base_url=devcluster.url, verify=ctx, limits=devcluster.http_limits, timeout=20,
                                  headers={"Authorization": f"Bearer {devcluster.token}"}) as c:
         mwc = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
                "metadata": {"name": "labeller"}, "webhooks": [_hook("labeller.example.com", url + "/mutate", ca,
@@ -125,7 +146,7 @@ async def test_writes_with_one_resource_version_store_exactly_one_while_a_webhoo
     a slow webhook together; patches without a precondition all land, none lost."""
     url, ca, _ = webhook_server
     ctx = ssl.create_default_context(cafile=str(devcluster.ca_cert))
-    async with httpx.AsyncClient(base_url=devcluster.url, verify=ctx, timeout=30,
+    async with httpx.AsyncClient(base_url=devcluster.url, verify=ctx, limits=devcluster.http_limits, timeout=30,
                                  headers={"Authorization": f"Bearer {devcluster.token}"}) as c:
         vwc = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
                "metadata": {"name": "slow"}, "webhooks": [
@@ -162,7 +183,7 @@ async def test_applies_and_patches_racing_in_a_slow_webhook_all_land(devcluster,
     resourceVersion they all started from then answers 409."""
     url, ca, _ = webhook_server
     ctx = ssl.create_default_context(cafile=str(devcluster.ca_cert))
-    async with httpx.AsyncClient(base_url=devcluster.url, verify=ctx, timeout=30,
+    async with httpx.AsyncClient(base_url=devcluster.url, verify=ctx, limits=devcluster.http_limits, timeout=30,
                                  headers={"Authorization": f"Bearer {devcluster.token}"}) as c:
         vwc = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
                "metadata": {"name": "slow-apply"}, "webhooks": [
@@ -236,7 +257,7 @@ async def test_garbage_collection_during_a_slow_webhook_is_not_undone(devcluster
     resourceVersion at commit, and the update finds the object gone: 404)."""
     url, ca, gate, held = holding_webhook
     ctx = ssl.create_default_context(cafile=str(devcluster.ca_cert))
-    async with httpx.AsyncClient(base_url=devcluster.url, verify=ctx, timeout=30,
+    async with httpx.AsyncClient(base_url=devcluster.url, verify=ctx, limits=devcluster.http_limits, timeout=30,
                                  headers={"Authorization": f"Bearer {devcluster.token}"}) as c:
         hook = _hook("hold.example.com", url, ca, selector={"matchLabels": {"race": "yes"}})
         hook["rules"][0]["operations"] = ["UPDATE"]
@@ -306,7 +327,7 @@ async def test_service_webhook_calls_a_live_endpoint(devcluster, tmp_path):
     dead_port = free_port()  # nothing listens there: connection refused
     ctx = ssl.create_default_context(cafile=str(devcluster.ca_cert))
     try:
-        async with httpx.AsyncClient(base_url=devcluster.url, verify=ctx, timeout=20,
+        async with httpx.AsyncClient(base_url=devcluster.url, verify=ctx, limits=devcluster.http_limits, timeout=20,
                                      headers={"Authorization": f"Bearer {devcluster.token}"}) as c:
             service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "hooks", "namespace": "default"},
                        "spec": {"ports": [{"name": "https", "port": 443}]}}
@@ -393,6 +414,9 @@ async def test_a_kept_alive_connection_closed_under_a_request_is_sent_again_on_a
     server, port, events = await _serve_one_review_per_connection(bundle, tmp_path)
     ctx = ssl.create_default_context(cafile=str(devcluster.ca_cert))
     try:
+        # One kept-alive client connection, so every create goes through one API worker: the
+        # pooled webhook connection this test drops is that worker's own (each worker process
+        # has its own pool; spread over 4 workers, a pooled connection may never be reused).
         async with httpx.AsyncClient(base_url=devcluster.url, verify=ctx, timeout=20,
                                      headers={"Authorization": f"Bearer {devcluster.token}"}) as c:
             hook = _hook("keepalive.example.com", f"https://127.0.0.1:{port}/check",
