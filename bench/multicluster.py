@@ -197,12 +197,44 @@ def start_extra_dispatcher(stack, workdir: Path, index: int):
     while True:
         try:
             if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200:
-                return proc
+                return proc, port
         except httpx.HTTPError:
             pass
         if proc.poll() is not None or time.monotonic() - began > 120:
             raise SystemExit(f"error: extra dispatcher {index} not ready (exit {proc.poll()}); see {log.name}")
         time.sleep(0.2)
+
+
+def partitions_owned(port: int) -> int | None:
+    """The partitions a dispatcher serves now (its trainyard_partitions_owned gauge); None
+    when it does not say (a release before home replicas)."""
+    try:
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2).text
+    except httpx.HTTPError:
+        return None
+    for line in text.splitlines():
+        if line.startswith('trainyard_partitions_owned{role="dispatcher"}'):
+            return int(float(line.rsplit(" ", 1)[1]))
+    return None
+
+
+async def wait_split(ports: list[int], timeout_s: float = 60.0) -> None:
+    """Until the dispatchers serve every partition between them, each its share (a joining
+    replica takes its share within a few heartbeats), so a row measures the split, not the
+    hand-over; says so and goes on after ``timeout_s``."""
+    from trainyard.bus.subjects import partitions_setting
+
+    count = partitions_setting()
+    deadline = time.monotonic() + timeout_s
+    owned: list[int | None] = []
+    while time.monotonic() < deadline:
+        owned = [await asyncio.to_thread(partitions_owned, port) for port in ports]
+        if None in owned:
+            return  # a release without partitions: nothing to wait for
+        if sum(owned) == count and max(owned) - min(owned) <= 1:  # type: ignore[type-var]
+            return
+        await asyncio.sleep(0.5)
+    print(f"warning: dispatcher partitions not split after {timeout_s:.0f} s: {owned} of {count}", flush=True)
 
 
 async def replica_rows(args, stack, workdir: Path) -> list[tuple[int, float, float]]:
@@ -223,7 +255,8 @@ async def replica_rows(args, stack, workdir: Path) -> list[tuple[int, float, flo
         for count in args.replicas:
             while len(extras) < count - 1:
                 extras.append(await asyncio.to_thread(start_extra_dispatcher, stack, workdir, len(extras) + 1))
-            pids = [stack.state["children"]["dispatcher"]["pid"], *(p.pid for p in extras[:count - 1])]
+            pids = [stack.state["children"]["dispatcher"]["pid"], *(p.pid for p, _ in extras[:count - 1])]
+            await wait_split([stack.state["ports"]["dispatcher"], *(port for _, port in extras[:count - 1])])
             warm = [f"warm-r{count}-{i}" for i in range(2 * count)]  # each replica has placed
             for name in warm:
                 await create(trainjob(name, True))
@@ -239,7 +272,7 @@ async def replica_rows(args, stack, workdir: Path) -> list[tuple[int, float, flo
             print(f"  {count} dispatcher(s): {rate:.1f} delegated TrainJobs/s, dispatchers {cpu:.1f} CPU ms "
                   f"per TrainJob (load {os.getloadavg()[0]:.1f})", flush=True)
     finally:
-        for proc in extras:
+        for proc, _ in extras:
             stop_process(proc)
         for watch in watches:
             await watch.stop()
