@@ -12,7 +12,6 @@ import hashlib
 import json
 import logging
 import secrets as pysecrets
-import uuid
 from typing import Any
 
 from . import errors, machinery
@@ -27,6 +26,7 @@ from .clock import now_rfc3339
 from .errors import ApiError, field_cause
 from .registry import Registry, ResourceType
 from .storage import Store, StoredObject, dumps
+from .uids import new_uid
 
 log = logging.getLogger("trainyard.devcluster.api")
 
@@ -163,7 +163,7 @@ class Api:
             raise errors.already_exists(rt.qualified_resource, name, rt.group, rt.resource)
         for key in _SERVER_META:
             meta.pop(key, None)
-        meta["uid"] = str(uuid.uuid4())
+        meta["uid"] = new_uid()
         meta["creationTimestamp"] = now_rfc3339()
         meta["generation"] = 1
         initial_status(self.strategies, rt, obj)
