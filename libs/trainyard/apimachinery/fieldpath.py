@@ -32,8 +32,27 @@ def field(name: str) -> PathElement:
     return ("f", name)
 
 
+# Key elements by their key fields: the items of one list have the same few keys (a replicated
+# job's or a container's name) on every write, and encoding them was a third of computing a
+# field set. Only strings, integers, booleans and null are cached, keyed by (name, type,
+# value) so that 1 and True stay apart (a float is encoded each time: 0.0 and -0.0 are equal
+# keys with two texts; a map or list value is not hashable). Bounded.
+_KEY_ELEMENTS: dict[tuple[tuple[str, type, Any], ...], PathElement] = {}
+_KEY_ELEMENTS_SIZE = 4096
+_CACHED_TYPES = frozenset((str, int, bool, type(None)))
+
+
 def key_element(key_fields: Mapping[str, Any]) -> PathElement:
-    return ("k", compact_json(dict(key_fields)))
+    if not all(type(value) in _CACHED_TYPES for value in key_fields.values()):
+        return ("k", compact_json(dict(key_fields)))
+    cache_key = tuple((name, type(value), value) for name, value in key_fields.items())
+    element = _KEY_ELEMENTS.get(cache_key)
+    if element is None:
+        element = ("k", compact_json(dict(key_fields)))
+        if len(_KEY_ELEMENTS) >= _KEY_ELEMENTS_SIZE:
+            _KEY_ELEMENTS.clear()
+        _KEY_ELEMENTS[cache_key] = element
+    return element
 
 
 def value_element(value: Any) -> PathElement:

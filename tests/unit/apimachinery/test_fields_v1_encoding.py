@@ -7,8 +7,8 @@ import json
 import random
 from typing import Any
 
-from trainyard.apimachinery.fieldpath import (element_sort_key, from_fields_v1, path_sort_key, to_fields_v1,
-                                              _parse_element)
+from trainyard.apimachinery.fieldpath import (element_sort_key, from_fields_v1, key_element, path_sort_key,
+                                              to_fields_v1, _parse_element)
 
 
 def reference_fields_v1(fields: set) -> dict[str, Any]:
@@ -66,3 +66,16 @@ def test_an_empty_field_name_orders_as_before_against_the_member_marker() -> Non
     fields = {(("f", "spec"),), (("f", "spec"), ("f", "")), (("f", "spec"), ("f", "x"))}
     assert json.dumps(to_fields_v1(fields)) == json.dumps(reference_fields_v1(fields))
     assert list(to_fields_v1(fields)["f:spec"]) == ["f:", ".", "f:x"]
+
+
+def test_key_elements_of_equal_python_values_with_different_json_stay_apart() -> None:
+    """Key elements are remembered by their fields: 1, True and 1.0 (equal in Python) and 0.0
+    and -0.0 are different keys in JSON, each with its own text, in any order of asking."""
+    for _ in range(2):
+        assert key_element({"port": 1}) == ("k", '{"port":1}')
+        assert key_element({"port": True}) == ("k", '{"port":true}')
+        assert key_element({"port": 1.0}) == ("k", '{"port":1.0}')
+        assert key_element({"port": -0.0}) == ("k", '{"port":-0.0}')
+        assert key_element({"port": 0.0}) == ("k", '{"port":0.0}')
+        assert key_element({"protocol": "TCP", "port": 80}) == ("k", '{"port":80,"protocol":"TCP"}')
+        assert key_element({"name": {"a": [1]}}) == ("k", '{"name":{"a":[1]}}')
