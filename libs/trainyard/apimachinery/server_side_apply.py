@@ -568,13 +568,20 @@ def _collect_owned(value: Any, schema: SchemaNode, path: Path, fields: FieldSet)
         fields.add(path)
         return
     if isinstance(value, list):
-        _check_unique_items(_list_items(value, schema, path), path)
-    for element, child, child_schema in _children(value, schema, path):
-        child_path = path + (element,)
-        _collect_owned(child, child_schema, child_path, fields)
-        is_list_item = element[0] != "f"
-        empty_or_null = child is None or (isinstance(child, dict) and not child)
-        if is_list_item or empty_or_null or not _is_declared_field(schema, element[1]):
+        # the items' path elements once, for the duplicate check and the walk (a map list's
+        # key elements are the costly part of a field set)
+        items = _list_items(value, schema, path)
+        _check_unique_items(items, path)
+        item_schema = schema.items() or UNTYPED
+        for element, item in items:
+            item_path = path + (element,)
+            _collect_owned(item, item_schema, item_path, fields)
+            fields.add(item_path)  # a list item is a member whatever it holds
+        return
+    for key, child in value.items():
+        child_path = path + (("f", key),)
+        _collect_owned(child, _child_schema(schema, key), child_path, fields)
+        if child is None or (isinstance(child, dict) and not child) or not _is_declared_field(schema, key):
             fields.add(child_path)
 
 
