@@ -37,7 +37,8 @@ Usage: .venv/bin/python bench/e2e.py [--duration 3] [--sustained 300] [--concurr
        .venv/bin/python bench/e2e.py --raw-only [--sustained 2000] [--rounds 2] [--profile DIR]
        [--api-workers 1,2,4]
        (the raw devcluster SSA phase alone, on a devcluster without services; --api-workers: a table
-       of one devcluster per API worker count)
+       of one devcluster per API worker count; it ends with one line per worker count:
+       "devcluster CPU per JobSet apply, N API workers: <each round> ms (median M ms)")
 Prints figures; asserts nothing (targets: p50 < 50 ms, p99 < 250 ms at 100/s; ratio >= 0.8).
 """
 from __future__ import annotations
@@ -981,10 +982,20 @@ def parse_api_workers(value: str, raw_only: bool) -> list[int]:
     return counts
 
 
+def cpu_per_apply_line(workers: int, rounds: list[dict]) -> str:
+    """The figure issue 24 sets a target for, on one line: the devcluster's CPU (the store
+    process's and every API worker's) per JobSet apply, each round and the rounds' median."""
+    per_apply = sorted(r["cpu_ms"] for r in rounds)
+    middle = len(per_apply) // 2
+    median = per_apply[middle] if len(per_apply) % 2 else (per_apply[middle - 1] + per_apply[middle]) / 2
+    return (f"devcluster CPU per JobSet apply, {workers} API worker{'s' if workers > 1 else ''}: "
+            + " / ".join(f"{r['cpu_ms']:.2f}" for r in rounds) + f" ms (median {median:.2f} ms)")
+
+
 def run_raw_only(args) -> None:
     counts = parse_api_workers(args.api_workers, raw_only=True)
     if not counts:
-        run_raw_once(args, [])
+        print(cpu_per_apply_line(1, run_raw_once(args, [])))
         return
     table = [(count, run_raw_once(args, ["--api-workers", str(count)])) for count in counts]
     print(f"\nraw SSA of JobSets by devcluster API workers ({args.sustained} JobSets per round, {args.generators} "
@@ -997,6 +1008,8 @@ def run_raw_only(args) -> None:
         per_apply = " / ".join(f"{r['cpu_ms']:.2f}" for r in rounds)
         loads = " | ".join(r["load_before"] for r in rounds)
         print(f"{count:>7} {rates:>22} {percents:>18} {per_apply:>18}   {loads}")
+    for count, rounds in table:
+        print(cpu_per_apply_line(count, rounds))
 
 
 def run_raw_once(args, extra_args: list[str]) -> list[dict]:

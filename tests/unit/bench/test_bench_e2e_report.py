@@ -9,7 +9,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
 
-from e2e import parse_api_workers, process_names, same_service, saturation, table_lines  # noqa: E402
+from e2e import (cpu_per_apply_line, parse_api_workers, process_names, same_service, saturation,  # noqa: E402
+                 table_lines)
 
 
 def test_a_devcluster_with_api_workers_is_named_per_process_and_counted_as_one_service() -> None:
@@ -74,3 +75,11 @@ def test_api_workers_is_one_count_for_a_stack_and_a_list_only_for_the_raw_table(
         parse_api_workers("0", raw_only=False)
     with pytest.raises(SystemExit, match=r"--api-workers: expected a number, got 'two'"):
         parse_api_workers("two", raw_only=False)
+
+
+def test_the_raw_phase_prints_the_devcluster_cpu_per_apply_of_each_round_and_their_median() -> None:
+    rounds = [{"cpu_ms": 0.62}, {"cpu_ms": 0.48}, {"cpu_ms": 0.52}]
+    assert cpu_per_apply_line(1, rounds) == \
+        "devcluster CPU per JobSet apply, 1 API worker: 0.62 / 0.48 / 0.52 ms (median 0.52 ms)"
+    assert cpu_per_apply_line(4, rounds[:2]) == \
+        "devcluster CPU per JobSet apply, 4 API workers: 0.62 / 0.48 ms (median 0.55 ms)"
