@@ -34,7 +34,7 @@ def example_trainjob() -> tuple[str, str]:
 def test_up_apply_example_complete_logs_down_then_resume(tmp_path: Path) -> None:
     skip_unless_stack_available()
     name, namespace = example_trainjob()
-    stack = start_stack(tmp_path / "data")
+    stack = start_stack(tmp_path / "data", "--api-workers", "1")  # one devcluster process, whatever the cores
     try:
         assert "Try this:" in stack.output()
         assert f"kubeconfig: {stack.kubeconfig}" in stack.output()
@@ -83,12 +83,12 @@ def test_up_apply_example_complete_logs_down_then_resume(tmp_path: Path) -> None
     finally:
         stack.kill()
 
-    # the second start with 2 devcluster API workers over its store process (`trainyard up` passes
+    # the second start with 4 devcluster API workers over its store process (`trainyard up` passes
     # --api-workers through): the same data dir is served, and `down` leaves no worker behind
-    resumed = start_stack(tmp_path / "data", "--api-workers", "2")
+    resumed = start_stack(tmp_path / "data", "--api-workers", "4")
     try:
         workers = [int(pid) for pid in (tmp_path / "data" / "devcluster" / "api-workers").read_text().split()]
-        assert len(workers) == 2
+        assert len(workers) == 4
         resumed.remember_processes()
         assert set(workers) <= set(resumed.seen_processes)
         again = json.loads(resumed.kubectl("get", "-n", namespace, f"trainjob/{name}", "-o", "json").stdout)
