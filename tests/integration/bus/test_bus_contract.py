@@ -438,56 +438,58 @@ async def test_a_publish_to_a_stream_without_a_leader_is_retried_not_dead_letter
 
     cluster = NatsCluster(tmp_path / "cluster")
     cluster.start()
-    admin = await nats.connect(cluster.url.split(","))
-    try:
-        for _ in range(150):  # the cluster's meta leader is elected a moment after start
-            try:
-                made = await admin.jetstream().add_stream(
-                    StreamConfig(name="LEADERLESS", subjects=["leaderless.>"], num_replicas=3))
-                if made.cluster and made.cluster.leader:
+    try:  # the cluster is stopped whatever happens below
+        admin = await nats.connect(cluster.url.split(","))
+        try:
+            for _ in range(150):  # the cluster's meta leader is elected a moment after start
+                try:
+                    made = await admin.jetstream().add_stream(
+                        StreamConfig(name="LEADERLESS", subjects=["leaderless.>"], num_replicas=3))
+                    if made.cluster and made.cluster.leader:
+                        break
+                except Exception:
+                    pass
+                await asyncio.sleep(0.2)
+            leader = (await admin.jetstream().stream_info("LEADERLESS")).cluster.leader
+        finally:
+            await admin.close()
+        names = [f"node-{index}" for index in range(1, len(cluster.nodes) + 1)]  # NatsCluster's server names
+        survivor = next(node for node, name in zip(cluster.nodes, names) if name != leader)
+        stopped = [node for node in cluster.nodes if node is not survivor]
+        target_nc = await nats.connect(survivor.url)
+        target = target_nc.jetstream()
+        try:
+            for node in stopped:
+                node.stop()
+            errors: list[str] = []
+
+            async def handler(delivery: Delivery) -> None:
+                try:  # the id dedupes a publish stored after its ack was lost, as the planner's does
+                    await target.publish("leaderless.plan", delivery.data, timeout=2,
+                                         headers={"Nats-Msg-Id": delivery.headers.get("Nats-Msg-Id", "plan")})
+                except Exception as err:
+                    errors.append(type(err).__name__)
+                    raise
+
+            stop, task = await run_consumer(bus, handler, max_deliver=2)
+            await publish_events(bus, [event("j-leaderless")])
+            for _ in range(300):
+                if len(errors) >= 3:  # past max_deliver while the stream had no leader
                     break
-            except Exception:
-                pass
-            await asyncio.sleep(0.2)
-        leader = (await admin.jetstream().stream_info("LEADERLESS")).cluster.leader
+                await asyncio.sleep(0.05)
+            for node in stopped:
+                node.start()
+            for _ in range(600):
+                info = await bus.js.consumer_info(EVENTS_STREAM, "t")
+                if info.num_ack_pending == 0 and info.num_pending == 0:
+                    break
+                await asyncio.sleep(0.05)
+            dead = (await bus.js.stream_info(DEAD_LETTER_STREAM)).state.messages
+            await stop_consumer(stop, task)
+            stored = await target.stream_info("LEADERLESS")
+        finally:
+            await target_nc.close()
     finally:
-        await admin.close()
-    names = [f"node-{index}" for index in range(1, len(cluster.nodes) + 1)]  # NatsCluster's server names
-    survivor = next(node for node, name in zip(cluster.nodes, names) if name != leader)
-    stopped = [node for node in cluster.nodes if node is not survivor]
-    target_nc = await nats.connect(survivor.url)
-    target = target_nc.jetstream()
-    try:
-        for node in stopped:
-            node.stop()
-        errors: list[str] = []
-
-        async def handler(delivery: Delivery) -> None:
-            try:  # the id dedupes a publish stored after its ack was lost, as the planner's does
-                await target.publish("leaderless.plan", delivery.data, timeout=2,
-                                     headers={"Nats-Msg-Id": delivery.headers.get("Nats-Msg-Id", "plan")})
-            except Exception as err:
-                errors.append(type(err).__name__)
-                raise
-
-        stop, task = await run_consumer(bus, handler, max_deliver=2)
-        await publish_events(bus, [event("j-leaderless")])
-        for _ in range(300):
-            if len(errors) >= 3:  # past max_deliver while the stream had no leader
-                break
-            await asyncio.sleep(0.05)
-        for node in stopped:
-            node.start()
-        for _ in range(600):
-            info = await bus.js.consumer_info(EVENTS_STREAM, "t")
-            if info.num_ack_pending == 0 and info.num_pending == 0:
-                break
-            await asyncio.sleep(0.05)
-        dead = (await bus.js.stream_info(DEAD_LETTER_STREAM)).state.messages
-        await stop_consumer(stop, task)
-        stored = await target.stream_info("LEADERLESS")
-    finally:
-        await target_nc.close()
         cluster.stop()
     assert errors[:3] == ["NoStreamResponseError"] * 3, errors
     assert dead == 0
