@@ -2,15 +2,13 @@
 is the sum of its store process and API workers, and each run says which process saturates."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
+from fixtures.benchmodules import load_bench
 
-from e2e import (cpu_per_apply_line, parse_api_workers, process_names, same_service, saturation,  # noqa: E402
-                 table_lines)
+_e2e = load_bench("e2e", "bench_e2e")
+cpu_per_apply_line, parse_api_workers, process_names = _e2e.cpu_per_apply_line, _e2e.parse_api_workers, _e2e.process_names
+same_service, saturation, table_lines = _e2e.same_service, _e2e.saturation, _e2e.table_lines
 
 
 def test_a_devcluster_with_api_workers_is_named_per_process_and_counted_as_one_service() -> None:

@@ -2,14 +2,13 @@
 from __future__ import annotations
 
 import asyncio
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
+from fixtures.benchmodules import load_bench
 
-from waiting import GaveUp, missing, wait_until  # noqa: E402
+_waiting = load_bench("waiting")
+GaveUp, missing, wait_until = _waiting.GaveUp, _waiting.missing, _waiting.wait_until
 
 
 async def test_a_wait_that_is_met_returns(capsys: pytest.CaptureFixture[str]) -> None:
