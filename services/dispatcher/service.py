@@ -349,7 +349,7 @@ class Dispatcher:
         suspended = d.suspended(trainjob)
         # A suspended TrainJob holds nothing: it goes where the runtime is, least loaded first.
         need = {} if suspended else await self.placer.requests(trainjob)
-        placement, unknown = await self.placer.choose_and_hold(trainjob, need, suspended)
+        placement, unknown, took = await self.placer.choose_and_hold(trainjob, need, suspended)
         if placement.worker is None:
             if unknown:
                 return trainjob, None  # a worker did not say whether it has the runtime: the next pass asks
@@ -363,12 +363,27 @@ class Dispatcher:
                 trainjob, annotations={d.WORKER_ANNOTATION: placement.worker},
                 finalizers=None if d.FINALIZER in finalizers else [*finalizers, d.FINALIZER])
         except BaseException:
-            if not suspended:
-                await asyncio.shield(self.slots.release(placement.worker, hold_key(*key)))
+            if took:
+                await asyncio.shield(self._give_back(placement.worker, key))
             raise
         log.info("dispatched", extra={"trainjob": f"{key[0]}/{key[1]}", "worker": placement.worker})
         self._background(record_event(self.manager, trainjob, "Normal", "Dispatched", placement.message, COMPONENT))
         return trainjob, placement.worker
+
+    async def _give_back(self, worker: str, key: tuple[str, str]) -> None:
+        """After this pass's placement write failed: the hold it took goes back unless the
+        TrainJob is placed on ``worker`` after all — by a pass racing this one, which found the
+        hold taken and relies on it (one hold per TrainJob). When in doubt it stays: a resync
+        prunes a hold of a TrainJob not on its worker (after HOLD_GRACE_S), while giving back a
+        hold that a placement relies on lets another TrainJob overcommit the worker."""
+        try:
+            fresh = await self.manager.get(r.TRAINJOB, *key)
+        except Exception as err:
+            log.debug("hold of %s/%s on %s kept (TrainJob not read: %s)", *key, worker, describe(err))
+            return
+        if fresh is not None and d.assigned_worker(fresh) == worker:
+            return
+        await self.slots.release(worker, hold_key(*key))
 
     async def _hold_and_suspend(self, client: KubeClient, worker: str, trainjob: dict[str, Any],
                                 copy_obj: dict[str, Any]) -> tuple[dict[str, Any] | None, tuple[str, Any] | None]:
@@ -405,14 +420,15 @@ class Dispatcher:
         suspended and has no pods, so nothing is lost): the hold there first, then the
         placement write, then the old copy's deletion (the sweep deletes it if this fails).
         The manager TrainJob as written, or None when no other worker has room."""
-        placement, _ = await self.placer.choose_and_hold(trainjob, need, False, exclude=worker)
+        placement, _, took = await self.placer.choose_and_hold(trainjob, need, False, exclude=worker)
         if placement.worker is None:
             return None
         held_key = hold_key(*_key(trainjob))
         try:
             moved = await self._update(trainjob, annotations={d.WORKER_ANNOTATION: placement.worker})
         except BaseException:
-            await asyncio.shield(self.slots.release(placement.worker, held_key))
+            if took:
+                await asyncio.shield(self._give_back(placement.worker, _key(trainjob)))
             raise
         message = f"dispatched to worker cluster {placement.worker} (resumed; worker cluster {worker} had no room)"
         log.info("moved on resume", extra={"trainjob": held_key, "worker": placement.worker})

@@ -479,8 +479,11 @@ BOMB = YamlBomb.text(9, 10)  # 10**8 values once expanded, from under 1 KiB
     # an apply body of 5000 digits: not JSON (Python's int limit), then a ValueError out of YAML
     ("PATCH", CM + "/seed?fieldManager=fuzz", "application/apply-patch+yaml",
      b'{"apiVersion": ' + b"1" * 5000 + b"}", 400, "Exceeds the limit"),
-    # an integer beyond int64 reached a CEL rule: cel-python's "overflow" ValueError
-    ("PATCH", JS + "/seed", "application/merge-patch+json", b'{"spec": {"replicatedJobs": 9223372036854775808}}',
+    # an integer beyond int64 reached a CEL rule: cel-python's "overflow" ValueError (the
+    # startupPolicy makes the spec's rule reach replicatedJobs: without it the rule is decided
+    # from its has() term, without CEL)
+    ("PATCH", JS + "/seed", "application/merge-patch+json",
+     b'{"spec": {"startupPolicy": {"startupPolicyOrder": "InOrder"}, "replicatedJobs": 9223372036854775808}}',
      422, "overflow"),
     # a Secret whose data (a map) arrives as a number: TypeError in the decoder
     ("POST", "/api/v1/namespaces/default/secrets", "application/vnd.kubernetes.protobuf",

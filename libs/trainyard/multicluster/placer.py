@@ -22,7 +22,7 @@ from trainyard.kube.client import KubeClient, KubeError
 from trainyard.multicluster.placement import REASON_NO_CAPACITY, Amounts, Placement, Worker, choose_worker, \
     plan_requests, render_amounts, unheld_use
 from trainyard.multicluster.registry import WorkerRegistry, WorkerState
-from trainyard.multicluster.slots import SlotLedger, hold_key
+from trainyard.multicluster.slots import Reservation, SlotLedger, hold_key
 from trainyard.pipeline.curve_keys import deferred_curve_key
 from trainyard.pipeline.errors import PlanningError
 from trainyard.pipeline.planning import plan
@@ -133,15 +133,17 @@ class Placer:
                 f"(free {free or 'nothing'}), nor any other worker; the TrainJob stays suspended there until one has")
 
     async def choose_and_hold(self, trainjob: dict[str, Any], need: Amounts, suspended: bool,
-                              exclude: str | None = None) -> tuple[Placement, bool]:
-        """The worker chosen (with ``need`` held there unless ``suspended``), or why none; and
-        whether a worker could not say if it has the runtime."""
+                              exclude: str | None = None) -> tuple[Placement, bool, bool]:
+        """The worker chosen (with ``need`` held there unless ``suspended``), or why none;
+        whether a worker could not say if it has the runtime; and whether this pass took the
+        hold (rather than finding it held by a pass racing this one)."""
         key = trainjob_key(trainjob)
         runtime = ((trainjob.get("spec") or {}).get("runtimeRef") or {}).get("name") or ""
         active = [w for w in self.registry.active() if w.name != exclude]
         presence = await asyncio.gather(*(self.has_runtime(w.name, w.client, trainjob) for w in active))
         candidates = [(w, has) for w, has in zip(active, presence) if has is not None]
         refused: set[str] = set()
+        took = False
         while True:
             began = time.perf_counter()
             placement = choose_worker(need, [self.view(w, has) for w, has in candidates if w.name not in refused],
@@ -152,7 +154,9 @@ class Placer:
             # The hold is taken before the placement is written (and given back if the write
             # fails); a replica that took the room first makes it fail: choose again.
             chosen = next(w for w, _ in candidates if w.name == placement.worker)
-            if await self.slots.reserve(chosen.name, hold_key(*key), need, self.fits(chosen, need)):
+            reservation = await self.slots.reserve(chosen.name, hold_key(*key), need, self.fits(chosen, need))
+            if reservation:
+                took = reservation is Reservation.TOOK
                 break
             refused.add(chosen.name)
         if placement.worker is None and refused:
@@ -162,7 +166,7 @@ class Placer:
                 placement = Placement(None, REASON_NO_CAPACITY,
                                       f"no worker cluster has free capacity for {render_amounts(need)}; "
                                       "waiting for capacity")
-        return placement, None in presence
+        return placement, None in presence, took
 
     def _timed(self, seconds: float) -> None:
         self.placement_seconds.append(seconds)

@@ -14,6 +14,7 @@ says "no room" (so a stale copy never refuses a placement), and on each resync.
 from __future__ import annotations
 
 import asyncio
+import enum
 import json
 import time
 from dataclasses import dataclass, field
@@ -41,6 +42,16 @@ class Holds:
     holds: dict[str, tuple[Amounts, float]] = field(default_factory=dict)  # "ns/name" -> (need, taken at)
     total: Amounts = field(default_factory=dict)
     removals: int = 0  # holds this process saw go away (placement recounts pods then)
+
+
+class Reservation(enum.IntEnum):
+    """What ``reserve`` did; false only when refused. A hold is one per TrainJob, whoever took
+    it: ``ALREADY_HELD`` means another pass (maybe another replica's, racing this one) holds it,
+    so only a pass that ``TOOK`` it may give it back when its placement write fails."""
+
+    REFUSED = 0
+    ALREADY_HELD = 1
+    TOOK = 2
 
 
 def hold_key(namespace: str, name: str) -> str:
@@ -129,7 +140,7 @@ class SlotLedger:
             raise RuntimeError(f"slots of worker {worker}: {MAX_TRIES} compare-and-set conflicts in a row")
 
     async def reserve(self, worker: str, key: str, need: Amounts,
-                      fits: Callable[[Amounts], bool] | None) -> bool:
+                      fits: Callable[[Amounts], bool] | None) -> Reservation:
         """Holds ``need`` on ``worker`` for ``key`` if ``fits(what the worker's holds total)``
         (``fits`` None: unconditionally, for a TrainJob already running there). True when held
         (already, or now)."""
@@ -144,14 +155,14 @@ class SlotLedger:
             return {**entry.holds, key: (dict(need), time.time())}
 
         if await self._change(worker, change):
-            return True
+            return Reservation.TOOK
         if refused and fits is not None:
             # No room in what this process last saw: ask once more (another replica may have
             # released since) before saying so.
             refused.clear()
             if await self._change(worker, change, fresh=True):
-                return True
-        return not refused
+                return Reservation.TOOK
+        return Reservation.REFUSED if refused else Reservation.ALREADY_HELD
 
     async def release(self, worker: str, key: str) -> bool:
         """Drops ``key``'s hold on ``worker``; True when there was one."""

@@ -423,6 +423,27 @@ def test_two_replicas_never_overcommit_a_worker(clusters):
     run(clusters, scenario)
 
 
+def test_a_replica_that_loses_the_placement_race_keeps_the_winners_hold(clusters):
+    """Found by the test above in a clean-clone run (3 of 5 placed on a 2-slot worker): a hold
+    is one per TrainJob, so a replica placing a TrainJob another replica had just placed found
+    the hold taken, lost the placement write (409) and gave back the hold the placed TrainJob
+    relied on. Made deterministic: the loser places from the TrainJob as it was before."""
+    async def scenario(setup):
+        one, two = setup.dispatcher(), setup.dispatcher(second_registry(setup))
+        await setup.create("w0", "w1", "w2")
+        before = await setup.manager.get(setup.r.TRAINJOB, "default", "w0")
+        await one.reconcile("default", "w0")
+        assert await setup.placed("w0") == WORKER
+        await two.reconcile("default", "w0", manager=before)  # a stale view: its write gets 409
+        entry = await setup.slots().read(WORKER)
+        assert "default/w0" in entry.holds  # the placed TrainJob still holds its slot
+        await one.reconcile("default", "w1")
+        await one.reconcile("default", "w2")
+        assert [await setup.placed(n) for n in ("w0", "w1", "w2")] == [WORKER, WORKER, None]
+
+    run(clusters, scenario)
+
+
 def test_a_suspended_trainjob_holds_no_slot_and_runs_once_resumed_and_room_frees(clusters):
     async def scenario(setup):
         one, two = setup.dispatcher(), setup.dispatcher(second_registry(setup))
