@@ -7,6 +7,10 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-lock
 LOCK_INPUTS := constraints.txt pyproject.toml setup.py
 TORCH_VERSION := 2.13.0
+# make test runs the suite in this many pytest processes (pytest-xdist; tests/conftest.py keeps
+# each module, the data plane modules and the torch trainings together). Most tests wait on
+# processes they started, so two processes use a 2-core machine about twice as well as one.
+TEST_PROCESSES ?= 2
 
 .PHONY: venv test test-fast demo crds lint-imports bench clean system-tools
 
@@ -35,7 +39,7 @@ system-tools:
 
 test: venv system-tools
 	$(BIN)/lint-imports --config .importlinter
-	$(BIN)/python -m pytest -q -rs --durations=20 tests
+	$(BIN)/python -m pytest -q -rs --durations=20 -n $(TEST_PROCESSES) tests
 
 test-fast: venv
 	$(BIN)/python -m pytest -q -x -m "not torch and not slow" tests

@@ -3,10 +3,47 @@
 Fixture modules live in tests/fixtures/ (one per real component a test can start: NATS,
 devcluster, the service stack); every module there is loaded as a pytest plugin.
 """
+from __future__ import annotations
+
+import functools
 from pathlib import Path
+
+import pytest
 
 pytest_plugins = sorted(
     f"fixtures.{path.stem}"
     for path in (Path(__file__).parent / "fixtures").glob("*.py")
     if not path.stem.startswith("_")
 )
+
+
+
+# -- parallel runs (make test: pytest-xdist, two processes) -------------------------------------
+# xdist hands out whole groups of tests: a module's tests run in one process, so its
+# module-scoped fixtures (one devcluster, one stack) start once. The data plane modules share a
+# session-scoped cluster (fixtures/dataplane.py), so they form one group and it starts once; the
+# modules that train with torch form one group, so two trainings never share the cores (their
+# rendezvous and steps are what they test, not the machine's contention).
+DATAPLANE_MODULES = "tests/integration/dataplane/"
+TORCH_MARK = "pytest.mark.torch"
+
+
+@functools.cache
+def module_group(rootpath: Path, module: str) -> str:
+    if module.startswith(DATAPLANE_MODULES):
+        return "dataplane"
+    source = rootpath / module
+    if source.suffix == ".py" and TORCH_MARK in source.read_text(errors="replace"):
+        return "torch"
+    return module
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)  # before xdist's own choice
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleGroups(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return module_group(config.rootpath, nodeid.split("::", 1)[0])
+
+    return ModuleGroups(config, log)

@@ -10,6 +10,7 @@ The step sequence across the eviction is printed (``pytest -s``) for the record.
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 import urllib.request
@@ -25,6 +26,25 @@ NAMESPACE = "default"
 NAME = "torch-ddp-preemptible"
 POOL = "example.com/pool"
 STEP = re.compile(r"^step (?P<step>\d+) loss (?P<loss>[\d.]+)$")
+# The example runs 80 steps of 0.5 s so that a person has time to suspend it by hand; the test
+# suspends it at step 13 and needs only a few steps after the resume, so it applies the example
+# through an overlay with half the steps (the suspension still lands mid-training: 27 steps,
+# 13 s, after the test sees step 13).
+TRAIN_STEPS = 40
+OVERLAY = """
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+sortOptions:
+  order: fifo  # the runtime first, as in the example
+resources:
+  - {example}
+patches:
+  - target: {{group: trainer.kubeflow.org, kind: TrainJob, name: {name}}}
+    patch: |-
+      - op: replace
+        path: /spec/trainer/env/0
+        value: {{name: TRAIN_STEPS, value: "{steps}"}}
+"""
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout: float = 180, interval: float = 0.5) -> Any:
@@ -86,7 +106,12 @@ def test_evicted_trainjob_resumes_from_its_checkpoint(tmp_path: Path) -> None:
     skip_unless_stack_available()
     stack = start_stack(tmp_path / "data")
     try:
-        stack.kubectl("apply", "-k", str(EXAMPLE))
+        overlay = tmp_path / "overlay"
+        overlay.mkdir()
+        # kustomize takes a base directory by a relative path only
+        (overlay / "kustomization.yaml").write_text(OVERLAY.format(
+            example=os.path.relpath(EXAMPLE, overlay), name=NAME, steps=TRAIN_STEPS))
+        stack.kubectl("apply", "-k", str(overlay))
         claim = wait_for("the checkpoint claim", lambda: json.loads(stack.kubectl(
             "get", "pvc", f"checkpoints-{NAME}", "-n", NAMESPACE, "-o", "json", check=False).stdout or "null"))
         assert claim["metadata"]["ownerReferences"][0]["kind"] == "JobSet"
@@ -137,7 +162,7 @@ def test_evicted_trainjob_resumes_from_its_checkpoint(tmp_path: Path) -> None:
         print("loss around the eviction: " + ", ".join(f"{s}:{loss:.4f}" for s, loss in run1[-3:]) + " | "
               + ", ".join(f"{s}:{loss:.4f}" for s, loss in run2[:3]))
         assert [s for s, _ in run1] == list(range(1, saved + 1))
-        assert [s for s, _ in run2] == list(range(saved + 1, 81))  # never back to 0, no step repeated
+        assert [s for s, _ in run2] == list(range(saved + 1, TRAIN_STEPS + 1))  # never back to 0, no step repeated
         # The loss goes on from where it was, not from the untrained model's.
         assert run2[0][1] < run1[0][1] / 2
         assert run2[0][1] <= run1[-1][1] * 1.5
@@ -147,7 +172,7 @@ def test_evicted_trainjob_resumes_from_its_checkpoint(tmp_path: Path) -> None:
         reasons = [e["reason"] for e in events(stack, name=NAME, kind="TrainJob")]
         assert "Suspended" in reasons and "Resumed" in reasons, reasons
         metrics = {m["name"]: m["value"] for m in job["status"]["trainerStatus"]["metrics"]}
-        assert metrics["step"] == "80" and metrics["resumedFromStep"] == str(saved)
+        assert metrics["step"] == str(TRAIN_STEPS) and metrics["resumedFromStep"] == str(saved)
 
         timeline = wait_for("the dashboard's resume step", lambda: (lambda t: t if any(
             e["stage"] == "resumed" and e.get("step") is not None for e in t) else None)(dashboard_timeline(stack)),
