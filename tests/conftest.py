@@ -17,7 +17,6 @@ pytest_plugins = sorted(
 )
 
 
-
 # -- parallel runs (make test: pytest-xdist, two processes) -------------------------------------
 # xdist hands out whole groups of tests: a module's tests run in one process, so its
 # module-scoped fixtures (one devcluster, one stack) start once. The data plane modules share a

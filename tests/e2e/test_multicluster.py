@@ -169,7 +169,11 @@ def test_twenty_trainjobs_each_run_on_exactly_one_worker(stack, clusters):
     assert clusters.get("manager", "jobsets")["items"] == []
     pods = {w: [p for p in clusters.get(w, "pods")["items"]
                 if p["metadata"]["labels"].get("jobset.sigs.k8s.io/jobset-name") in names] for w in WORKERS}
-    assert sum(len(p) for p in pods.values()) == len(names)
+    ran = sorted(p["metadata"]["labels"]["jobset.sigs.k8s.io/jobset-name"] for w in WORKERS for p in pods[w])
+    # One pod each; a TrainJob without (or with two) says which, with its worker's JobSet status.
+    assert ran == sorted(names), {n: (manager[n]["metadata"]["annotations"][WORKER_ANNOTATION], (clusters.get(
+        manager[n]["metadata"]["annotations"][WORKER_ANNOTATION], "jobsets", n) or {}).get("status"))
+        for n in names if ran.count(n) != 1}
 
     # `-o wide` shows the worker; an Event says where it went.
     wide = clusters.kubectl("manager", "get", "trainjob", "mc-0", "-o", "wide").stdout
