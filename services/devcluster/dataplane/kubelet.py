@@ -206,6 +206,10 @@ class Kubelet:
             endpoint_slices.listeners.append(lambda _e, _o: self._refresh_services())
         self._stopping = False
         self._finishing: set[str] = set()  # uids of deleted pods whose final DELETE is under way
+        # uids of pods whose containers ran here and ended (until the pod is deleted): a pod
+        # runs once. The watch can deliver an older version of a pod (still Pending or Running)
+        # after its final status was written and its runner let go; that must not run it again.
+        self._terminated: set[str] = set()
 
     def _refresh_services(self) -> None:
         self.hosts.set_services({key_of(s): bool((s.get("spec") or {}).get("publishNotReadyAddresses"))
@@ -222,6 +226,8 @@ class Kubelet:
         if (pod.get("spec") or {}).get("nodeName") != self.config.node_name:
             return
         runner = self.runners.get(uid)
+        if event == "DELETED":
+            self._terminated.discard(uid)
         if event == "DELETED" or meta.get("deletionTimestamp"):
             if runner is not None and not runner.terminating:
                 asyncio.get_running_loop().create_task(self._kill(runner, pod))
@@ -234,7 +240,7 @@ class Kubelet:
         if runner is not None:
             runner.pod = pod if runner.pod.get("metadata", {}).get("uid") == uid else runner.pod
             return
-        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed") or uid in self._terminated:
             return
         self._start(pod)
 
@@ -362,10 +368,11 @@ class Kubelet:
             if finished:
                 break
         current = self.pods.get(runner.namespace, runner.name)
-        if current is not None and current["metadata"].get("uid") == uid \
-                and current["metadata"].get("deletionTimestamp") and uid not in self._finishing:
-            self._finishing.add(uid)
-            await self._finish_deletion(current)
+        if current is not None and current["metadata"].get("uid") == uid:
+            self._terminated.add(uid)  # forgotten at its DELETED event
+            if current["metadata"].get("deletionTimestamp") and uid not in self._finishing:
+                self._finishing.add(uid)
+                await self._finish_deletion(current)
         self.free_gpus.extend(self.gpu_of.pop(uid, []))
         self.runners.pop(uid, None)
         self.dirty.pop(uid, None)
