@@ -2,8 +2,12 @@
 from __future__ import annotations
 
 import errno
+import fcntl
+import os
 import socket
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 LOOPBACK = "127.0.0.1"
 
@@ -25,15 +29,56 @@ class PortInUseError(Exception):
         self.port = port
 
 
-# Every port free_port() answered in this process: the kernel may hand out a port again as
-# soon as the probing socket is closed, and a stack asks for dozens before any is listened on
-# (two children once got the same one: "Address already in use" at start).
+# Every port free_port() answered in this process: never handed out twice by one process.
 _HANDED_OUT: set[int] = set()
+
+# "Pick a free one" takes ports from below the kernel's ephemeral range
+# (net.ipv4.ip_local_port_range, 32768-60999 by default). The kernel gives ports of that range to
+# every outgoing connection and to every bind of port 0, so a port found free there can be taken
+# by any process's client connection in the seconds before the child it was given listens
+# ("address already in use" when a stack's status service started while another test process
+# was busy). Below that range only explicit binds compete, and trainyard processes of this
+# machine take turns there through one counter file under a lock, so two stacks starting at once
+# never get the same port.
+FREE_PORTS_FROM = 20000
+_MIN_RANGE = 1000
+_COUNTER = Path(tempfile.gettempdir()) / f"trainyard-free-ports-{os.getuid()}"
+
+
+def _ephemeral_start() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 def free_port() -> int:
-    """A port nothing listens on right now (the kernel's choice for port 0), never one this
-    process was already given."""
+    """A port nothing listens on right now, below the kernel's ephemeral range, never one this
+    process or another trainyard process of this user was given recently (each takes the next
+    free port after the last one handed out, wrapping around the range)."""
+    low, high = FREE_PORTS_FROM, _ephemeral_start()
+    if high - low < _MIN_RANGE:  # an unusual kernel setting: the kernel's own choice
+        return _kernel_free_port()
+    with open(_COUNTER, "a+") as counter:
+        fcntl.flock(counter, fcntl.LOCK_EX)  # released when the file is closed
+        counter.seek(0)
+        try:
+            last = int(counter.read().strip() or low - 1)
+        except ValueError:
+            last = low - 1
+        for step in range(1, high - low + 1):
+            port = low + (last - low + step) % (high - low)
+            if port not in _HANDED_OUT and port_is_free(port):
+                counter.seek(0)
+                counter.truncate()
+                counter.write(str(port))
+                counter.flush()
+                _HANDED_OUT.add(port)
+                return port
+    return _kernel_free_port()
+
+
+def _kernel_free_port() -> int:
     while True:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             sock.bind((LOOPBACK, 0))

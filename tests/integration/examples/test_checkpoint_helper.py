@@ -6,12 +6,13 @@ from __future__ import annotations
 import importlib.util
 import os
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from trainyard.supervisor.ports import free_port
 
 torch = pytest.importorskip("torch")
 
@@ -113,14 +114,8 @@ os._exit(0)
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _run_pair(tmp_path: Path, term: bool) -> list[str]:
-    port = _free_port()
+    port = free_port()  # below the ephemeral range: no client connection takes it meanwhile
     procs = []
     for rank in (0, 1):
         env = {**os.environ, "HELPER_DIR": str(HELPER.parent), "CKPT": str(tmp_path / "ckpt"),

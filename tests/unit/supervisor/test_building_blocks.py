@@ -22,7 +22,7 @@ from trainyard.supervisor.manifests import (
     repository_deploy_dir,
     resource_path,
 )
-from trainyard.supervisor.ports import PortInUseError, PortRequest, free_port
+from trainyard.supervisor.ports import FREE_PORTS_FROM, PortInUseError, PortRequest, free_port
 from trainyard.supervisor.proctable import ProcessId, descendants
 from trainyard.supervisor.state import StackState, read_state, write_state
 
@@ -61,6 +61,19 @@ def test_free_ports_are_never_handed_out_twice() -> None:
     collide at start."""
     ports = [free_port() for _ in range(300)]
     assert len(set(ports)) == len(ports)
+
+
+def test_free_ports_come_from_below_the_ephemeral_range_and_two_processes_never_share_one() -> None:
+    """A port from the kernel's ephemeral range can be taken by any client connection before the
+    child it was given listens (a stack's status service once failed to bind so, with another
+    test process busy beside it); two stacks starting at once must not get the same port."""
+    ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    pick = "from trainyard.supervisor.ports import free_port; print(*[free_port() for _ in range(200)])"
+    pickers = [subprocess.Popen([sys.executable, "-c", pick], stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    first, second = ({int(p) for p in picker.communicate(timeout=60)[0].split()} for picker in pickers)
+    assert len(first) == len(second) == 200
+    assert not first & second
+    assert all(FREE_PORTS_FROM <= port < ephemeral for port in first | second)
 
 
 def test_missing_binary_says_which_package_installs_it() -> None:
