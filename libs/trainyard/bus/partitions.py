@@ -217,6 +217,13 @@ class PartitionedSubscriber:
                     and self._beats % LEASE_CHECK_EVERY):
                 return
             leases = await self._leases()
+            # The live replicas again, read after the leases: a replica writes its heartbeat
+            # before it takes a lease, so every live holder of a lease read above is in this
+            # view. Read only before, a replica that had just joined looked like a dead holder,
+            # and both replicas starting at once took the same partitions (the loser later found
+            # its lease record deleted and kept serving partitions that no lease named).
+            members = await self._live()
+            target = share(self.partitions, members, self.replica)
         except BucketRequestError as err:
             log.debug("lease view of %s: %s", self.role, err)
             return
