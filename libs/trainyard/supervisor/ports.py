@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import functools
 import os
 import socket
 import tempfile
@@ -45,6 +46,7 @@ _MIN_RANGE = 1000
 _COUNTER = Path(tempfile.gettempdir()) / f"trainyard-free-ports-{os.getuid()}"
 
 
+@functools.cache  # a stack asks for dozens of ports; the kernel setting does not move meanwhile
 def _ephemeral_start() -> int:
     try:
         return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
@@ -59,9 +61,8 @@ def free_port() -> int:
     low, high = FREE_PORTS_FROM, _ephemeral_start()
     if high - low < _MIN_RANGE:  # an unusual kernel setting: the kernel's own choice
         return _kernel_free_port()
-    with open(_COUNTER, "a+") as counter:
+    with os.fdopen(os.open(_COUNTER, os.O_RDWR | os.O_CREAT, 0o600), "r+") as counter:
         fcntl.flock(counter, fcntl.LOCK_EX)  # released when the file is closed
-        counter.seek(0)
         try:
             last = int(counter.read().strip() or low - 1)
         except ValueError:
@@ -72,7 +73,6 @@ def free_port() -> int:
                 counter.seek(0)
                 counter.truncate()
                 counter.write(str(port))
-                counter.flush()
                 _HANDED_OUT.add(port)
                 return port
     return _kernel_free_port()
