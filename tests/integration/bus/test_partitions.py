@@ -161,3 +161,45 @@ async def test_a_replica_whose_heartbeat_lapsed_gives_up_the_partitions_taken_ov
     finally:
         for replica in (first, second):
             await replica.close()
+
+
+async def test_replicas_starting_at_once_never_take_each_others_partitions(nats_server) -> None:
+    """Two replicas whose first heartbeats interleave: r2 writes its heartbeat and takes its
+    leases after r1 read the live replicas and before r1 reads the leases. r1 must see r2's
+    leases as a live replica's, not a dead holder's (ciR17: both took the same partitions, and
+    the loser went on serving two whose lease records the winner had deleted)."""
+    handled: list[tuple[str, str, int]] = []
+    sessions = [await BusSession.open(nats_server.url, f"i{i}") for i in range(2)]
+
+    def subscriber(session: BusSession, name: str) -> PartitionedSubscriber:
+        async def handle(delivery: Delivery) -> None:
+            handled.append((name, delivery.subject, partition_of_subject(delivery.subject)))
+        return PartitionedSubscriber(
+            session, "t", "c1", [Subscription(EVENTS_STREAM, "t", lambda p: [event_filter("c1", None, p)], handle)],
+            partitions=PARTITIONS, replica=name, heartbeat_s=0.25)
+
+    first, second = subscriber(sessions[0], "r1"), subscriber(sessions[1], "r2")
+    for replica, session in ((first, sessions[0]), (second, sessions[1])):
+        replica._kv = await session.js.key_value(LEASES_BUCKET)
+        replica._members = await session.js.key_value(partitions.MEMBERS_BUCKET)
+    first_leases = first._leases
+
+    async def leases_after_the_other_replica_joined():
+        await second._tick()  # r2: heartbeat, sees r1 and itself, takes its half
+        return await first_leases()
+
+    first._leases = leases_after_the_other_replica_joined  # type: ignore[method-assign]
+    try:
+        await first._tick()
+        assert len(second.owned) == PARTITIONS // 2
+        assert first.owned.isdisjoint(second.owned), (sorted(first.owned), sorted(second.owned))
+        assert first.owned | second.owned == set(range(PARTITIONS))
+        # Every lease names the one replica that serves its partition.
+        holders = await lease_holders(sessions[0])
+        assert holders == {first._lease_key(p): name for name, replica in (("r1", first), ("r2", second))
+                           for p in replica.owned}, holders
+    finally:
+        for replica in (first, second):
+            await replica._release_all()
+        for session in sessions:
+            await session.close()
