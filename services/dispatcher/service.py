@@ -60,6 +60,9 @@ KUEUE_GROUP = "kueue.x-k8s.io"
 # Every this many resync passes, every delegated TrainJob is reconciled and every reachable
 # worker swept, not only the TrainJobs that wait for a worker.
 FULL_RESYNC_EVERY = 15
+# A replica fed by the bus lists the manager's TrainJobs (and prunes its holds) every this many
+# passes and after it takes a partition; the passes between work from what the events showed.
+LIST_EVERY = 5
 # Stale copies a sweep deletes at once on one worker.
 SWEEP_CONCURRENCY = 8
 # How long the mirror of a worker copy's status waits for the copy's next change.
@@ -97,6 +100,14 @@ class Dispatcher:
     # write causes carries nothing new, and is not worth a pass.
     _own_writes: dict[tuple[str, str], str] = field(default_factory=dict)
     _subscriber: PartitionedSubscriber | None = None  # None: no bus, every TrainJob is this process's
+    # True when the bus brings this replica the events of its TrainJobs (``subscriber()``): then
+    # ``_seen`` holds its delegated manager TrainJobs as last seen (an event, a list, its own
+    # write) with when, and most resyncs need no list of every TrainJob of the manager (whose
+    # cost grows with the manager's TrainJobs times the replicas).
+    fed_by_events: bool = False
+    # (None: deleted, or no longer delegated, since the last list.)
+    _seen: dict[tuple[str, str], tuple[float, dict[str, Any] | None]] = field(default_factory=dict)
+    _list_now: bool = True  # a partition was taken: what it holds is known only from a list
 
     def __post_init__(self) -> None:
         self.placer = Placer(self.manager, self.cluster, self.registry, self.slots)
@@ -130,6 +141,7 @@ class Dispatcher:
         self._subscriber = PartitionedSubscriber(self.bus, ROLE, self.cluster, self.subscriptions(),
                                                  service=ROLE, partitions=self.partitions,
                                                  on_acquire=self._acquired, on_release=self._forget_partition)
+        self.fed_by_events = True
         return self._subscriber
 
     def owns(self, namespace: str, name: str) -> bool:
@@ -141,13 +153,21 @@ class Dispatcher:
     def _acquired(self, partition: int) -> None:
         """A partition taken over (a replica stopped or crashed, or this one started): the
         TrainJobs of it that wait for a timer are resynced at the next loop pass, not up to
-        --resync-interval later (their events reach this replica through the partition)."""
+        --resync-interval later (their events reach this replica through the partition); the
+        TrainJobs of it that changed before it was ours are known from that pass's list."""
         self._resync_now = True
+        self._list_now = True
 
     def _forget_partition(self, partition: int) -> None:
         """What this replica remembers of a partition's TrainJobs goes with the partition."""
         for key in [k for k in self._own_writes if trainjob_partition(*k, self.partitions) == partition]:
             del self._own_writes[key]
+        for key in [k for k in self._seen if trainjob_partition(*k, self.partitions) == partition]:
+            del self._seen[key]
+
+    def _remember(self, key: tuple[str, str], trainjob: dict[str, Any] | None) -> None:
+        """The newest state of a manager TrainJob this replica saw (None: gone, or not delegated)."""
+        self._seen[key] = (time.time(), trainjob if trainjob is not None and d.is_delegated(trainjob) else None)
 
     async def handle(self, delivery: Delivery) -> None:
         try:
@@ -162,13 +182,16 @@ class Dispatcher:
             key = (event.namespace, event.name)
             if event.type == "DELETED":
                 self._own_writes.pop(key, None)
+                self._remember(key, None)
                 worker = d.assigned_worker(obj)
                 if worker is not None:
                     await self.slots.release(worker, hold_key(*key))
             elif event.resource_version and self._own_writes.get(key) == event.resource_version:
                 return  # the echo of this process's own write
-            elif d.is_delegated(obj):
-                await self.reconcile(event.namespace, event.name, manager=obj)
+            else:
+                self._remember(key, obj or None)
+                if d.is_delegated(obj):
+                    await self.reconcile(event.namespace, event.name, manager=obj)
         elif (meta.get("labels") or {}).get(d.ORIGIN_LABEL) == self.cluster:
             # One of our copies changed on a worker: mirror it (or finish a deletion).
             copy_obj = obj if event.type != "DELETED" and not meta.get("deletionTimestamp") else None
@@ -206,19 +229,20 @@ class Dispatcher:
 
     async def resync(self) -> None:
         """This replica's delegated TrainJobs that wait for something a timer must notice (every
-        one on a full pass, which also sweeps stale copies off reachable workers)."""
+        one on a full pass, which also sweeps stale copies off reachable workers).
+
+        Fed by the bus, a replica lists the manager's TrainJobs (and prunes its holds) only every
+        LIST_EVERY passes and after taking a partition: between lists its TrainJobs' events, and
+        its own writes, have shown it the newest state of each."""
         if self._subscriber is not None and not self._subscriber.owned:
             return  # none yet (starting), or none left: the first pass with a share is a full one
-        asked_at = time.time()
-        try:
-            listed = await self.manager.request("GET", r.TRAINJOB.path())
-        except KubeError as err:
-            log.warning("resync: cannot list TrainJobs: %s", describe(err))
-            return
-        delegated = [tj for tj in listed.get("items") or [] if d.is_delegated(tj)]
-        await self._prune_holds(delegated, asked_at)
-        delegated = [tj for tj in delegated if self.owns(*_key(tj))]
         full = self._passes % FULL_RESYNC_EVERY == 0
+        if not self.fed_by_events or full or self._list_now or self._passes % LIST_EVERY == 0:
+            delegated = await self._list_delegated()
+            if delegated is None:
+                return
+        else:
+            delegated = [tj for key, (_, tj) in self._seen.items() if tj is not None and self.owns(*key)]
         self._passes += 1
         due = [tj for tj in delegated if full or self._waiting(tj)]
         await asyncio.gather(*(self.reconcile(tj["metadata"]["namespace"], tj["metadata"]["name"], manager=tj)
@@ -226,6 +250,27 @@ class Dispatcher:
         if full:
             for worker in self.registry.active():
                 self._sweep_soon(worker.name)
+
+    async def _list_delegated(self) -> list[dict[str, Any]] | None:
+        """This replica's delegated manager TrainJobs, listed; holds of TrainJobs that the list
+        shows not running are pruned. None: the manager did not answer."""
+        self._list_now = False
+        asked_at = time.time()
+        try:
+            listed = await self.manager.request("GET", r.TRAINJOB.path())
+        except KubeError as err:
+            log.warning("resync: cannot list TrainJobs: %s", describe(err))
+            self._list_now = True
+            return None
+        delegated = [tj for tj in listed.get("items") or [] if d.is_delegated(tj)]
+        await self._prune_holds(delegated, asked_at)
+        delegated = [tj for tj in delegated if self.owns(*_key(tj))]
+        if self.fed_by_events:
+            # What events or writes showed after the list was asked for is newer than the list.
+            fresh = {key: seen for key, seen in self._seen.items() if seen[0] >= asked_at}
+            self._seen = {_key(tj): (asked_at, tj) for tj in delegated}
+            self._seen.update(fresh)
+        return delegated
 
     async def _prune_holds(self, delegated: list[dict[str, Any]], asked_at: float) -> None:
         """Drops the holds of this replica's TrainJobs that no longer run on that worker
@@ -340,6 +385,8 @@ class Dispatcher:
     def _wrote(self, trainjob: dict[str, Any]) -> dict[str, Any]:
         meta = trainjob.get("metadata") or {}
         self._own_writes[(meta.get("namespace", ""), meta.get("name", ""))] = meta.get("resourceVersion", "")
+        if self.fed_by_events:  # its echo is skipped: this is the newest state
+            self._remember((meta.get("namespace", ""), meta.get("name", "")), trainjob)
         return trainjob
 
     # -- placement -----------------------------------------------------------------------------

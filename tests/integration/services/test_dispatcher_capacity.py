@@ -507,6 +507,54 @@ def test_an_unplaceable_trainjob_is_placed_when_capacity_frees(clusters):
     run(clusters, scenario)
 
 
+def test_a_replica_fed_by_the_bus_lists_the_trainjobs_only_every_few_passes(clusters):
+    """Fed its TrainJobs' events by the bus, a replica lists every TrainJob of the manager only
+    every LIST_EVERY resync passes and after it takes a partition (a list costs the manager's
+    TrainJobs times the replicas): the passes between act on what the events and its own
+    writes showed, so a waiting TrainJob is still placed once room frees."""
+    from trainyard.bus.consumer import Delivery
+    from trainyard.bus.envelopes import ObjectEvent, encode
+
+    async def scenario(setup):
+        dispatcher = setup.dispatcher()
+        dispatcher.fed_by_events = True  # as subscriber() sets it; the events are handed in below
+        real, lists = setup.manager.request, []
+
+        async def counted(method, path, *args, **kwargs):
+            if method == "GET" and path == setup.r.TRAINJOB.path():
+                lists.append(path)
+            return await real(method, path, *args, **kwargs)
+
+        async def event(name: str, kind: str = "MODIFIED") -> None:
+            """The manager TrainJob's event as the watcher publishes it, delivered."""
+            found = ObjectEvent.from_object("manager", kind, await setup.manager.get(setup.r.TRAINJOB, "default", name))
+            await dispatcher.handle(Delivery(found.subject(dispatcher.partitions), encode(found), {}, 1, 1))
+
+        setup.manager.request = counted
+        await setup.create("la", "lb", "lc")
+        for name in ("la", "lb", "lc"):
+            await event(name, "ADDED")
+        assert [await setup.placed(n) for n in ("la", "lb", "lc")] == [WORKER, WORKER, None]
+        assert (await setup.dispatched("lc"))["reason"] == "InsufficientCapacity"
+        await dispatcher.resync()  # the first pass lists (and, a full one, sweeps: another list)
+        assert len(lists) >= 1
+        await asyncio.gather(*dispatcher._sweeping.values())
+        lists.clear()
+
+        await setup.manager.merge_patch(setup.r.TRAINJOB, "default", "la", {"spec": {"suspend": True}})
+        await event("la")  # its slot goes back
+        await dispatcher.resync()  # no list: lc waits for room, as its own last write showed
+        assert lists == []
+        assert await setup.placed("lc") == WORKER
+        assert (await setup.dispatched("lc"))["reason"] == "Dispatched"
+
+        dispatcher._acquired(0)  # a partition taken: what it holds is known only from a list
+        await dispatcher.resync()
+        assert len(lists) == 1
+
+    run(clusters, scenario)
+
+
 def test_a_resumed_trainjob_whose_worker_is_full_moves_to_one_with_room(clusters, second_worker):
     async def scenario(setup):
         from trainyard.kube.client import KubeClient
