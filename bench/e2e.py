@@ -231,15 +231,22 @@ async def one(client: httpx.AsyncClient, watch: JobSetWatch, ns: str, name: str)
     return [(watch.seen[f"{ns}/{name}"] - sent) * 1000]
 
 
-async def as_fast_as_possible(docs: list, concurrency: int, send) -> float:
-    """Sends every item of ``docs`` with ``concurrency`` workers; returns the seconds it took."""
+async def as_fast_as_possible(docs: list, concurrency: int, send, rate: float = 0.0) -> float:
+    """Sends every item of ``docs`` with ``concurrency`` workers; returns the seconds it took.
+    With ``rate`` (items per second) item i is not sent before i / rate seconds from the start:
+    an offered load, the same whatever the server does with it (as long as it keeps up)."""
     queue: asyncio.Queue = asyncio.Queue()
-    for doc in docs:
-        queue.put_nowait(doc)
+    for index, doc in enumerate(docs):
+        queue.put_nowait((index, doc))
 
     async def worker() -> None:
         while not queue.empty():
-            await send(queue.get_nowait())
+            index, doc = queue.get_nowait()
+            if rate > 0:
+                delay = start + index / rate - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+            await send(doc)
 
     start = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
@@ -271,11 +278,11 @@ def loadavg() -> str:
 # ------------------------------------------------------------------ load-generating processes
 
 def _generator_main(kind: str, url: str, token: str, ca: str, ns: str, items: list, spec: dict | None,
-                    concurrency: int, ready, go, results) -> None:
-    asyncio.run(_generate(kind, url, token, ca, ns, items, spec, concurrency, ready, go, results))
+                    concurrency: int, ready, go, results, rate: float = 0.0) -> None:
+    asyncio.run(_generate(kind, url, token, ca, ns, items, spec, concurrency, ready, go, results, rate))
 
 
-async def _generate(kind, url, token, ca, ns, items, spec, concurrency, ready, go, results) -> None:
+async def _generate(kind, url, token, ca, ns, items, spec, concurrency, ready, go, results, rate=0.0) -> None:
     """aiohttp with every body encoded before the clock starts: the generator's own cost per
     request (printed) has to stay well below the server's, or on a shared machine it measures
     itself (httpx cost 1.0 ms of client CPU per 2-KiB create against 0.27-0.33 ms for aiohttp,
@@ -317,21 +324,22 @@ async def _generate(kind, url, token, ca, ns, items, spec, concurrency, ready, g
         ready.put(os.getpid())
         await asyncio.get_running_loop().run_in_executor(None, go.wait)
         cpu_before = time.process_time()
-        elapsed = await as_fast_as_possible(work, concurrency, lambda item: send(*item))
+        elapsed = await as_fast_as_possible(work, concurrency, lambda item: send(*item), rate)
         results.put((elapsed, time.process_time() - cpu_before))
 
 
 class Generators:
-    """``count`` processes sending ``items`` (split round robin) as fast as the server takes them."""
+    """``count`` processes sending ``items`` (split round robin) as fast as the server takes them,
+    or, with ``rate``, at that many per second over all of them."""
 
     def __init__(self, cluster, kind: str, ns: str, items: list[str], count: int, concurrency: int,
-                 spec: dict | None = None) -> None:
+                 spec: dict | None = None, rate: float = 0.0) -> None:
         ctx = multiprocessing.get_context("spawn")
         self._ready, self._results, self._go = ctx.Queue(), ctx.Queue(), ctx.Event()
         per = max(1, concurrency // count)
         self.procs = [ctx.Process(target=_generator_main, daemon=True, args=(
             kind, cluster.url, cluster.token, str(cluster.ca_cert), ns, items[i::count], spec, per,
-            self._ready, self._go, self._results)) for i in range(count)]
+            self._ready, self._go, self._results, rate / count)) for i in range(count)]
 
     async def start(self) -> None:
         """Starts the processes and waits until each has its connections open."""
@@ -791,7 +799,8 @@ async def bench(stack: Stack, args) -> dict:
 
         names = [f"s-{i}" for i in range(args.sustained)]
         counters = Counters(client, stack.ports, stack.monitor_ports, api_metrics=len(pids["devcluster"]) == 1)
-        creators = Generators(cluster, "create", "bench-sustained", names, args.generators, args.concurrency)
+        creators = Generators(cluster, "create", "bench-sustained", names, args.generators, args.concurrency,
+                              rate=args.rate)
         await creators.start()
         flat = process_names(pids)
         # Idle: the fixed work of every process per second (heartbeats, pulls, timers), measured
@@ -857,7 +866,8 @@ async def _summary(args, figures: dict, cpu_each: dict, wall: float, created: fl
     generators_pct = 100 * generator_ms[0] * args.sustained / 1000 / wall
     saturates = saturation(percent, os.cpu_count() or 1, others_pct=generators_pct,
                            load=max(float(load_before.split()[0]), os.getloadavg()[0]))
-    print(f"sustained: {sustained:.1f} TrainJobs/s (create -> JobSet applied, {args.sustained} TrainJobs, "
+    offered = f"offered {args.rate:g}/s, " if args.rate else ""
+    print(f"sustained: {sustained:.1f} TrainJobs/s (create -> JobSet applied, {args.sustained} TrainJobs, {offered}"
           f"concurrency {args.concurrency}, {args.generators} generator processes, every create answered "
           f"after {created:.1f} s of {wall:.1f} s; load average before {load_before}, after {loadavg()})")
     if raw is not None:
@@ -1057,7 +1067,16 @@ def main() -> int:
                         help="sustained and raw phases with 1, 2, 4 and 8 replicas (--counts) of these services "
                              "(comma list)")
     parser.add_argument("--counts", default="1,2,4,8", help="with --table: the replica counts, comma list")
+    parser.add_argument("--repeat", type=int, default=1, metavar="K",
+                        help="with --table: run the counts K times, interleaved (1,2,4,1,2,4,...); the targets "
+                             "use each count's median, so a drift of the machine during the table weighs on "
+                             "every count alike")
     parser.add_argument("--skip-raw", action="store_true", help="no raw devcluster SSA phase")
+    parser.add_argument("--rate", type=float, default=0.0, metavar="TJ/S",
+                        help="the sustained run offers this many TrainJob creates per second (over all generators) "
+                             "instead of as many as the server takes: every --table row then carries the same "
+                             "load, so CPU per TrainJob compares work, not how saturated the cores were "
+                             "(0: as fast as possible)")
     parser.add_argument("--idle", type=float, default=5.0, metavar="SECONDS",
                         help="measure each process's idle CPU per second for this long before the sustained run "
                              "(0: not measured)")
@@ -1081,6 +1100,8 @@ def main() -> int:
         raise SystemExit("error: --generators: needs 1 <= generators <= concurrency")
     if args.sustained < 1:
         raise SystemExit("error: --sustained: needs at least 1")
+    if args.rate < 0:
+        raise SystemExit(f"error: --rate: TrainJobs per second, 0 or more, got {args.rate}")
     if args.raw_only:
         run_raw_only(args)
         return 0
@@ -1097,8 +1118,10 @@ def main() -> int:
         raise SystemExit(f"error: --counts: expected a comma list of numbers, got {args.counts!r}") from None
     if not counts or min(counts) < 1:
         raise SystemExit(f"error: --counts: every count must be 1 or more, got {args.counts!r}")
+    if args.repeat < 1:
+        raise SystemExit(f"error: --repeat: 1 or more, got {args.repeat}")
     rows = []
-    for count in counts:
+    for count in counts * args.repeat:
         replicas = parse_replicas(",".join(f"{s}={count}" for s in services))
         rows.append((count, run_once(args, replicas)))
         print(flush=True)
@@ -1136,18 +1159,48 @@ def table_lines(services: list[str], rows: list[tuple[int, dict]]) -> list[str]:
 def print_table(services: list[str], rows: list[tuple[int, dict]], args) -> None:
     workers = args.stack_api_workers
     dev = f"devcluster --api-workers {workers}" if workers else "devcluster its default (one process on <= 4 cores)"
-    print(f"replicas of {', '.join(services)} (sustained {args.sustained} TrainJobs, {args.generators} generators, "
+    offered = f", offered {args.rate:g}/s" if args.rate else ""
+    print(f"replicas of {', '.join(services)} (sustained {args.sustained} TrainJobs{offered}, {args.generators} generators, "
           f"{dev}, {os.cpu_count()} CPUs, load average now {loadavg()}; CPU, KV and messages per TrainJob)")
     for line in table_lines(services, rows):
         print(line)
-    by_count = dict(rows)
-    if 1 in by_count and 4 in by_count:
-        ratios = {s: by_count[4]["cpu"].get(s, 0) / by_count[1]["cpu"][s] for s in services if by_count[1]["cpu"].get(s)}
-        print("target: CPU per TrainJob at 4 replicas <= 1.2x at 1: " + ", ".join(
-            f"{s} {r:.2f}x {'met' if r <= 1.2 else 'NOT met'}" for s, r in ratios.items()))
-        net = {s: by_count[4]["net"].get(s, 0) / by_count[1]["net"][s] for s in services if by_count[1]["net"].get(s)}
-        print("the same for the per-TrainJob work less the idle work: " + ", ".join(
-            f"{s} {r:.2f}x" for s, r in net.items()))
+    for line in target_lines(services, rows):
+        print(line)
+
+
+def target_lines(services: list[str], rows: list[tuple[int, dict]]) -> list[str]:
+    """CPU per TrainJob at 4 replicas over 1 replica, per service (each count's median over its
+    rows), and the same ratio for the devcluster: its work per TrainJob is the same in every row
+    (the same requests, the same watchers), so its ratio is how much the machine alone moved the
+    CPU figures between the rows."""
+    def median_of(count: int, section: str, name: str) -> float | None:
+        values = sorted(fig[section].get(name, 0.0) for c, fig in rows if c == count)
+        if not values:
+            return None
+        middle = len(values) // 2
+        return values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
+
+    def ratios(section: str, names: list[str]) -> dict[str, float]:
+        found = {}
+        for name in names:
+            one, four = median_of(1, section, name), median_of(4, section, name)
+            if one and four is not None:
+                found[name] = four / one
+        return found
+
+    if not any(c == 1 for c, _ in rows) or not any(c == 4 for c, _ in rows):
+        return []
+    runs = sum(1 for c, _ in rows if c == 1)
+    of = f" (median of {runs} rows each)" if runs > 1 else ""
+    lines = ["target: CPU per TrainJob at 4 replicas <= 1.2x at 1" + of + ": " + ", ".join(
+        f"{s} {r:.2f}x {'met' if r <= 1.2 else 'NOT met'}" for s, r in ratios("cpu", services).items()),
+             "the same for the per-TrainJob work less the idle work: " + ", ".join(
+        f"{s} {r:.2f}x" for s, r in ratios("net", services).items())]
+    control = ratios("cpu", ["devcluster"]).get("devcluster")
+    if control is not None:
+        lines.append(f"control: the devcluster's CPU per TrainJob (the same work in every row) at 4 over 1: "
+                     f"{control:.2f}x")
+    return lines
 
 
 if __name__ == "__main__":

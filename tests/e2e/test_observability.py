@@ -301,7 +301,8 @@ CONSUMER_METRICS = (
     "workqueue_unfinished_work_seconds", "workqueue_longest_running_processor_seconds",
     "trainyard_jetstream_consumer_pending_messages", "trainyard_jetstream_consumer_ack_pending_messages",
     "trainyard_jetstream_consumer_redelivered_messages", "trainyard_dead_letter_messages_total",
-    "trainyard_received_messages_total", "trainyard_published_messages_total", "process_start_time_seconds",
+    "trainyard_received_messages_total", "trainyard_redelivered_messages_total", "trainyard_published_messages_total",
+    "process_start_time_seconds",
 )
 EXPECTED = {
     "watcher": ("trainyard_watch_events_total", "trainyard_published_messages_total", "process_start_time_seconds"),

@@ -132,6 +132,7 @@ class Consumer:
         # metric added up to several per cent of a service's samples).
         name = self._label
         self._received = metrics.RECEIVED.labels(service, name)
+        self._redelivered = metrics.REDELIVERED.labels(service, name)
         self._adds = metrics.WORKQUEUE_ADDS.labels(name)
         self._queue_duration = metrics.WORKQUEUE_QUEUE_DURATION.labels(name)
         self._processed_duration = metrics.PROCESSED_DURATION.labels(service, name)
@@ -361,6 +362,8 @@ class Consumer:
 
     async def _handle(self, msg: Msg) -> None:
         meta = msg.metadata
+        if meta.num_delivered > 1:
+            self._redelivered.inc()
         published = meta.timestamp.timestamp() if meta.timestamp else time.time()
         self._queue_duration.observe(max(time.time() - published, 0.0))
         delivery = Delivery(

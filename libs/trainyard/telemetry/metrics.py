@@ -17,6 +17,12 @@ PUBLISHED = Counter(
     "trainyard_published_messages_total", "Messages published to JetStream",
     ["service", "stream", "result"],
 )
+REDELIVERED = Counter(
+    "trainyard_redelivered_messages_total",
+    "Messages received again (a delivery after the first: an ack wait ran out, a nak, or a "
+    "partition's messages handed over unacknowledged)",
+    ["service", "consumer"],
+)
 PROCESSED_DURATION = Histogram(
     "trainyard_processed_messages_duration_seconds", "Time spent handling one message",
     ["service", "consumer"], buckets=_LATENCY_BUCKETS,
@@ -149,6 +155,7 @@ def init_consumer_metrics(service: str, consumer: str) -> None:
     RECONCILE_TIME.labels(consumer)
     DEAD_LETTERS.labels(service, consumer)
     RECEIVED.labels(service, consumer)
+    REDELIVERED.labels(service, consumer)
     PROCESSED_DURATION.labels(service, consumer)
     for metric in (WORKQUEUE_ADDS, WORKQUEUE_RETRIES, WORKQUEUE_QUEUE_DURATION, WORKQUEUE_WORK_DURATION):
         metric.labels(consumer)

@@ -69,6 +69,7 @@ async def test_backlog_work_in_progress_and_retries_are_measured(bus: BusSession
     assert value("controller_runtime_reconcile_total", controller=DURABLE, result="dead_letter") == 0
     assert value("workqueue_retries_total", name=DURABLE) == 0
     assert value("trainyard_dead_letter_messages_total", service="test", consumer=DURABLE) == 0
+    assert value("trainyard_redelivered_messages_total", service="test", consumer=DURABLE) == 0
 
     events = [event(f"job-{i}") for i in range(10)] + [event("flaky")]
     await bus.publisher.publish_many(Outgoing(e.subject(), e, e.msg_id()) for e in events)
@@ -86,6 +87,9 @@ async def test_backlog_work_in_progress_and_retries_are_measured(bus: BusSession
         gate.set()
         await eventually(lambda: backlog() == (0, 0, 0), "the backlog to drain")
         assert value("workqueue_retries_total", name=DURABLE) == 1
+        # The failed one came back once; the others were received once each.
+        assert value("trainyard_redelivered_messages_total", service="test", consumer=DURABLE) == 1
+        assert value("trainyard_received_messages_total", service="test", consumer=DURABLE) == len(events) + 1
         assert value("controller_runtime_reconcile_total", controller=DURABLE, result="error") == 1
         assert value("controller_runtime_reconcile_total", controller=DURABLE, result="success") == len(events)
         assert value("workqueue_work_duration_seconds_count", name=DURABLE) == len(events) + 1

@@ -81,3 +81,20 @@ def test_the_raw_phase_prints_the_devcluster_cpu_per_apply_of_each_round_and_the
         "devcluster CPU per JobSet apply, 1 API worker: 0.62 / 0.48 / 0.52 ms (median 0.52 ms)"
     assert cpu_per_apply_line(4, rounds[:2]) == \
         "devcluster CPU per JobSet apply, 4 API workers: 0.62 / 0.48 ms (median 0.55 ms)"
+
+
+def test_the_target_uses_each_counts_median_and_names_the_machines_own_drift() -> None:
+    target_lines = _e2e.target_lines
+
+    def row(planner: float, devcluster: float) -> dict:
+        return {"cpu": {"planner": planner, "devcluster": devcluster}, "net": {"planner": planner - 0.5}}
+
+    # Interleaved 1,4,1,4,1,4: one slow 4-replica row (the machine stalled) does not decide.
+    rows = [(1, row(4.0, 5.0)), (4, row(4.4, 5.0)), (1, row(4.2, 5.2)), (4, row(9.0, 8.0)),
+            (1, row(3.9, 5.1)), (4, row(4.6, 5.3))]
+    lines = target_lines(["planner"], rows)
+    assert lines[0] == "target: CPU per TrainJob at 4 replicas <= 1.2x at 1 (median of 3 rows each): planner 1.15x met"
+    assert lines[1] == "the same for the per-TrainJob work less the idle work: planner 1.17x"
+    assert lines[2] == "control: the devcluster's CPU per TrainJob (the same work in every row) at 4 over 1: 1.04x"
+    assert target_lines(["planner"], [(1, row(4.0, 5.0)), (2, row(5.0, 5.0))]) == []
+    assert "NOT met" in target_lines(["planner"], [(1, row(4.0, 5.0)), (4, row(6.0, 5.0))])[0]
