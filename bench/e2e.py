@@ -607,6 +607,18 @@ class Stack:
             self.ports.setdefault(name, []).append(wait_ready(proc, name))
         asyncio.run(wait_balanced(self.nats_url, self.replicas))
 
+    def __enter__(self) -> "Stack":
+        """Started; stopped again (whatever did start) if starting fails."""
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
     def restart(self, name: str) -> tuple[float, float]:
         """Stops the first replica of ``name`` (SIGTERM) and starts a new one; returns the
         moment it was started (perf_counter) and the seconds until its /readyz answered."""
@@ -1038,9 +1050,7 @@ def run_raw_once(args, extra_args: list[str]) -> list[dict]:
 
 def run_once(args, replicas: dict[str, int]) -> dict:
     workdir = Path(tempfile.mkdtemp(prefix="trainyard-bench-"))
-    stack = Stack(replicas, workdir, args.nats_cluster, args.stack_api_workers)
-    try:
-        stack.start()
+    with Stack(replicas, workdir, args.nats_cluster, args.stack_api_workers) as stack:
         shown = ", ".join(f"{name}={count}" for name, count in replicas.items())
         bus = (f"NATS cluster of {args.nats_cluster} nodes, {os.environ.get('TRAINYARD_BUS_REPLICAS')} copies of every "
                "stream and bucket" if args.nats_cluster > 1 else "one NATS node, 1 copy")
@@ -1049,8 +1059,6 @@ def run_once(args, replicas: dict[str, int]) -> dict:
         print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} "
               f"(/proc/loadavg {loadavg()}); replicas {shown}; {bus}; {api}; logs in {workdir}", flush=True)
         return asyncio.run(bench(stack, args))
-    finally:
-        stack.stop()
 
 
 def main() -> int:

@@ -190,14 +190,10 @@ def main() -> int:
             raise SystemExit("error: --tombstone-ttl: needs at least 1 second")
         os.environ["TRAINYARD_TOMBSTONE_TTL"] = str(args.tombstone_ttl)  # the services inherit it
     workdir = Path(tempfile.mkdtemp(prefix="trainyard-scale-"))
-    stack = Stack(parse_replicas(""), workdir)
-    try:
-        stack.start()
+    with Stack(parse_replicas(""), workdir) as stack:
         print(f"machine: {os.cpu_count()} CPUs, load {loadavg()}; {args.count} TrainJobs, "
               f"{args.generators} generator processes; logs in {workdir}", flush=True)
         asyncio.run(run(stack, args))
-    finally:
-        stack.stop()
     return 0
 
 

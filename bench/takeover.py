@@ -75,41 +75,39 @@ def redelivered(ports: list[int]) -> float:
     return total
 
 
-async def apply_results(js, namespace: str) -> tuple[Counter, set[str]]:
-    """What TY_RESULTS holds for the TrainJobs of ``namespace``: how often each plan (TrainJob,
-    generation, plan) was applied, and the TrainJobs with a plan applied."""
-    from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+class ApplyResults:
+    """The apply results of TY_RESULTS for the TrainJobs of one namespace, read as they arrive
+    through one ephemeral consumer: how often each plan (TrainJob, generation, plan) was
+    applied, and the TrainJobs with a plan applied."""
 
-    from trainyard.bus.envelopes import ApplyResult, decode
-    from trainyard.bus.topology import RESULTS_STREAM
+    def __init__(self, js, namespace: str) -> None:
+        self._js, self.namespace = js, namespace
+        self.applied: Counter = Counter()
+        self.names: set[str] = set()
+        self._sub = None
 
-    sub = await js.pull_subscribe(">", stream=RESULTS_STREAM, config=ConsumerConfig(
-        deliver_policy=DeliverPolicy.ALL, ack_policy=AckPolicy.NONE, inactive_threshold=30.0))
-    total = (await sub.consumer_info()).num_pending
-    applied: Counter = Counter()
-    names: set[str] = set()
-    seen: set[int] = set()
+    async def read_new(self) -> None:
+        from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-    async def read_some() -> bool:
+        from trainyard.bus.envelopes import ApplyResult, decode
+        from trainyard.bus.topology import RESULTS_STREAM
+
+        if self._sub is None:
+            self._sub = await self._js.pull_subscribe(">", stream=RESULTS_STREAM, config=ConsumerConfig(
+                deliver_policy=DeliverPolicy.ALL, ack_policy=AckPolicy.NONE, inactive_threshold=30.0))
         try:
-            for msg in await sub.fetch(500, timeout=2.0):
-                if msg.metadata.sequence.stream in seen:
-                    continue
-                seen.add(msg.metadata.sequence.stream)
-                result = decode(ApplyResult, msg.data)
-                if result.namespace == namespace and result.outcome == "applied":
-                    applied[(result.uid, result.generation, result.plan_hash)] += 1
-                    names.add(result.name)
-        except Exception:  # a fetch that timed out: read again
-            pass
-        return len(seen) >= total
+            messages = await self._sub.fetch(500, timeout=0.5)
+        except Exception:  # nothing new within the timeout
+            return
+        for msg in messages:  # without acks each message comes once to this consumer
+            result = decode(ApplyResult, msg.data)
+            if result.namespace == self.namespace and result.outcome == "applied":
+                self.applied[(result.uid, result.generation, result.plan_hash)] += 1
+                self.names.add(result.name)
 
-    try:
-        await wait_until(f"the {total} apply results of TY_RESULTS", read_some, 120,
-                         progress=lambda: f"{len(seen)}/{total} read", poll_s=0.0)
-    finally:
-        await sub.unsubscribe()
-    return applied, names
+    async def close(self) -> None:
+        if self._sub is not None:
+            await self._sub.unsubscribe()
 
 
 async def with_status(client: httpx.AsyncClient, namespace: str, count: int, budget_s: float) -> int:
@@ -133,9 +131,10 @@ async def with_status(client: httpx.AsyncClient, namespace: str, count: int, bud
 async def phase(stack: Stack, client: httpx.AsyncClient, watch: JobSetWatch, js, args, sig: signal.Signals,
                 tag: str) -> None:
     role, cluster = args.role, stack.cluster
-    replicas = [(index, proc) for index, (name, proc) in enumerate(stack.procs) if name == role]
-    ports = dict(zip([index for index, _ in replicas], stack.ports[role]))
-    victim_index, victim = replicas[-1]
+    # The role's last replica is stopped (its port is the role's last one in stack.ports).
+    victim_index = max(index for index, (name, _) in enumerate(stack.procs) if name == role)
+    victim = stack.procs[victim_index][1]
+    survivors = stack.ports[role][:-1]
     namespace = f"{NS}-{tag}"
     names = [f"{tag}-{i}" for i in range(args.burst)]
     keys = [f"{namespace}/{n}" for n in names]
@@ -146,10 +145,8 @@ async def phase(stack: Stack, client: httpx.AsyncClient, watch: JobSetWatch, js,
                      lambda: sum(1 for k in keys if k in watch.seen) >= args.kill_after, 300,
                      progress=lambda: missing(keys, watch.seen))
     before = await lease_holders(js, role)
-    survivors = [port for index, port in ports.items() if index != victim_index]
     again_before = redelivered(survivors)
     os.kill(victim.pid, sig)
-    signalled = time.perf_counter()
     holders_before = set(before.values())
 
     async def served_again() -> bool:
@@ -172,19 +169,21 @@ async def phase(stack: Stack, client: httpx.AsyncClient, watch: JobSetWatch, js,
     victim.wait(timeout=60)
     # A JobSet the stopped replica applied without acknowledging its plan exists already; its
     # plan comes back to a survivor after the ack wait: every TrainJob's result is awaited.
-    results: dict = {}
+    results = ApplyResults(js, namespace)
 
     async def every_result() -> bool:
-        results["applied"], results["names"] = await apply_results(js, namespace)
-        return len(results["names"]) >= created
+        await results.read_new()
+        return len(results.names) >= created
 
     try:
         await wait_until(f"an apply result for each of the {created} TrainJobs", every_result,
-                         args.ack_wait * 3 + 60, progress=lambda: f"{len(results.get('names', ()))}/{created}")
+                         args.ack_wait * 3 + 60, progress=lambda: f"{len(results.names)}/{created}", poll_s=0.0)
     except GaveUp as err:
         print(f"  {err}", flush=True)
+    finally:
+        await results.close()
     again = redelivered(survivors) - again_before
-    plans, twice = len(results["applied"]), sum(1 for n in results["applied"].values() if n > 1)
+    plans, twice = len(results.applied), sum(1 for n in results.applied.values() if n > 1)
     print(f"{sig.name} of 1 of {args.replicas} {role} replicas after {args.kill_after} of {args.burst} JobSets: "
           f"its {len(moved)} partitions ({', '.join(map(str, moved))}) leased by the survivors {taken:.2f} s after "
           f"the signal; {created}/{args.burst} {'with a status' if role == 'status' else 'JobSets'} "
@@ -195,7 +194,7 @@ async def phase(stack: Stack, client: httpx.AsyncClient, watch: JobSetWatch, js,
     started = time.perf_counter()
     proc = start_service(role, cluster.kubeconfig, stack.nats_url, stack.workdir, replica=300 + victim_index)
     stack.procs[victim_index] = (role, proc)
-    stack.ports[role][[i for i, _ in replicas].index(victim_index)] = wait_ready(proc, role)
+    stack.ports[role][-1] = wait_ready(proc, role)
     await wait_balanced(stack.nats_url, stack.replicas)
     print(f"  a new {role} replica joined: the partitions spread over {args.replicas} again "
           f"{time.perf_counter() - started:.1f} s after its start", flush=True)
@@ -251,14 +250,10 @@ def main() -> int:
     args.partitions = partitions_setting()
     os.environ["TRAINYARD_ACK_WAIT"] = f"{args.ack_wait:g}"  # inherited by the services
     workdir = Path(tempfile.mkdtemp(prefix="trainyard-takeover-"))
-    stack = Stack(parse_replicas(f"{args.role}={args.replicas}"), workdir)
-    try:
-        stack.start()
+    with Stack(parse_replicas(f"{args.role}={args.replicas}"), workdir) as stack:
         print(f"machine: {os.cpu_count()} CPUs, load {loadavg()}; {args.replicas} {args.role} replicas, "
               f"{args.partitions} partitions, ack wait {args.ack_wait:g} s; logs in {workdir}", flush=True)
         asyncio.run(run(stack, args))
-    finally:
-        stack.stop()
     return 0
 
 

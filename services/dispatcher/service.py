@@ -384,9 +384,10 @@ class Dispatcher:
 
     def _wrote(self, trainjob: dict[str, Any]) -> dict[str, Any]:
         meta = trainjob.get("metadata") or {}
-        self._own_writes[(meta.get("namespace", ""), meta.get("name", ""))] = meta.get("resourceVersion", "")
+        key = (meta.get("namespace", ""), meta.get("name", ""))
+        self._own_writes[key] = meta.get("resourceVersion", "")
         if self.fed_by_events:  # its echo is skipped: this is the newest state
-            self._remember((meta.get("namespace", ""), meta.get("name", "")), trainjob)
+            self._remember(key, trainjob)
         return trainjob
 
     # -- placement -----------------------------------------------------------------------------
