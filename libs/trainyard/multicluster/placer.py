@@ -71,12 +71,20 @@ class Placer:
         pending = self._runtime_lookups.get(key)
         if pending is None:
             pending = self._runtime_lookups[key] = asyncio.ensure_future(
-                client.get(resource, runtime_ns, ref.get("name") or "", timeout_s=5.0))
-            pending.add_done_callback(lambda _: self._runtime_lookups.pop(key, None))
-        # A failed lookup raises (unknown is not absent) and is not cached: asked again next time.
-        runtime = await asyncio.shield(pending)
-        self._runtimes[key] = (time.monotonic() + RUNTIME_CACHE_S, runtime)
-        return runtime
+                self._look_up(key, client, resource, runtime_ns, ref.get("name") or ""))
+        return await asyncio.shield(pending)
+
+    async def _look_up(self, key: tuple, client: KubeClient, resource: r.Resource,
+                       namespace: str | None, name: str) -> dict[str, Any] | None:
+        """The GET behind runtime(). Its answer is kept before the lookup stops being "in flight":
+        kept by its waiters instead, a caller arriving between the two would ask again."""
+        try:
+            # A failed lookup raises (unknown is not absent) and is not kept: asked again next time.
+            runtime = await client.get(resource, namespace, name, timeout_s=5.0)
+            self._runtimes[key] = (time.monotonic() + RUNTIME_CACHE_S, runtime)
+            return runtime
+        finally:
+            self._runtime_lookups.pop(key, None)
 
     def forget_runtimes(self) -> None:
         """Every cached runtime answer is asked again at its next use."""

@@ -723,3 +723,45 @@ def test_two_dispatcher_processes_split_the_partitions_and_one_takes_over_a_kill
                     cluster.kubectl("delete", "trainjob", tj, "-n", "default", "--wait=false", check=False)
         manager.kubectl("delete", "multikueuecluster", "worker-2", check=False)
         manager.kubectl("delete", "secret", "worker-2-kubeconfig", "-n", "kubeflow-system", check=False)
+
+
+def test_a_lookup_that_answered_is_reused_by_callers_arriving_just_after(clusters, monkeypatch):
+    """One runtime GET per worker while its answer is fresh, whenever another caller comes in:
+    a clean-clone run saw a reconcile that reached the lookup just as the worker's answer
+    arrived ask again (the GET in flight was already forgotten, its answer not yet kept)."""
+    from trainyard.multicluster import placer
+
+    monkeypatch.setattr(placer, "RUNTIME_CACHE_S", 3600.0)
+
+    async def scenario(setup):
+        runtime_path = setup.r.CLUSTER_TRAINING_RUNTIME.path(None, "one-pod")
+        real, asked, answered = setup.worker.request, [], asyncio.Event()
+
+        async def counted(method, path, *args, **kwargs):
+            if method == "GET" and path == runtime_path:
+                asked.append(path)
+                response = await real(method, path, *args, **kwargs)
+                answered.set()
+                return response
+            return await real(method, path, *args, **kwargs)
+
+        trainjob = delegated("any")
+        setup.worker.request = counted
+        try:
+            for turns in range(4):  # a second caller 0, 1, 2, 3 turns of the event loop after the answer
+                lookups, answered = setup.dispatcher().placer, asyncio.Event()
+                asked.clear()
+
+                async def caller_after() -> bool | None:
+                    await answered.wait()
+                    for _ in range(turns):
+                        await asyncio.sleep(0)
+                    return await lookups.has_runtime(WORKER, setup.worker, trainjob)
+
+                answers = await asyncio.gather(lookups.has_runtime(WORKER, setup.worker, trainjob), caller_after())
+                assert answers == [True, True]
+                assert len(asked) == 1, f"a caller {turns} turns after the answer asked again"
+        finally:
+            setup.worker.request = real
+
+    run(clusters, scenario)
