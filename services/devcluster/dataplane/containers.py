@@ -34,6 +34,8 @@ class ContainerProcesses:
         self.gpu_ids = gpu_ids
         self.on_change = on_change
         self._procs: dict[str, asyncio.subprocess.Process] = {}
+        # The last signal_all's signal: a process whose spawn was in flight then gets it too.
+        self._stopping_with: int | None = None
 
     @property
     def pids(self) -> list[int]:
@@ -79,6 +81,10 @@ class ContainerProcesses:
             except OSError as err:
                 return self._start_error(record, str(err))
         self._procs[record.name] = proc
+        if self._stopping_with is not None:
+            # The pod was told to stop while this process was being spawned: signal_all missed it.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, self._stopping_with)
         record.state, record.reason, record.message = "running", "", ""
         record.started_at, record.finished_at = now_rfc3339(), None
         record.exit_code = record.signal = None
@@ -110,7 +116,9 @@ class ContainerProcesses:
         return None
 
     def signal_all(self, signum: int) -> None:
-        """Signal the process group of every container still running."""
+        """Signal the process group of every container still running, and of any whose spawn
+        is in flight once it exists."""
+        self._stopping_with = signum
         for proc in list(self._procs.values()):
             if proc.returncode is None:
                 with contextlib.suppress(ProcessLookupError, PermissionError):

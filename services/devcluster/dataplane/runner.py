@@ -147,13 +147,13 @@ class PodRunner:
             self.terminating = True
             self._stop.set()
             self.processes.signal_all(signal.SIGTERM if grace_seconds > 0 else signal.SIGKILL)
-        running = self.processes.running()
-        if running:
-            _, pending = await asyncio.wait([asyncio.ensure_future(p.wait()) for p in running],
-                                            timeout=max(grace_seconds, 0))
-            if pending:
-                self.processes.signal_all(signal.SIGKILL)
-        await self.finished.wait()
+        # The grace period bounds the whole pod, not only the processes running when it began
+        # (one whose spawn was in flight gets the signal as it starts, and SIGKILL with the rest).
+        ended = asyncio.ensure_future(self.finished.wait())
+        await asyncio.wait({ended}, timeout=max(grace_seconds, 0))
+        if not ended.done():
+            self.processes.signal_all(signal.SIGKILL)
+        await ended
 
     # -- lifecycle ---------------------------------------------------------------------
     def _changed(self) -> None:

@@ -186,6 +186,34 @@ async def test_termination_signals_process_group_and_leaves_no_orphan(runner_har
     assert _pids_with_marker(graceful.uid) == [] and _pids_with_marker(stubborn.uid) == []
 
 
+async def test_a_pod_deleted_while_its_container_starts_stops_at_once(runner_harness, monkeypatch):
+    """A deletion that comes while a container's process is being spawned stops that process
+    too: the soak of `make test` saw a pod deleted within half a second of its start keep
+    running (its `sleep 600` counted on the worker) until the data plane restarted. And a
+    process that ignores SIGTERM is killed once the grace period is over."""
+    from trainyard_services.devcluster.dataplane import containers
+
+    spawn = containers.asyncio.create_subprocess_exec
+    stops: list[asyncio.Task] = []
+
+    async def deleted_while_spawning(*args, **kwargs):
+        if containers.POD_MARKER_ENV in (kwargs.get("env") or {}):  # a container's process
+            # The kubelet's deletion runs while the spawn is in flight (it yields to the loop).
+            stops.append(asyncio.ensure_future(runner.terminate(grace)))
+            await asyncio.sleep(0.2)
+        return await spawn(*args, **kwargs)
+
+    monkeypatch.setattr(containers.asyncio, "create_subprocess_exec", deleted_while_spawning)
+    for name, program, grace in (("late-sleep", ["sleep", "600"], 30),
+                                 ("late-stubborn", [PY, "-c", "import signal,time\n"
+                                                    "signal.signal(signal.SIGTERM, signal.SIG_IGN)\ntime.sleep(600)"], 1)):
+        runner = runner_harness.start(make_pod(name, [{"name": "c", "command": program}]))
+        status = await runner_harness.finished(runner, timeout=15)
+        await asyncio.wait_for(stops[-1], 5)
+        assert terminated(status)["exitCode"] in (143, 137), status  # SIGTERM, or SIGKILL after the grace
+        assert _pids_with_marker(runner.uid) == []
+
+
 def _pids_with_marker(uid: str) -> list[int]:
     needle = f"TRAINYARD_POD_UID={uid}".encode()
     found = []
