@@ -386,14 +386,10 @@ def prometheus_samples(text: str, name: str) -> dict[tuple, float]:
 class Counters:
     """What one sustained run costs per TrainJob: NATS messages, KV round trips, API requests."""
 
-    def __init__(self, client: httpx.AsyncClient, ports: dict[str, list[int]], monitor_ports: list[int],
-                 api_metrics: bool = True) -> None:
+    def __init__(self, client: httpx.AsyncClient, ports: dict[str, list[int]], monitor_ports: list[int]) -> None:
         self._client = client
         self._ports = ports
         self._monitors = monitor_ports  # every NATS node's: a client's connection is on one of them
-        # With API workers each worker counts its own requests and the port hands a scrape to any
-        # one of them: no whole figure to read, so none is printed.
-        self._api_metrics = api_metrics
 
     async def snapshot(self) -> dict:
         snap: dict = {"nats": {}, "kv": {}, "api": {}, "published": {}, "timing": {}}
@@ -420,7 +416,7 @@ class Counters:
                             if dict(labels).get("webhook", "").endswith("-trainjob"):
                                 key = ("webhook", part)
                                 snap["timing"][key] = snap["timing"].get(key, 0) + value
-        text = (await self._client.get("/metrics")).text if self._api_metrics else ""
+        text = (await self._client.get("/metrics")).text  # the whole server's, API workers too
         for part in ("sum", "count"):
             for labels, value in prometheus_samples(text, f"apiserver_request_duration_seconds_{part}").items():
                 d = dict(labels)
@@ -810,7 +806,7 @@ async def bench(stack: Stack, args) -> dict:
                       f"   {percentile(AFTER_CREATE_MS, 0.5):>28.1f} {percentile(AFTER_CREATE_MS, 0.99):>8.1f}")
 
         names = [f"s-{i}" for i in range(args.sustained)]
-        counters = Counters(client, stack.ports, stack.monitor_ports, api_metrics=len(pids["devcluster"]) == 1)
+        counters = Counters(client, stack.ports, stack.monitor_ports)
         creators = Generators(cluster, "create", "bench-sustained", names, args.generators, args.concurrency,
                               rate=args.rate)
         await creators.start()

@@ -3,15 +3,25 @@
 Served like kube-apiserver's: behind authentication (the kubeconfig's bearer token), in the
 Prometheus text format. Request counts and latency are measured around the whole handler
 chain; storage figures are read from the store when scraped.
+
+With API workers (``devcluster up --api-workers N``) the port hands each connection, a scrape's
+too, to any one worker: so each worker keeps its counts in prometheus_client's multiprocess
+files (the store process points ``PROMETHEUS_MULTIPROC_DIR`` at ``<data-dir>/metrics`` for
+them), and whichever worker answers a scrape answers for the whole server: the workers' counts
+summed, the gauges of the live ones summed, ``process_*`` of the store process and the workers
+together.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterator
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterable, Iterator
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client import ProcessCollector, PlatformCollector
+from prometheus_client.multiprocess import MultiProcessCollector
 
 if TYPE_CHECKING:
     from .storage import Store
@@ -33,11 +43,11 @@ REQUEST_DURATION = Histogram(
 )
 INFLIGHT = Gauge(
     "apiserver_current_inflight_requests", "Requests being served, read-only or mutating",
-    ["request_kind"], registry=REGISTRY,
+    ["request_kind"], registry=REGISTRY, multiprocess_mode="livesum",
 )
 LONGRUNNING = Gauge(
     "apiserver_longrunning_requests", "Long-running requests (watches, log follows) being served",
-    ["verb", "group", "resource"], registry=REGISTRY,
+    ["verb", "group", "resource"], registry=REGISTRY, multiprocess_mode="livesum",
 )
 WATCH_EVENTS = Counter(
     "apiserver_watch_events_total", "Events sent to watch clients", ["group", "resource"], registry=REGISTRY,
@@ -96,5 +106,67 @@ def register_store(store: "Store") -> None:
     _STORAGE.store = store
 
 
+MULTIPROCESS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
+METRICS_DIR_NAME = "metrics"  # in the data dir, with API workers
+_COUNTED = (REQUESTS, REQUEST_DURATION, INFLIGHT, LONGRUNNING, WATCH_EVENTS)
+
+
+class WorkersCollector:
+    """This server's own metrics as every API worker counted them (multiprocess files)."""
+
+    def __init__(self, directory: str) -> None:
+        self.files = MultiProcessCollector(None, directory)
+        self.names = {metric._name for metric in _COUNTED}
+
+    def collect(self) -> Iterable[Metric]:
+        # Only the API server's: anything else a worker's libraries count is not its to report.
+        return [family for family in self.files.collect() if family.name in self.names]
+
+
+class ServerProcessesCollector:
+    """``process_*`` of the store process and its API workers as one server: CPU time and
+    memory summed, the start time the store process's (a restart of the devcluster is its
+    change), open file descriptors summed."""
+
+    SUMMED = ("process_cpu_seconds", "process_virtual_memory_bytes", "process_resident_memory_bytes",
+              "process_open_fds")  # family names (a counter's without _total)
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+
+    def pids(self) -> list[int]:
+        try:
+            workers = [int(line) for line in (self.data_dir / "api-workers").read_text().split()]
+        except (OSError, ValueError):
+            workers = [os.getpid()]  # still starting: the pids are written once all serve
+        return [os.getppid(), *workers]
+
+    def collect(self) -> Iterator[Metric]:
+        totals: dict[str, Metric] = {}
+        for index, pid in enumerate(self.pids()):
+            for family in ProcessCollector(pid=lambda pid=pid: pid, registry=None).collect():
+                if index == 0 and family.name not in totals:
+                    totals[family.name] = family  # the store process's, start time and limits included
+                elif family.name in self.SUMMED and family.name in totals:
+                    first = totals[family.name].samples[0]
+                    totals[family.name].samples[0] = first._replace(value=first.value + family.samples[0].value)
+        yield from totals.values()
+
+
+def _serving_registry() -> CollectorRegistry:
+    directory = os.environ.get(MULTIPROCESS_DIR_ENV)
+    if not directory:
+        return REGISTRY
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(WorkersCollector(directory))
+    registry.register(_STORAGE)
+    registry.register(ServerProcessesCollector(Path(directory).parent))
+    PlatformCollector(registry=registry)
+    return registry
+
+
+_SERVING = _serving_registry()
+
+
 def response() -> web.Response:
-    return web.Response(body=generate_latest(REGISTRY), headers={"Content-Type": CONTENT_TYPE_LATEST})
+    return web.Response(body=generate_latest(_SERVING), headers={"Content-Type": CONTENT_TYPE_LATEST})

@@ -28,7 +28,8 @@ DB_NAME = "devcluster.db"
 # Names the server or the data plane create inside a data dir; anything else means foreign.
 LOCK_NAME = "devcluster.lock"
 KNOWN_ENTRIES = {DB_NAME, DB_NAME + "-wal", DB_NAME + "-shm", LOCK_NAME, "kubeconfig", "pki", "pods", "ready",
-                 "dataplane", "dataplane-ready", "pod-subnet", "logs", "store.sock", "api-workers"}
+                 "dataplane", "dataplane-ready", "pod-subnet", "logs", "store.sock", "api-workers",
+                 "metrics"}
 
 Key = tuple[str, str]  # (group, resource)
 

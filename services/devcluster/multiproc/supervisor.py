@@ -14,12 +14,14 @@ import asyncio
 import contextlib
 import logging
 import os
+import shutil
 import socket
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import AsyncIterator, Callable
 
+from ..metrics import METRICS_DIR_NAME, MULTIPROCESS_DIR_ENV
 from ..server import ApiServer
 from ..tls import ensure_credentials
 from .storeserver import StoreServer
@@ -86,6 +88,12 @@ class Workers:
 
     async def start(self, port: int) -> None:
         s = self.settings
+        # Each worker counts what it serves in files here, summed by whichever worker is scraped
+        # (metrics.py); what an earlier run of this data dir counted is not this run's.
+        metrics_dir = self.data_dir / METRICS_DIR_NAME
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+        metrics_dir.mkdir(mode=0o700)
+        env = {**os.environ, MULTIPROCESS_DIR_ENV: str(metrics_dir)}
         for index in range(s.workers):
             cmd = [sys.executable, "-m", "trainyard_services.devcluster.multiproc.worker",
                    "--data-dir", str(self.data_dir), "--socket", str(self.socket_path), "--host", s.host,
@@ -93,7 +101,7 @@ class Workers:
                    "--authorization-mode", s.authorization_mode, "--log-level", s.log_level,
                    "--audit-log-path", s.audit_log_path or "", "--index", str(index), "--count", str(s.workers)]
             self.processes.append(await asyncio.create_subprocess_exec(
-                *cmd, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL))
+                *cmd, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, env=env))
 
     async def first_exit(self) -> asyncio.subprocess.Process:
         """The first worker to exit (a crash unless we are stopping them)."""

@@ -46,6 +46,12 @@ def _alive(pid: int) -> bool:
     return stat.exists() and stat.read_text().split(")")[-1].split()[0] != "Z"
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User and system CPU time of a process, from /proc (as prometheus_client reads it)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 class Fresh:
     """Each request on its own connection (a new client): any worker may take it."""
 
@@ -194,6 +200,45 @@ def test_kubectl_sees_a_crd_installed_through_one_worker_in_every_worker(cluster
     # (kubectl's discovery cache may still know the kind: then the server's 404 on its path)
     assert gone.returncode != 0
     assert "the server doesn't have a resource type" in gone.stderr or "NotFound" in gone.stderr
+
+
+async def test_metrics_answer_for_every_worker_in_every_scrape(cluster):
+    """The port hands a scrape to any one worker, and each answers for the whole server: the
+    requests the other workers served are counted too, the same in every scrape."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    fresh = Fresh(cluster)
+    labels = {"verb": "GET", "group": "", "resource": "secrets", "subresource": "", "code": "404"}
+
+    async def scrape() -> dict[str, list]:
+        answer = await fresh.request("GET", "/metrics")
+        assert answer.status_code == 200, answer.text
+        return {family.name: family.samples for family in text_string_to_metric_families(answer.text)}
+
+    def not_found_gets(families: dict[str, list]) -> float:
+        return sum(s.value for s in families.get("apiserver_request", [])
+                   if s.name == "apiserver_request_total" and s.labels == labels)
+
+    def latencies_counted(families: dict[str, list]) -> float:
+        return sum(s.value for s in families.get("apiserver_request_duration_seconds", [])
+                   if s.name.endswith("_count") and s.labels == {k: labels[k] for k in labels if k != "code"})
+
+    before = await scrape()
+    for index in range(24):  # each on a new connection: spread over the four workers
+        assert (await fresh.request("GET", f"/api/v1/namespaces/default/secrets/absent-{index}")).status_code == 404
+    for _ in range(4):  # each scrape on a new connection too: any worker answers
+        after = await scrape()
+        assert not_found_gets(after) - not_found_gets(before) == 24
+        assert latencies_counted(after) - latencies_counted(before) == 24
+        # Figures of the server as a whole appear once, not once per worker.
+        assert [s.name for s in after["process_start_time_seconds"]] == ["process_start_time_seconds"]
+        secrets = [s for s in after["apiserver_storage_objects"] if s.labels == {"resource": "secrets"}]
+        assert len(secrets) <= 1
+
+    # The server's CPU time is its processes' together: at least what each had used before.
+    used = sum(_cpu_seconds(pid) for pid in [cluster.pid, *_pids(cluster)])
+    [cpu] = (await scrape())["process_cpu_seconds"]
+    assert cpu.value >= used - 0.05, (cpu.value, used)  # a tick of rounding per process
 
 
 def test_stopping_the_devcluster_stops_every_worker(cluster):
