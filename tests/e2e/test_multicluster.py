@@ -275,20 +275,21 @@ def test_the_dashboard_shows_each_workers_state_capacity_and_trainjobs(stack, cl
         "containers"][0]["command"] = reporting_command(4)
     for cluster in clusters.kubeconfigs:
         clusters.apply(cluster, runtime("mc-big", "sleep 600", cpu=big), reporting)
-    # A delegated TrainJob whose trainer (on a worker) reports 4 times: the manager's row charts
-    # its worker copy's reports.
-    clusters.apply("manager", delegated("mc-dash-curve", "mc-report"))
-    wait_for(lambda: is_true(clusters.get("manager", "trainjob", "mc-dash-curve"), "Complete"), what="mc-dash-curve")
     names = ("mc-dash-a", "mc-dash-b")
-    clusters.apply("manager", *(delegated(name, "mc-big") for name in names))
-    for worker in WORKERS:
-        wait_for(lambda: [p for p in clusters.get(worker, "pods")["items"]
-                          if p["metadata"]["labels"].get("jobset.sigs.k8s.io/jobset-name") in names
-                          and p["status"].get("phase") == "Running"], what=f"a big pod running on {worker}")
-    counts = {worker: len(clusters.trainjobs(worker)) for worker in WORKERS}
-    shots = stack.data_dir.parent / "screenshots"
-    shots.mkdir(exist_ok=True)
-    try:
+    try:  # whatever fails, the later tests find no TrainJob of this one
+        # A delegated TrainJob whose trainer (on a worker) reports 4 times: the manager's row
+        # charts its worker copy's reports.
+        clusters.apply("manager", delegated("mc-dash-curve", "mc-report"))
+        wait_for(lambda: is_true(clusters.get("manager", "trainjob", "mc-dash-curve"), "Complete"),
+                 what="mc-dash-curve")
+        clusters.apply("manager", *(delegated(name, "mc-big") for name in names))
+        for worker in WORKERS:
+            wait_for(lambda: [p for p in clusters.get(worker, "pods")["items"]
+                              if p["metadata"]["labels"].get("jobset.sigs.k8s.io/jobset-name") in names
+                              and p["status"].get("phase") == "Running"], what=f"a big pod running on {worker}")
+        counts = {worker: len(clusters.trainjobs(worker)) for worker in WORKERS}
+        shots = stack.data_dir.parent / "screenshots"
+        shots.mkdir(exist_ok=True)
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             try:
@@ -320,7 +321,8 @@ def test_the_dashboard_shows_each_workers_state_capacity_and_trainjobs(stack, cl
                 browser.close()
     finally:
         for name in (*names, "mc-dash-curve"):
-            clusters.kubectl("manager", "delete", "trainjob", name, "-n", "default", "--wait=true", "--timeout=60s")
+            clusters.kubectl("manager", "delete", "trainjob", name, "-n", "default", "--ignore-not-found",
+                             "--wait=true", "--timeout=60s")
 
 
 def test_two_dispatchers_never_copy_a_trainjob_twice(stack, clusters, tmp_path):
