@@ -116,7 +116,7 @@ class WorkersCollector:
 
     def __init__(self, directory: str) -> None:
         self.files = MultiProcessCollector(None, directory)
-        self.names = {metric._name for metric in _COUNTED}
+        self.names = {family.name for metric in _COUNTED for family in metric.collect()}
 
     def collect(self) -> Iterable[Metric]:
         # Only the API server's: anything else a worker's libraries count is not its to report.
@@ -134,20 +134,24 @@ class ServerProcessesCollector:
     def __init__(self, data_dir: Path) -> None:
         self.data_dir = data_dir
 
-    def pids(self) -> list[int]:
+    def worker_pids(self) -> list[int]:
+        from .multiproc.supervisor import PIDS_NAME  # (the supervisor imports this module)
+
         try:
-            workers = [int(line) for line in (self.data_dir / "api-workers").read_text().split()]
+            return [int(line) for line in (self.data_dir / PIDS_NAME).read_text().split()]
         except (OSError, ValueError):
-            workers = [os.getpid()]  # still starting: the pids are written once all serve
-        return [os.getppid(), *workers]
+            return [os.getpid()]  # still starting: the pids are written once all serve
+
+    @staticmethod
+    def of(pid: int) -> list[Metric]:
+        return list(ProcessCollector(pid=lambda: pid, registry=None).collect())
 
     def collect(self) -> Iterator[Metric]:
-        totals: dict[str, Metric] = {}
-        for index, pid in enumerate(self.pids()):
-            for family in ProcessCollector(pid=lambda pid=pid: pid, registry=None).collect():
-                if index == 0 and family.name not in totals:
-                    totals[family.name] = family  # the store process's, start time and limits included
-                elif family.name in self.SUMMED and family.name in totals:
+        # The store process's figures (start time and limits included), the workers' added in.
+        totals = {family.name: family for family in self.of(os.getppid())}
+        for pid in self.worker_pids():
+            for family in self.of(pid):
+                if family.name in self.SUMMED and family.name in totals:
                     first = totals[family.name].samples[0]
                     totals[family.name].samples[0] = first._replace(value=first.value + family.samples[0].value)
         yield from totals.values()

@@ -28,6 +28,7 @@ from .storeserver import StoreServer
 
 log = logging.getLogger("trainyard.devcluster.supervisor")
 SOCKET_NAME = "store.sock"
+PIDS_NAME = "api-workers"  # in the data dir: the workers' pids, one a line, while they serve
 WORKER_READY_TIMEOUT = 60.0
 WORKER_STOP_TIMEOUT = 10.0
 
@@ -188,7 +189,7 @@ async def run_workers(data_dir: Path, settings: WorkerSettings, on_ready: Callab
     (the data plane winds down, then ``server_stop`` ends this, with ``WorkerFailed``)."""
     async with store_process(data_dir, settings, settings.watch_history) as (port, workers):
         # the pids first: whoever sees the ready line may look for the workers at once
-        (data_dir / "api-workers").write_text("".join(f"{pid}\n" for pid in workers.pids))
+        (data_dir / PIDS_NAME).write_text("".join(f"{pid}\n" for pid in workers.pids))
         on_ready(f"https://{settings.host}:{port}", port)
         crashed = asyncio.ensure_future(workers.first_exit())
         stopped = asyncio.ensure_future(server_stop.wait())
@@ -203,7 +204,7 @@ async def run_workers(data_dir: Path, settings: WorkerSettings, on_ready: Callab
         finally:
             crashed.cancel()
             stopped.cancel()
-            (data_dir / "api-workers").unlink(missing_ok=True)
+            (data_dir / PIDS_NAME).unlink(missing_ok=True)
 
 
 def default_api_workers(cores: int | None = None) -> int:

@@ -193,7 +193,7 @@ async def test_a_pod_deleted_while_its_container_starts_stops_at_once(runner_har
     process that ignores SIGTERM is killed once the grace period is over."""
     from trainyard_services.devcluster.dataplane import containers
 
-    spawn = containers.asyncio.create_subprocess_exec
+    spawn = asyncio.create_subprocess_exec
     stops: list[asyncio.Task] = []
 
     async def deleted_while_spawning(*args, **kwargs):
@@ -203,7 +203,7 @@ async def test_a_pod_deleted_while_its_container_starts_stops_at_once(runner_har
             await asyncio.sleep(0.2)
         return await spawn(*args, **kwargs)
 
-    monkeypatch.setattr(containers.asyncio, "create_subprocess_exec", deleted_while_spawning)
+    monkeypatch.setattr(asyncio, "create_subprocess_exec", deleted_while_spawning)
     for name, program, grace in (("late-sleep", ["sleep", "600"], 30),
                                  ("late-stubborn", [PY, "-c", "import signal,time\n"
                                                     "signal.signal(signal.SIGTERM, signal.SIG_IGN)\ntime.sleep(600)"], 1)):
