@@ -47,16 +47,86 @@ CONSUMERS = (("planner", EVENTS_STREAM), ("applier", PLANS_STREAM), ("status", E
 SERVICE_NAMES = ("watcher", "planner", "applier", "status", "dispatcher")
 
 
+@dataclass(frozen=True)
+class StepReport:
+    """What a trainer's report says of its step: when it reported (``lastUpdatedTime``), the
+    step it was at (metric ``step``) and, for a run that went on from a checkpoint, the step it
+    went on from (metric ``resumedFromStep``)."""
+
+    at: float
+    step: int | None
+    resumed_from: int | None
+
+
+def step_report(trainer_status: dict[str, Any]) -> StepReport | None:
+    """The step facts of one ``status.trainerStatus`` (None: it names no step)."""
+    metrics = {m.get("name"): m.get("value") for m in trainer_status.get("metrics") or []
+               if isinstance(m, dict)}
+    at = parse_epoch(trainer_status.get("lastUpdatedTime"))
+    step, resumed_from = _int(metrics.get("step")), _int(metrics.get("resumedFromStep"))
+    if at is None or (step is None and resumed_from is None):
+        return None
+    return StepReport(at, step, resumed_from)
+
+
+# Reports kept per TrainJob for the notes' steps: enough for any number of interruptions of a
+# trainer that reports at most once a second (the oldest go first).
+MAX_STEP_REPORTS = 4096
+# How far a pod's clock (``lastUpdatedTime``, whole seconds) may lag the dashboard's when a
+# report is matched with a resume the dashboard saw.
+CLOCK_SLACK_S = 1.0
+
+
+def note_steps(notes: list[dict[str, Any]], reports: list[StepReport]) -> list[int | None]:
+    """The step of each suspended/resumed note (in ``notes``' order), from every report seen,
+    whatever order the notes and the reports arrived in: a suspension shows the last step its
+    run reported before the resume (the report sent while stopping often lands after the
+    Suspended condition), a resume the ``resumedFromStep`` of the first report of the run it
+    started. A run is told from the others by its ``resumedFromStep`` (a checkpoint-aware
+    trainer reports it in every report; docs/preemption.md) and by time: the first report of a
+    resumed run can be written before the dashboard sees the TrainJob leave Suspended."""
+    order = sorted(range(len(notes)), key=lambda i: notes[i]["at"])
+    steps: list[int | None] = [None] * len(notes)
+    if not order:
+        return steps
+    # The run in progress at the first note: the one the reports before it belong to (a
+    # dashboard started after a resume sees that run's resumedFromStep, not None).
+    before = [report for report in reports if report.at <= notes[order[0]]["at"]]
+    run_from = max(before, key=lambda report: report.at).resumed_from if before else None
+    run_start = float("-inf")         # when that run began, as the dashboard saw it
+    for position, i in enumerate(order):
+        note = notes[i]
+        if note["stage"] == "suspended":
+            resume = next((notes[j]["at"] for j in order[position + 1:] if notes[j]["stage"] == "resumed"), None)
+            seen = [report.step for report in reports
+                    if report.step is not None and report.resumed_from == run_from
+                    and report.at >= run_start - CLOCK_SLACK_S and (resume is None or report.at < resume)]
+            steps[i] = max(seen) if seen else None
+        elif note["stage"] == "resumed":
+            suspended_at = max((notes[j]["at"] for j in order[:position] if notes[j]["stage"] == "suspended"),
+                               default=float("-inf"))
+            later = sorted((report for report in reports
+                            if report.resumed_from is not None and report.at >= suspended_at - CLOCK_SLACK_S
+                            and (report.resumed_from != run_from or report.at >= note["at"] - CLOCK_SLACK_S)),
+                           key=lambda report: report.at)
+            steps[i] = later[0].resumed_from if later else None
+            run_from, run_start = steps[i], note["at"]
+    return steps
+
+
 @dataclass
 class Timeline:
     """One TrainJob's path: the ``STAGES`` (each reached once, at its first time) and notes,
-    moments that may repeat (suspended, resumed; ``detail`` says more, e.g. the step a resumed
-    trainer continued from). ``live`` names the stages seen as they happened, not inferred
-    from the object when the dashboard started (only those time the create → running chart)."""
+    moments that may repeat (suspended, resumed; ``detail`` says the step: where the trainer
+    stopped, where a resumed trainer went on from). ``live`` names the stages seen as they
+    happened, not inferred from the object when the dashboard started (only those time the
+    create → running chart). ``reports`` are the trainer's step reports seen so far, from the
+    TrainJob's status and from the progress stream, from which the notes' steps are derived."""
 
     stages: dict[str, float] = field(default_factory=dict)
     notes: list[dict[str, Any]] = field(default_factory=list)
     live: set[str] = field(default_factory=set)
+    reports: list[StepReport] = field(default_factory=list)
 
     def mark(self, stage: str, at: float | None = None, live: bool = True) -> bool:
         if stage in self.stages:
@@ -66,34 +136,31 @@ class Timeline:
             self.live.add(stage)
         return True
 
-    def note(self, stage: str, at: float | None = None, detail: str = "") -> None:
-        self.notes.append({"stage": stage, "at": at if at is not None else time.time(), "detail": detail,
+    def note(self, stage: str, at: float | None = None) -> None:
+        self.notes.append({"stage": stage, "at": at if at is not None else time.time(), "detail": "",
                            "step": None})
+        self._derive_steps()
 
     def note_step(self, trainer_status: dict[str, Any]) -> bool:
-        """The training step of the last suspended/resumed note, from the trainer's reports: the
-        step it stopped at (metric ``step``; the report sent while stopping may come after the
-        condition) and the step a resumed run went on from (``resumedFromStep``, reported by a
-        checkpoint-aware trainer after the resume; docs/preemption.md). True when it changed."""
-        last = self.notes[-1] if self.notes else None
-        metrics = {m.get("name"): m.get("value") for m in trainer_status.get("metrics") or []
-                   if isinstance(m, dict)}
-        if last is None:
+        """Takes one trainer report (``status.trainerStatus`` or a progress report's fields);
+        True when a note's step changed."""
+        report = step_report(trainer_status)
+        if report is None or report in self.reports:
             return False
-        if last["stage"] == "suspended":
-            step = _int(metrics.get("step"))
-            if step is None or step == last["step"]:
-                return False
-            last["step"], last["detail"] = step, f"at step {step}"
-            return True
-        if last["stage"] == "resumed" and last["step"] is None:
-            step = _int(metrics.get("resumedFromStep"))
-            reported = parse_epoch(trainer_status.get("lastUpdatedTime"))
-            if step is None or reported is None or reported < last["at"] - 1:
-                return False  # no report yet from the resumed run
-            last["step"], last["detail"] = step, f"from step {step}"
-            return True
-        return False
+        self.reports.append(report)
+        if len(self.reports) > MAX_STEP_REPORTS:
+            del self.reports[0]
+        return self._derive_steps()
+
+    def _derive_steps(self) -> bool:
+        changed = False
+        for note, step in zip(self.notes, note_steps(self.notes, self.reports)):
+            if step != note["step"]:
+                changed = True
+                note["step"] = step
+                note["detail"] = "" if step is None else \
+                    (f"at step {step}" if note["stage"] == "suspended" else f"from step {step}")
+        return changed
 
     def lifetime(self) -> Lifetime:
         return Lifetime(created=self.stages.get("created"),
@@ -111,7 +178,7 @@ class Timeline:
             out.append({"stage": stage, "at": at,
                         "hop_s": round(max(at - previous, 0.0), 3) if previous is not None else None})
             previous = at
-        for note in self.notes:
+        for note in sorted(self.notes, key=lambda note: note["at"]):
             index = next((i for i, entry in enumerate(out) if entry["at"] > note["at"]), len(out))
             out.insert(index, {"stage": note["stage"], "at": note["at"], "hop_s": None, "detail": note["detail"],
                                "step": note["step"]})
@@ -166,6 +233,10 @@ class Live:
         self.stack: dict[str, Any] = stack_series([], time.time())
         self.workers: list[dict[str, Any]] = []
         self._states: dict[str, str] = {}  # by TrainJob uid: the state last shown
+        # By TrainJob uid: the newest resourceVersion taken. A JobSet event re-reads its TrainJob
+        # from the snapshot bucket while TrainJob events go on being handled (two subscriptions,
+        # each its own task): an answer older than what was shown must not turn the state back.
+        self._versions: dict[str, int] = {}
         self._listeners: set[asyncio.Queue[tuple[str, Any]]] = set()
         self._subscriptions: list[Any] = []
         self._runtimes: dict[tuple[str, str, str], dict[str, Any]] = {}
@@ -231,6 +302,8 @@ class Live:
         """``live``: the change happens now (an event); False while loading what the bus held
         at start, when only the object's own timestamps are known."""
         row = row_of(cluster, trainjob, self._runtime_for(cluster, trainjob))
+        if self._older(row["uid"], (trainjob.get("metadata") or {}).get("resourceVersion")):
+            return
         timeline = self.timelines.setdefault(row["uid"], Timeline())
         status = trainjob.get("status") or {}
         created = parse_epoch(row["created"])
@@ -250,6 +323,18 @@ class Live:
         if self.rows.get(row["key"]) != row:
             self.rows[row["key"]] = row
             self._push("trainjob", row)
+
+    def _older(self, uid: str, resource_version: Any) -> bool:
+        """True for a copy of the TrainJob older than one already shown; remembers the newest.
+        resourceVersions are compared as numbers where both are (devcluster's and etcd's are);
+        an opaque one is always taken."""
+        version = _int(resource_version)
+        if not uid or version is None:
+            return False
+        if version < self._versions.get(uid, -1):
+            return True
+        self._versions[uid] = version
+        return False
 
     def _note_transition(self, timeline: Timeline, uid: str, state: str, status: dict[str, Any],
                          at: float | None) -> None:
@@ -279,6 +364,7 @@ class Live:
                 if self.rows.pop(key, None) is not None:
                     self.timelines.pop(event.uid, None)
                     self._states.pop(event.uid, None)
+                    self._versions.pop(event.uid, None)
                     self._push("deleted", {"key": key})
                 return
             self._update(event.cluster, event.object, observed_at=received)
@@ -327,8 +413,18 @@ class Live:
             report = decode(ProgressReport, msg.data)
         except EnvelopeError:
             return
-        self._push("progress", {"key": f"{report.cluster}/{report.namespace}/{report.name}", "uid": report.uid,
-                                "point": progress_point(report)})
+        key = f"{report.cluster}/{report.namespace}/{report.name}"
+        self._push("progress", {"key": key, "uid": report.uid, "point": progress_point(report)})
+        # Each report also reaches the timeline here, not only through the TrainJob's status,
+        # which shows the last report only: the one sent while stopping stays known even when
+        # a later write replaced it before the dashboard read the TrainJob.
+        row, timeline = self.rows.get(key), self.timelines.get(report.uid)
+        if row is not None and row["uid"] == report.uid and timeline is not None and timeline.note_step(
+                {"lastUpdatedTime": report.last_updated_time,
+                 "metrics": [{"name": m.name, "value": m.value} for m in report.metrics]}):
+            row = dict(row, timeline=timeline.to_json())
+            self.rows[key] = row
+            self._push("trainjob", row)
 
     async def progress(self, cluster: str, namespace: str, name: str) -> dict[str, Any] | None:
         """One TrainJob's progress history as kept on the bus (None: no such TrainJob).

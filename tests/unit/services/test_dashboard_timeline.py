@@ -44,10 +44,12 @@ def test_a_note_carries_a_detail_and_sorts_among_the_stages() -> None:
     timeline = Timeline()
     timeline.mark("created", 100.0)
     timeline.mark("running", 110.0)
-    timeline.note("resumed", 105.0, detail="from step 120")
+    timeline.note("resumed", 105.0)
+    assert timeline.note_step({"lastUpdatedTime": "1970-01-01T00:01:47Z",
+                               "metrics": [{"name": "step", "value": "121"}, {"name": "resumedFromStep", "value": "120"}]})
     assert timeline.to_json() == [
         {"stage": "created", "at": 100.0, "hop_s": None},
-        {"stage": "resumed", "at": 105.0, "hop_s": None, "detail": "from step 120", "step": None},
+        {"stage": "resumed", "at": 105.0, "hop_s": None, "detail": "from step 120", "step": 120},
         {"stage": "running", "at": 110.0, "hop_s": 10.0}]
 
 
@@ -57,3 +59,21 @@ def test_what_the_bus_held_at_start_does_not_time_the_running_chart() -> None:
     lifetime = live.timelines["u1"].lifetime()
     assert (lifetime.created, lifetime.running, lifetime.finished) == (T0, None, T0 + 60)
     assert [e["stage"] for e in live.rows["c/ns/job"]["timeline"]] == ["created", "finished"]
+
+
+def test_an_older_copy_read_after_a_newer_event_does_not_turn_the_state_back() -> None:
+    """A JobSet event re-reads its TrainJob from the snapshot bucket while the TrainJob's own
+    events go on being handled: a copy older than the one shown is not a resumption."""
+    live = Live(bus=None, clusters=["c"])  # type: ignore[arg-type]
+
+    def at_version(status: dict[str, Any], version: str) -> dict[str, Any]:
+        job = trainjob(status)
+        job["metadata"]["resourceVersion"] = version
+        return job
+
+    live._update("c", at_version(RUNNING, "10"), observed_at=T0 + 10)
+    live._update("c", at_version(suspended("2026-11-26T06:00:20Z"), "12"), observed_at=T0 + 21)
+    live._update("c", at_version(RUNNING, "10"), observed_at=None)  # the stale read lands now
+    live._update("c", at_version(suspended("2026-11-26T06:00:20Z"), "13"), observed_at=T0 + 22)
+    assert [e["stage"] for e in live.rows["c/ns/job"]["timeline"]] == ["created", "observed", "running", "suspended"]
+    assert live.rows["c/ns/job"]["state"] == "Suspended"
