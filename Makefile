@@ -12,7 +12,7 @@ TORCH_VERSION := 2.13.0
 # processes they started, so two processes use a 2-core machine about twice as well as one.
 TEST_PROCESSES ?= 2
 
-.PHONY: venv test test-fast demo crds lint-imports bench clean system-tools
+.PHONY: venv test test-loaded test-fast demo crds lint-imports bench clean system-tools
 
 # The stamp holds a hash of the lock inputs: a changed lock rebuilds the venv's packages.
 $(STAMP): $(LOCK_INPUTS)
@@ -40,6 +40,11 @@ system-tools:
 test: venv system-tools
 	$(BIN)/lint-imports --config .importlinter
 	$(BIN)/python -m pytest -q -rs --durations=20 -n $(TEST_PROCESSES) tests
+
+# The suite with BUSY_CORES (default 1) cores kept busy by a loop, as on a shared machine:
+# `make test-loaded`, or `make test-loaded TEST_PROCESSES=4`.
+test-loaded:
+	BUSY_CORES=$(or $(BUSY_CORES),1) bash .ci/loaded TEST_PROCESSES=$(TEST_PROCESSES)
 
 test-fast: venv
 	$(BIN)/python -m pytest -q -x -m "not torch and not slow" tests
