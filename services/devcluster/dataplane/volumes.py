@@ -1,8 +1,13 @@
 """Pod volumes as host directories, and the mount plan that makes them appear at mountPath."""
 from __future__ import annotations
 
+import fcntl
+import hashlib
+import json
 import os
 import shutil
+import tempfile
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -133,54 +138,118 @@ def container_mounts(container: dict[str, Any], volume_paths: dict[str, Path]) -
     return mounts
 
 
-class MountpointRegistry:
-    """Mount targets the runner had to create on the host filesystem, reference counted.
+# Where the kubelets of one machine keep their shared count of mount targets (see below).
+MOUNTPOINTS_DIR = Path(tempfile.gettempdir()) / f"trainyard-mountpoints-{os.getuid()}"
 
-    A bind mount needs an existing target; a target created for a pod is removed when the
-    last pod using it stops, so nothing is left behind in the host's tree.
+
+def _process_start(pid: int) -> str | None:
+    """The start time of process ``pid`` (field 22 of /proc/<pid>/stat), which tells a live
+    holder from a later process that got its pid; None when no such process runs."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+class MountpointRegistry:
+    """Mount targets the runner had to create on the host filesystem, reference counted across
+    every kubelet of the machine.
+
+    A bind mount needs an existing target; a target created for a pod is removed when the last
+    pod using it stops, so nothing is left behind in the host's tree. The host's tree is shared
+    by every devcluster on the machine (a manager and its workers, two test processes), so the
+    count is too: one record per target in ``state_dir``, changed under a file lock, naming each
+    holder (process, start time, registry) with its count. A kubelet that counted alone removed
+    /var/run/secrets/kubeflow/trainer when its own last pod stopped while another kubelet's pod
+    was about to bind it ("mount point does not exist": the pod failed). Holders whose process
+    is gone (a killed devcluster) are dropped the next time the target is counted.
     """
 
-    def __init__(self) -> None:
-        self._counts: dict[str, int] = {}
-        self._created: dict[str, list[Path]] = {}
+    def __init__(self, state_dir: Path | None = None) -> None:
+        self.state_dir = state_dir or MOUNTPOINTS_DIR
+        pid = os.getpid()
+        self._me = f"{pid}:{_process_start(pid)}:{uuid.uuid4().hex[:12]}"
+
+    def _record(self, target: str) -> Path:
+        return self.state_dir / (hashlib.sha256(target.encode()).hexdigest()[:32] + ".json")
+
+    def _locked(self):
+        self.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        lock = open(self.state_dir / "lock", "a+")
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed
+        return lock
+
+    def _read(self, target: str) -> dict[str, Any]:
+        try:
+            record = json.loads(self._record(target).read_text())
+        except (OSError, ValueError):
+            return {"target": target, "created": [], "holders": {}}
+        holders = {holder: count for holder, count in (record.get("holders") or {}).items()
+                   if _live(holder)}
+        return {"target": target, "created": list(record.get("created") or []), "holders": holders}
+
+    def _write(self, target: str, record: dict[str, Any]) -> None:
+        path = self._record(target)
+        if not record["holders"]:
+            path.unlink(missing_ok=True)
+            return
+        temporary = path.with_suffix(".tmp")
+        temporary.write_text(json.dumps(record))
+        temporary.replace(path)
 
     def acquire(self, target: str, is_file: bool) -> None:
-        path = Path(target)
-        if target in self._counts:
-            self._counts[target] += 1
-            return
-        created: list[Path] = []
-        if not path.exists():
-            missing = path
-            chain = []
-            while not missing.exists():
-                chain.append(missing)
-                missing = missing.parent
-            for part in reversed(chain[1:]):
-                part.mkdir()
-                created.append(part)
-            if is_file:
-                path.touch()
-            else:
-                path.mkdir()
-            created.append(path)
-        self._counts[target] = 1
-        self._created[target] = created
+        with self._locked():
+            record = self._read(target)
+            if not record["holders"]:
+                # Nobody holds it: what a dead holder created and left is ours to remove later.
+                record["created"] = [str(part) for part in _create_target(Path(target), is_file)] \
+                    if not Path(target).exists() else [part for part in record["created"] if Path(part).exists()]
+            record["holders"][self._me] = record["holders"].get(self._me, 0) + 1
+            self._write(target, record)
 
     def release(self, target: str) -> None:
-        count = self._counts.get(target, 0) - 1
-        if count > 0:
-            self._counts[target] = count
-            return
-        self._counts.pop(target, None)
-        for path in reversed(self._created.pop(target, [])):
-            try:
-                if path.is_dir():
-                    path.rmdir()
-                else:
-                    path.unlink()
-            except OSError:
-                pass
+        with self._locked():
+            record = self._read(target)
+            count = record["holders"].pop(self._me, 0) - 1
+            if count > 0:
+                record["holders"][self._me] = count
+            if not record["holders"]:
+                for part in reversed(record["created"]):
+                    path = Path(part)
+                    try:
+                        if path.is_dir():
+                            path.rmdir()
+                        else:
+                            path.unlink()
+                    except OSError:
+                        pass
+            self._write(target, record)
+
+
+def _live(holder: str) -> bool:
+    pid, _, rest = holder.partition(":")
+    start = rest.split(":", 1)[0]
+    return pid.isdigit() and _process_start(int(pid)) == start
+
+
+def _create_target(path: Path, is_file: bool) -> list[Path]:
+    """Creates ``path`` and its missing parents; the paths created, outermost first."""
+    chain = []
+    missing = path
+    while not missing.exists():
+        chain.append(missing)
+        missing = missing.parent
+    created: list[Path] = []
+    for part in reversed(chain[1:]):
+        part.mkdir()
+        created.append(part)
+    if is_file:
+        path.touch()
+    else:
+        path.mkdir()
+    created.append(path)
+    return created
 
 
 def remove_tree(path: Path) -> None:
