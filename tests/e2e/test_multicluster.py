@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from fixtures.stack import KUBECTL, RunningStack, skip_unless_stack_available, start_stack
-from fixtures.trainers import chart_points, reporting_command
+from fixtures.trainers import chart_points, reporting_command, wait_for_charts
 from integration.services.conftest import wait_for as poll
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]
@@ -304,6 +304,7 @@ def test_the_dashboard_shows_each_workers_state_capacity_and_trainjobs(stack, cl
                         f"cpu {cpus * 0.75:g} / {cpus:g} cores", timeout=20_000)
                     expect(row.locator("td.worker-trainjobs")).to_have_text(
                         re.compile(rf"^{counts[worker]}( |$)"), timeout=20_000)
+                wait_for_charts(page)
                 chart = page.evaluate("""() => {
                     const data = document.getElementById('chart-workers').data;
                     return {workers: data[0].x, used: data[0].y, free: data[1].y};

@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from fixtures.stack import REPO, RunningStack, skip_unless_stack_available, start_stack
-from fixtures.trainers import chart_points, reporting_command
+from fixtures.trainers import chart_points, reporting_command, wait_for_charts
 from trainyard.supervisor.ports import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
@@ -526,6 +526,7 @@ def test_the_web_dashboard_shows_a_new_trainjob_turn_complete_without_reload(obs
                 expect(timeline.locator(f'li[data-stage="{stage}"]')).to_be_visible(timeout=20_000)
             expect(page.locator("#pods")).to_contain_text("loss 0.42", timeout=20_000)
             expect(page.locator("#detail-state")).to_have_text("Complete")
+            wait_for_charts(page)  # the screenshot shows them
             page.screenshot(path=str(shots / "dashboard.png"), full_page=True)
             if os.environ.get("TRAINYARD_UPDATE_SCREENSHOT") == "1":
                 (REPO / "docs" / "images").mkdir(exist_ok=True)

@@ -171,8 +171,9 @@ function connect() {
       const wanted = decodeURIComponent((location.hash.match(/^#trainjob=(.+)$/) || [])[1] || "");
       if (rows.has(wanted)) selected = wanted;
     }
-    renderTrainJobs(); renderServices(); if (selected) renderDetail();
-    renderStack(data.stack); renderWorkers(data.workers);
+    // The tables first: the charts may wait for their library (charts.js), the rows never do.
+    renderTrainJobs(); renderServices(); renderWorkers(data.workers); if (selected) renderDetail();
+    renderStack(data.stack);
   });
   source.addEventListener("progress", (event) => {
     const data = JSON.parse(event.data);
