@@ -3,7 +3,10 @@ counted across every kubelet of the machine: a manager and its workers, or two t
 share one host tree. Seen: 1 of 80 delegated TrainJobs Failed (`trainyard up --workers 2`, a
 loaded machine) because its pod's `mount --bind ... /var/run/secrets/kubeflow/trainer` found no
 mount point: another devcluster's kubelet had removed the directory when its own last pod using
-it stopped."""
+it stopped. The same removal, made while a pod runs, detaches that pod's bind mount (Linux drops
+the mounts of a directory removed in another mount namespace): a running trainer lost its
+projected token, its progress reports failed, and the dashboard's timeline showed a suspension
+without its step (test_preemption, twice in loaded runs of the suite)."""
 from __future__ import annotations
 
 import subprocess
