@@ -91,6 +91,12 @@ def run(args: argparse.Namespace) -> int:
             await runtime.start(stop)
             planner = Planner(runtime.bus, config.cluster, config.ack_wait_s, plugins, compat)
             if webhook_port is not None:
+                from trainyard.pipeline.validation import prepare_admission
+
+                # Before the webhook is registered or ready: its first answer must not carry
+                # the schema generation and CEL compilation (in a thread: the bus keeps its
+                # heartbeats meanwhile).
+                await asyncio.to_thread(prepare_admission, compat)
                 from trainyard_services.planner.certmanager import CertManager
                 from trainyard_services.planner.webhook import TlsFiles, WebhookServer, build_app
 
