@@ -7,16 +7,20 @@ non-editable install finds its CRDs, runtimes and manifests (trainyard.packaged 
 import shutil
 from pathlib import Path
 
-from setuptools import find_packages, setup
+from setuptools import find_namespace_packages, setup
 from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
 SHIPPED_DIRS = ("deploy", "examples")
 
-library_packages = find_packages("libs", include=["trainyard", "trainyard.*"])
+# Namespace discovery, as setuptools recommends for data folders: a folder without
+# __init__.py (services/dashboard/static) is still an importable package, and leaving it out of
+# `packages` makes every build warn that it "is absent from the packages configuration".
+_NOT_PACKAGES = ["*__pycache__", "*__pycache__.*"]
+library_packages = find_namespace_packages("libs", include=["trainyard", "trainyard.*"], exclude=_NOT_PACKAGES)
 service_packages = [
     "trainyard_services" + name[len("services"):]
-    for name in find_packages(".", include=["services", "services.*"])
+    for name in find_namespace_packages(".", include=["services", "services.*"], exclude=_NOT_PACKAGES)
 ]
 
 
@@ -40,7 +44,8 @@ setup(
     packages=library_packages + service_packages,
     package_dir={"trainyard": "libs/trainyard", "trainyard_services": "services"},
     include_package_data=True,
+    # Data belongs to the package whose folder holds it (the static assets to their own package).
     package_data={"trainyard": ["**/*.yaml", "**/*.json"],
-                  "trainyard_services": ["dashboard/static/*"]},
+                  "trainyard_services.dashboard.static": ["*"]},
     cmdclass={"build_py": BuildWithData},
 )
