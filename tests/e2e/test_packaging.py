@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from fixtures.checkout import copy_checkout
+
 REPO = Path(__file__).resolve().parents[2]
 KUBECTL = Path(sys.executable).parent / "kubectl"
 
@@ -39,15 +41,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     work = tmp_path_factory.mktemp("packaging")
     wheels = work / "wheels"
     # Built from a copy: an in-tree build would leave build/ in the shared checkout.
-    source = work / "source"
-    files = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                           capture_output=True, check=True).stdout.decode().split("\0")
-    for name in filter(None, files):
-        src = REPO / name
-        if src.is_file():
-            dst = source / name
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            dst.write_bytes(src.read_bytes())
+    source = copy_checkout(work / "source")
     _run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet", "-w", wheels, source,
          cwd=work)
     (wheel,) = wheels.glob("trainyard-*.whl")

@@ -160,22 +160,23 @@ def prepare_admission(compat: TrainerCompat = DEFAULT_COMPAT) -> int:
 
     rules = 0
     for kind in ADMITTED_KINDS:
-        for rule in _rules_of(crd_schema(kind, compat)):
+        for rule in schema_rules(crd_schema(kind, compat)):
             compile_rule(rule)
             rules += 1
     return rules
 
 
-def _rules_of(schema: Any) -> Iterable[str]:
+def schema_rules(schema: Any) -> Iterable[str]:
+    """Every ``x-kubernetes-validations`` rule of an openAPIV3Schema, nested ones included."""
     if isinstance(schema, dict):
         for rule_spec in schema.get("x-kubernetes-validations") or []:
             if isinstance(rule_spec, dict) and isinstance(rule_spec.get("rule"), str):
                 yield rule_spec["rule"]
         for value in schema.values():
-            yield from _rules_of(value)
+            yield from schema_rules(value)
     elif isinstance(schema, list):
         for value in schema:
-            yield from _rules_of(value)
+            yield from schema_rules(value)
 
 
 def crd_errors(new: dict[str, Any], old: dict[str, Any] | None, kind: str,

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from fixtures.checkout import copy_checkout
+
 REPO = Path(__file__).resolve().parents[3]
 
 # What setuptools prints for a configuration problem: a *Warning category, the `!!` frame
@@ -38,16 +40,7 @@ def _config_warnings(output: str) -> list[str]:
 @pytest.fixture(scope="module")
 def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A copy of the files git would commit (tracked and untracked, not ignored)."""
-    copy = tmp_path_factory.mktemp("packaging") / "source"
-    files = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                           capture_output=True, check=True).stdout.decode().split("\0")
-    for name in filter(None, files):
-        src = REPO / name
-        if src.is_file():
-            dst = copy / name
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            dst.write_bytes(src.read_bytes())
-    return copy
+    return copy_checkout(tmp_path_factory.mktemp("packaging") / "source")
 
 
 def _expected_wheel_files(source: Path) -> set[str]:

@@ -17,6 +17,7 @@ import yaml
 
 from trainyard.apimachinery.cel import CelError, cel_value, compile_rule
 from trainyard.pipeline import plan
+from trainyard.pipeline.validation import schema_rules
 
 REPO = Path(__file__).resolve().parents[3]
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -34,19 +35,8 @@ def crd_schemas() -> dict[tuple[str, str], dict[str, Any]]:
     return out
 
 
-def _rules(schema: Any) -> Iterator[str]:
-    if isinstance(schema, dict):
-        for spec in schema.get("x-kubernetes-validations") or []:
-            yield spec["rule"]
-        for value in schema.values():
-            yield from _rules(value)
-    elif isinstance(schema, list):
-        for value in schema:
-            yield from _rules(value)
-
-
 def shipped_rules() -> list[str]:
-    return sorted({rule for schema in crd_schemas().values() for rule in _rules(schema)})
+    return sorted({rule for schema in crd_schemas().values() for rule in schema_rules(schema)})
 
 
 def _documents() -> Iterator[dict[str, Any]]:
