@@ -18,7 +18,8 @@ import asyncio
 import json
 import logging
 import time
-from typing import Any, Awaitable, Callable
+from contextlib import contextmanager
+from typing import Any, Awaitable, Callable, Iterator
 
 from aiohttp import web
 
@@ -27,11 +28,17 @@ from trainyard.errortext import describe
 from trainyard.kube.client import KubeClient, KubeError
 from trainyard.kube.resources import TRAINJOB
 from trainyard.pipeline import trainer_status as ts
+from trainyard.telemetry import metrics
 
 log = logging.getLogger(__name__)
 
 # A key set is re-read at most this often when a token names a key it does not hold (rotation).
 KEYS_REFRESH_MIN_S = 30.0
+# Every report waits behind a key refresh (the lock), and a trainer gives up on its report after a
+# few seconds (the SDK's and the examples' clients): neither read may hang for the client's 30 s.
+KEYS_READ_TIMEOUT_S = 5.0
+WRITE_TIMEOUT_S = 10.0
+SLOW_ANSWER_S = 1.0
 
 
 def _status(code: int, reason: str, message: str) -> web.Response:
@@ -53,12 +60,12 @@ class IssuerKeys:
         async with self._lock:
             if not force and self.issuer and time.monotonic() - self._read_at < KEYS_REFRESH_MIN_S:
                 return
-            discovery = await self.client.request("GET", sat.DISCOVERY_PATH)
+            discovery = await self.client.request("GET", sat.DISCOVERY_PATH, timeout_s=KEYS_READ_TIMEOUT_S)
             issuer = str(discovery["issuer"])
             jwks_uri = str(discovery["jwks_uri"])
             # The key set is served by the API server itself: read it with the same client.
             path = jwks_uri[len(issuer.rstrip("/")):] if jwks_uri.startswith(issuer.rstrip("/")) else sat.JWKS_PATH
-            self.keys = await self.client.request("GET", path)
+            self.keys = await self.client.request("GET", path, timeout_s=KEYS_READ_TIMEOUT_S)
             self.issuer = issuer
             self._read_at = time.monotonic()
 
@@ -73,6 +80,37 @@ class IssuerKeys:
             await self.refresh()  # a new signing key, perhaps
             return ts.authorized(header, namespace, name, self.keys, issuer=self.issuer, now=int(time.time()))
         return False
+
+
+class _Stages:
+    """Where one report's answer time went: each stage into the stage histogram, and a report
+    answered slower than SLOW_ANSWER_S logged with its stages, so the cause has a name."""
+
+    def __init__(self) -> None:
+        self.began = time.perf_counter()
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def timed(self, stage: str) -> Iterator[None]:
+        began = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[stage] = time.perf_counter() - began
+            metrics.TRAINER_STATUS_STAGE.labels(stage).observe(self.seconds[stage])
+
+    def done(self, request: web.Request, code: int) -> None:
+        total = time.perf_counter() - self.began
+        metrics.TRAINER_STATUS_STAGE.labels("total").observe(total)
+        metrics.TRAINER_STATUS_REPORTS.labels(str(code)).inc()
+        if total > SLOW_ANSWER_S:
+            # The rest (total minus the stages) is time the event loop was busy elsewhere.
+            rest = total - sum(self.seconds.values())
+            log.warning("progress report of %s/%s answered %d after %.2f s: %s, the rest %.2f s "
+                        "(the body, a busy event loop)",
+                        request.match_info.get("namespace"), request.match_info.get("name"), code, total,
+                        ", ".join(f"{stage} {seconds:.2f} s" for stage, seconds in self.seconds.items()) or "-",
+                        rest)
 
 
 def _kid(token: str) -> str | None:
@@ -90,11 +128,18 @@ def make_app(client: KubeClient, keys: IssuerKeys | None = None, on_report: OnRe
     keys = keys or IssuerKeys(client)
 
     async def report(request: web.Request) -> web.Response:
+        stages = _Stages()
+        answer = await _answer(request, stages)
+        stages.done(request, answer.status)
+        return answer
+
+    async def _answer(request: web.Request, stages: "_Stages") -> web.Response:
         namespace, name = request.match_info["namespace"], request.match_info["name"]
         if request.content_length is not None and request.content_length > ts.MAX_BODY_BYTES:
             return _status(413, "RequestEntityTooLarge", "Payload too large")
         try:
-            allowed = await keys.authorized(request.headers.get("Authorization"), namespace, name)
+            with stages.timed("verify"):
+                allowed = await keys.authorized(request.headers.get("Authorization"), namespace, name)
         except (KubeError, KeyError, ValueError) as err:
             log.warning("cannot read the issuer's keys: %s", describe(err))
             return _status(500, "InternalError", "Internal error")
@@ -110,9 +155,11 @@ def make_app(client: KubeClient, keys: IssuerKeys | None = None, on_report: OnRe
             return _status(422, "Invalid", "Invalid payload")
         if apply is not None:
             try:
-                written = await client.request("PATCH", TRAINJOB.path(namespace, name, "status"),
-                                     query={"fieldManager": ts.FIELD_MANAGER, "force": "true"}, body=apply,
-                                     content_type="application/apply-patch+yaml")
+                with stages.timed("write"):
+                    written = await client.request("PATCH", TRAINJOB.path(namespace, name, "status"),
+                                                   query={"fieldManager": ts.FIELD_MANAGER, "force": "true"},
+                                                   body=apply, content_type="application/apply-patch+yaml",
+                                                   timeout_s=WRITE_TIMEOUT_S)
             except KubeError as err:
                 if err.status in (400, 422):
                     return _status(422, "Invalid", err.message or f"Validation failed: {err}")
@@ -121,7 +168,8 @@ def make_app(client: KubeClient, keys: IssuerKeys | None = None, on_report: OnRe
                 log.error("status write of %s/%s failed: %s", namespace, name, describe(err))
                 return _status(500, "InternalError", "Internal error")
             if on_report is not None and isinstance(written, dict):
-                await on_report(written)
+                with stages.timed("history"):
+                    await on_report(written)
         return web.json_response(body)
 
     async def other(_: web.Request) -> web.Response:

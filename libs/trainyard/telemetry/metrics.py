@@ -108,6 +108,16 @@ APPLY_DURATION = Histogram(
     "trainyard_apply_duration_seconds", "Time to apply one plan", buckets=_LATENCY_BUCKETS,
 )
 STATUS_WRITES = Counter("trainyard_status_writes_total", "TrainJob status writes", ["result"])
+# The trainer status endpoint (v2.3.0 TrainJobStatus): reports answered by HTTP code, and where
+# each one's time went (verify: the token against the issuer's keys; write: the status apply;
+# history: the publish to the progress history), so a slow answer names its stage.
+TRAINER_STATUS_REPORTS = Counter(
+    "trainyard_trainer_status_reports_total", "Trainer progress reports answered, by HTTP code", ["code"],
+)
+TRAINER_STATUS_STAGE = Histogram(
+    "trainyard_trainer_status_stage_seconds", "Time of one stage of answering a trainer progress report",
+    ["stage"], buckets=_LATENCY_BUCKETS,
+)
 WEBHOOK_REQUESTS = Counter(
     "trainyard_webhook_requests_total", "Admission reviews served", ["resource", "allowed"],
 )

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import ssl
 from pathlib import Path
 
@@ -113,3 +114,39 @@ async def test_the_kubeflow_sdks_update_trainjob_status_reaches_the_status(clust
     assert (status["progressPercentage"], status["estimatedRemainingSeconds"]) == (75, 12)
     assert status["metrics"] == [{"name": "accuracy", "value": "0.9"}]
     assert os.environ["KUBEFLOW_TRAINER_SERVER_URL"].endswith("/trainjobs/mnist/status")
+
+
+async def test_a_slow_answer_is_logged_with_the_stage_it_spent_its_time_in(cluster, tmp_path: Path, caplog,
+                                                                            monkeypatch) -> None:
+    """A report answered late names where the time went (the token, the status write, the
+    progress history, or a busy loop), and every stage is in the endpoint's histogram."""
+    from prometheus_client import REGISTRY
+
+    from trainyard_services.status import progress
+
+    monkeypatch.setattr(progress, "SLOW_ANSWER_S", 0.2)
+
+    async def slow_history(_written: dict) -> None:
+        await asyncio.sleep(0.3)  # a bus that is slow to take the point
+
+    pki.save_bundle(tmp_path, pki.issue(["127.0.0.1"], ca_common_name="status-endpoint-slow"))
+    client = await KubeClient.from_kubeconfig(str(cluster.kubeconfig))
+    runner = await serve(client, "127.0.0.1", 0, str(tmp_path), on_report=slow_history)
+    before = {stage: REGISTRY.get_sample_value("trainyard_trainer_status_stage_seconds_count", {"stage": stage}) or 0
+              for stage in ("verify", "write", "history", "total")}
+    try:
+        endpoint = (f"https://127.0.0.1:{runner.addresses[0][1]}", tmp_path / "ca.crt")
+        answer = await post(endpoint, "mnist", {"trainerStatus": {"progressPercentage": 5,
+                                                                  "lastUpdatedTime": "2026-11-25T02:21:00Z"}},
+                            token_for(cluster, "mnist"))
+    finally:
+        await runner.cleanup()
+        await client.close()
+    assert answer.status_code == 200
+    slow = [r.getMessage() for r in caplog.records if "answered 200 after" in r.getMessage()]
+    assert len(slow) == 1 and "default/mnist" in slow[0], slow
+    assert re.search(r"verify \d+\.\d\d s, write \d+\.\d\d s, history 0\.[3-9]\d s", slow[0]), slow[0]
+    after = {stage: REGISTRY.get_sample_value("trainyard_trainer_status_stage_seconds_count", {"stage": stage})
+             for stage in before}
+    assert all(after[stage] == before[stage] + 1 for stage in before), (before, after)
+    assert REGISTRY.get_sample_value("trainyard_trainer_status_reports_total", {"code": "200"}) >= 1
