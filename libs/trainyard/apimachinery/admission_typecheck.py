@@ -183,8 +183,8 @@ def _display(text: str, offset: int, message: str) -> str:
 
 
 def _parse(expression: str) -> Any:
-    import celpy  # cel-python's parser: the tree cel-python itself evaluates
-    return celpy.Environment().compile(expression)
+    from trainyard.apimachinery.cel import cel_environment  # the tree cel-python itself evaluates
+    return cel_environment().compile(expression)
 
 
 def check_expression(expression: str, kinds: list[CheckedKind], extra_roots: Mapping[str, Schema],
