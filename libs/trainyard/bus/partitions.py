@@ -125,6 +125,7 @@ class PartitionedSubscriber:
         self._beats = 0
         self._seen_members: set[str] = set()
         self._recheck = False  # a stall: the next beat reads the leases whatever else
+        metrics.LEASES_LOST.labels(self.role)  # at zero: a healthy run has the series too
 
     @property
     def owned(self) -> set[int]:
@@ -204,6 +205,8 @@ class PartitionedSubscriber:
         await self._members.put(self._member_key(), self.replica.encode())
         # Our heartbeat had lapsed (a stall): another replica may have taken our leases.
         self._recheck = self._recheck or now - self._last_beat >= LEASE_TTL_S
+        if self._beats:
+            metrics.HEARTBEAT_INTERVAL.labels(self.role).observe(now - self._last_beat)
         self._last_beat = now
         try:
             members = await self._live()
@@ -234,6 +237,7 @@ class PartitionedSubscriber:
             if holder and holder != self.replica and not held.releasing:
                 # Taken over while our heartbeat had lapsed (a stalled process): stop serving it.
                 log.warning("lease of partition %d of %s lost; stopping it", partition, self.role)
+                metrics.LEASES_LOST.labels(self.role).inc()
                 self._stop(partition, delete_lease=False)
             elif holder == self.replica:
                 held.revision = leases[partition][1]

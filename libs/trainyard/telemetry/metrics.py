@@ -38,6 +38,16 @@ COALESCED = Counter(
 PARTITIONS_OWNED = Gauge(
     "trainyard_partitions_owned", "Bus partitions this replica serves (docs/bus.md)", ["role"],
 )
+# A replica's heartbeat is what keeps its leases: how late each beat came (a replica starved of
+# CPU, e.g. at its cgroup limit, beats late) and the leases taken from it while it lapsed.
+HEARTBEAT_INTERVAL = Histogram(
+    "trainyard_partition_heartbeat_interval_seconds", "Time between two heartbeats of a replica (docs/bus.md)",
+    ["role"], buckets=(0.5, 1, 1.5, 2, 2.5, 3, 4, 5, 10, 30),
+)
+LEASES_LOST = Counter(
+    "trainyard_partition_leases_lost_total", "Partitions taken over from this replica while its heartbeat lapsed",
+    ["role"],
+)
 DEAD_LETTERS = Counter(
     "trainyard_dead_letter_messages_total", "Poison messages moved to the dead letter",
     ["service", "consumer"],

@@ -8,6 +8,7 @@ import asyncio
 from collections import Counter
 
 import pytest
+from prometheus_client import REGISTRY
 
 from trainyard.bus.consumer import Delivery
 from trainyard.bus.envelopes import ObjectEvent, decode
@@ -153,11 +154,25 @@ async def test_a_replica_whose_heartbeat_lapsed_gives_up_the_partitions_taken_ov
         async def unreachable(*args, **kwargs):
             raise ConnectionError("stalled")
 
+        role = first.subscriber.role
+        lost_before = REGISTRY.get_sample_value("trainyard_partition_leases_lost_total", {"role": role})
+        late_before = REGISTRY.get_sample_value("trainyard_partition_heartbeat_interval_seconds_bucket",
+                                                {"role": role, "le": "2.5"})
+        beats_before = REGISTRY.get_sample_value("trainyard_partition_heartbeat_interval_seconds_count",
+                                                 {"role": role})
+        held = len(first.subscriber.owned)
         monkeypatch.setattr(members, "put", unreachable)  # s1's heartbeat lapses (3 s)
         await until(lambda: len(second.subscriber.owned) == PARTITIONS)  # s2 took s1's partitions
         monkeypatch.setattr(members, "put", real_put)
         # s1 finds its leases held by s2 and stops serving them; they share again.
         await until(lambda: balanced([first, second]))
+        # ... and says so: the leases it lost, and a heartbeat that came after the lease lapsed.
+        lost = REGISTRY.get_sample_value("trainyard_partition_leases_lost_total", {"role": role})
+        assert lost - lost_before == held
+        late = REGISTRY.get_sample_value("trainyard_partition_heartbeat_interval_seconds_count", {"role": role}) \
+            - beats_before - (REGISTRY.get_sample_value("trainyard_partition_heartbeat_interval_seconds_bucket",
+                                                        {"role": role, "le": "2.5"}) - late_before)
+        assert late >= 1
     finally:
         for replica in (first, second):
             await replica.close()
