@@ -88,11 +88,20 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[index]
 
 
-def start_service(name: str, kubeconfig: Path, nats_url: str, workdir: Path, replica: int = 0) -> subprocess.Popen:
+def start_service(name: str, kubeconfig: Path, nats_url: str, workdir: Path, replica: int = 0,
+                  webhook_port: int = 0) -> subprocess.Popen:
+    """One replica. A planner with ``webhook_port`` serves admission behind the webhook Service
+    (one EndpointSlice per replica, as `trainyard up` and deploy/ run it), so the API server
+    spreads admission calls over every replica; without, it registers its own URL."""
     log = open(workdir / f"{name}-{replica}.log", "ab")
     args = [sys.executable, "-m", "trainyard.cli.main", name, "--kubeconfig", str(kubeconfig),
             "--nats-url", nats_url, "--http-port", "0", "--log-level", "warning"]
-    if name == "planner":
+    if name == "planner" and webhook_port:
+        from trainyard.supervisor import manifests
+
+        args += ["--webhook-port", str(webhook_port), "--webhook-service", manifests.WEBHOOK_SERVICE,
+                 "--webhook-namespace", manifests.SYSTEM_NAMESPACE, "--webhook-drain", "0"]
+    elif name == "planner":
         args += ["--webhook-port", "0", "--webhook-namespace", "trainyard-system"]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log, cwd=REPO, text=True)
     log.close()
@@ -564,9 +573,16 @@ def summarize_profile(name: str, path: Path, top: int) -> None:
 class Stack:
     """nats-server, a devcluster and the services (with replicas), for one bench."""
 
-    def __init__(self, replicas: dict[str, int], workdir: Path, nats_nodes: int = 1, api_workers: int = 0) -> None:
+    def __init__(self, replicas: dict[str, int], workdir: Path, nats_nodes: int = 1, api_workers: int = 0,
+                 cpu_limit: float = 0.0, limit_roles: tuple[str, ...] = ()) -> None:
         self.replicas = replicas
         self.workdir = workdir
+        # --cpu-limit: each replica of limit_roles in a cgroup of its own with this many cores
+        # (bench/cpu_quota.py), lifted while it starts and applied once the stack is ready.
+        self.cpu_limit = cpu_limit
+        self.limit_roles = limit_roles
+        self.quotas = None
+        self.groups: dict[str, object] = {}  # replica name (process_names) -> its cgroup
         self.api_workers = api_workers  # 0: the devcluster's default (one process on <= 4 cores)
         self.monitor_ports = [free_port() for _ in range(nats_nodes)]
         if nats_nodes == 1:
@@ -586,6 +602,7 @@ class Stack:
         self.cluster = None
         self.procs: list[tuple[str, subprocess.Popen]] = []
         self.ports: dict[str, list[int]] = {}
+        self.webhook_ports: list[int] = []
 
     def start(self) -> None:
         for node in self.nodes:
@@ -595,13 +612,45 @@ class Stack:
         self.cluster.kubectl("apply", "--server-side",  # every CRD file (not the kustomization)
                              *(arg for path in sorted((REPO / "deploy" / "crds").glob("*_*.yaml"))
                                for arg in ("-f", str(path))))
+        webhook_ports = self.prepare_webhook_service(self.replicas["planner"])
+        if self.cpu_limit:
+            from cpu_quota import CpuQuotas
+
+            self.quotas = CpuQuotas()
         for name in SERVICES:
             for replica in range(self.replicas[name]):
-                self.procs.append((name, start_service(name, self.cluster.kubeconfig, self.nats_url,
-                                                       self.workdir, replica)))
+                proc = start_service(name, self.cluster.kubeconfig, self.nats_url, self.workdir, replica,
+                                     webhook_ports[replica] if name == "planner" else 0)
+                self.procs.append((name, proc))
+                if self.quotas is not None and name in self.limit_roles:
+                    label = name if self.replicas[name] == 1 else f"{name}-{replica + 1}"
+                    group = self.quotas.group(label)
+                    group.add(proc.pid)  # no limit yet: starting costs seconds of CPU
+                    self.groups[label] = group
         for name, proc in self.procs:
             self.ports.setdefault(name, []).append(wait_ready(proc, name))
         asyncio.run(wait_balanced(self.nats_url, self.replicas))
+        for group in self.groups.values():
+            group.limit(self.cpu_limit)
+
+    def prepare_webhook_service(self, planners: int) -> list[int]:
+        """The webhook Service and one EndpointSlice per planner replica (each its own port);
+        returns the ports, one per replica."""
+        from trainyard.supervisor import manifests
+
+        ports = [free_port() for _ in range(planners)]
+        documents = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": manifests.SYSTEM_NAMESPACE}},
+                     manifests.webhook_service(),
+                     *(manifests.webhook_endpoint_slice(str(replica), "127.0.0.1", port)
+                       for replica, port in enumerate(ports, 1))]
+        self.cluster.kubectl("apply", "--server-side", "-f", "-",
+                             input="\n---\n".join(json.dumps(doc) for doc in documents))
+        self.webhook_ports = ports
+        return ports
+
+    def limited(self) -> dict[str, object]:
+        """The limited replicas' cgroups by replica name (empty without --cpu-limit)."""
+        return dict(self.groups)
 
     def __enter__(self) -> "Stack":
         """Started; stopped again (whatever did start) if starting fails."""
@@ -623,7 +672,8 @@ class Stack:
         os.kill(old.pid, signal.SIGTERM)
         old.wait(timeout=30)
         started = time.perf_counter()
-        proc = start_service(name, self.cluster.kubeconfig, self.nats_url, self.workdir, replica=100 + index)
+        proc = start_service(name, self.cluster.kubeconfig, self.nats_url, self.workdir, replica=100 + index,
+                             webhook_port=self.webhook_ports[0] if name == "planner" else 0)
         self.procs[index] = (name, proc)
         port = wait_ready(proc, name)
         self.ports[name][0] = port
@@ -648,6 +698,8 @@ class Stack:
             except subprocess.TimeoutExpired:
                 os.kill(proc.pid, signal.SIGKILL)
                 proc.wait()
+        if self.quotas is not None:
+            self.quotas.close()
         if self.cluster is not None:
             self.cluster.stop()
         for node in self.nodes:
@@ -737,6 +789,74 @@ def saturation(percent: dict[str, float], cores: int, others_pct: float = 0.0, l
     return f"none (busiest {busiest} {top:.0f}%)"
 
 
+AT_LIMIT = 0.9  # of its CPU limit: a limited replica this busy is at its limit
+
+
+def limit_shares(limited: dict, throttled_before: dict, cpu_each: dict[str, float], wall: float,
+                 cores: float) -> dict[str, tuple[float, float]]:
+    """Each limited replica's CPU over the run as a share of its limit, and the share of CFS
+    periods in which the kernel throttled it."""
+    out = {}
+    for name, group in limited.items():
+        periods0, throttled0 = throttled_before[name]
+        periods1, throttled1 = group.throttled()
+        periods = periods1 - periods0
+        out[name] = (cpu_each.get(name, 0.0) / wall / cores, (throttled1 - throttled0) / periods if periods else 0.0)
+    return out
+
+
+async def lease_health(client: httpx.AsyncClient, stack: Stack) -> dict[str, tuple[float, float]]:
+    """Per replica of a partitioned role: partitions lost while its heartbeat lapsed, and its
+    heartbeats that came more than 2.5 s after the one before (the lease lapses at 3 s)."""
+    out = {}
+    for name, ports in stack.ports.items():
+        if name == "watcher":
+            continue
+        for index, port in enumerate(ports):
+            label = name if len(ports) == 1 else f"{name}-{index + 1}"
+            text = (await client.get(f"http://127.0.0.1:{port}/metrics")).text
+            lost = sum(prometheus_samples(text, "trainyard_partition_leases_lost_total").values())
+            count = sum(prometheus_samples(text, "trainyard_partition_heartbeat_interval_seconds_count").values())
+            on_time = sum(v for labels, v in prometheus_samples(
+                text, "trainyard_partition_heartbeat_interval_seconds_bucket").items() if ("le", "2.5") in labels)
+            out[label] = (lost, count - on_time)
+    return out
+
+
+def lease_lines(health: dict[str, tuple[float, float]]) -> list[str]:
+    if not health:
+        return []
+    lost = sum(v[0] for v in health.values())
+    late = {name: v[1] for name, v in health.items() if v[1]}
+    return [f"leases lost while a heartbeat lapsed: {lost:.0f}" + (" (" + ", ".join(
+        f"{name} {v[0]:.0f}" for name, v in health.items() if v[0]) + ")" if lost else "") +
+        "; heartbeats more than 2.5 s apart: " + (", ".join(f"{name} {n:.0f}" for name, n in late.items())
+                                                   if late else "none")]
+
+
+def limit_lines(shares: dict[str, tuple[float, float]], cores: float) -> list[str]:
+    """Per limited replica: its CPU as a share of its limit (and periods throttled); the replicas
+    at their limit named."""
+    if not shares:
+        return []
+    at_limit = sorted((name for name, (share, _) in shares.items() if share >= AT_LIMIT),
+                      key=lambda name: -shares[name][0])
+    return [f"CPU of each limited replica as a share of its {cores:g}-CPU limit (periods throttled): " +
+            ", ".join(f"{name} {100 * share:.0f}% ({100 * throttled:.0f}%)"
+                      for name, (share, throttled) in shares.items()),
+            f"at their limit (>= {100 * AT_LIMIT:.0f}%): " + (", ".join(at_limit) if at_limit else "none")]
+
+
+def limited_saturation(shares: dict[str, tuple[float, float]], cores: float) -> str | None:
+    """The limit of a run with CPU-limited replicas: the replicas at their limit, if any."""
+    at_limit = sorted(((share, name) for name, (share, _) in shares.items() if share >= AT_LIMIT), reverse=True)
+    if not at_limit:
+        return None
+    share, name = at_limit[0]
+    more = f" and {len(at_limit) - 1} more of {len(shares)} limited replicas" if len(at_limit) > 1 else ""
+    return f"{name} at {100 * share:.0f}% of its {cores:g}-CPU limit{more}"
+
+
 def devcluster_split(percent: dict[str, float]) -> str:
     """The devcluster's CPU: its processes summed, and each (store process, API workers)."""
     own = {name: value for name, value in percent.items() if same_service(name, "devcluster")}
@@ -818,6 +938,8 @@ async def bench(stack: Stack, args) -> dict:
         before = await counters.snapshot()
         profiles = start_profiles(Path(args.profile), process_names(pids)) if args.profile else []
         cpu_before = {name: cpu_seconds(pid) for name, pid in flat.items()}
+        limited = stack.limited()
+        throttled_before = {name: group.throttled() for name, group in limited.items()}
         load_before = loadavg()
         start = time.perf_counter()
         creators.go()
@@ -827,6 +949,8 @@ async def bench(stack: Stack, args) -> dict:
         wall = time.perf_counter() - start
         sustained = args.sustained / wall
         cpu_each = {name: cpu_seconds(pid) - cpu_before[name] for name, pid in flat.items()}
+        figures["limits"] = limit_shares(limited, throttled_before, cpu_each, wall, stack.cpu_limit)
+        figures["leases"] = await lease_health(client, stack) if limited else {}
         if profiles:
             stop_profiles(profiles)
         await asyncio.sleep(1.0)  # status writes and the events they cause finish
@@ -872,12 +996,19 @@ async def _summary(args, figures: dict, cpu_each: dict, wall: float, created: fl
     percent = {name: 100 * used / wall for name, used in cpu_each.items()}
     busiest = max(percent, key=percent.get)
     generators_pct = 100 * generator_ms[0] * args.sustained / 1000 / wall
-    saturates = saturation(percent, os.cpu_count() or 1, others_pct=generators_pct,
-                           load=max(float(load_before.split()[0]), os.getloadavg()[0]))
+    saturates = limited_saturation(figures.get("limits") or {}, args.cpu_limit) or saturation(
+        percent, os.cpu_count() or 1, others_pct=generators_pct,
+        load=max(float(load_before.split()[0]), os.getloadavg()[0]))
     offered = f"offered {args.rate:g}/s, " if args.rate else ""
     print(f"sustained: {sustained:.1f} TrainJobs/s (create -> JobSet applied, {args.sustained} TrainJobs, {offered}"
           f"concurrency {args.concurrency}, {args.generators} generator processes, every create answered "
           f"after {created:.1f} s of {wall:.1f} s; load average before {load_before}, after {loadavg()})")
+    # The creates must outrun the stack, or the figure is the load generators' rate, not the stack's.
+    taken_by = "the stack (creates outran it)" if created < 0.8 * wall else "the load generators, not the stack"
+    print(f"offered {args.sustained / created:.1f} creates/s, taken {sustained:.1f} TrainJobs/s: the figure is "
+          f"bounded by {taken_by}")
+    for line in limit_lines(figures.get("limits") or {}, args.cpu_limit) + lease_lines(figures.get("leases") or {}):
+        print(line)
     if raw is not None:
         print(f"raw devcluster SSA: {raw:.1f} JobSets/s (devcluster at {dev_raw_pct:.0f}% CPU, all its processes); "
               f"ratio sustained/raw = {sustained / raw:.2f}")
@@ -1046,14 +1177,17 @@ def run_raw_once(args, extra_args: list[str]) -> list[dict]:
 
 def run_once(args, replicas: dict[str, int]) -> dict:
     workdir = Path(tempfile.mkdtemp(prefix="trainyard-bench-"))
-    with Stack(replicas, workdir, args.nats_cluster, args.stack_api_workers) as stack:
+    with Stack(replicas, workdir, args.nats_cluster, args.stack_api_workers, args.cpu_limit,
+               args.limit_roles) as stack:
         shown = ", ".join(f"{name}={count}" for name, count in replicas.items())
         bus = (f"NATS cluster of {args.nats_cluster} nodes, {os.environ.get('TRAINYARD_BUS_REPLICAS')} copies of every "
                "stream and bucket" if args.nats_cluster > 1 else "one NATS node, 1 copy")
         dev = len(stack.pids()["devcluster"])
         api = f"devcluster of {dev} processes (store + {dev - 1} API workers)" if dev > 1 else "devcluster one process"
+        limit = (f"; each replica of {', '.join(args.limit_roles)} limited to {args.cpu_limit:g} CPU "
+                 f"({stack.quotas.describe()})" if stack.quotas is not None else "")
         print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} "
-              f"(/proc/loadavg {loadavg()}); replicas {shown}; {bus}; {api}; logs in {workdir}", flush=True)
+              f"(/proc/loadavg {loadavg()}); replicas {shown}; {bus}; {api}{limit}; logs in {workdir}", flush=True)
         return asyncio.run(bench(stack, args))
 
 
@@ -1097,7 +1231,19 @@ def main() -> int:
                              "processes and each run and --table row says which process saturates (default: "
                              "the devcluster's own, one process on <= 4 cores). With --raw-only a comma list "
                              "(e.g. 1,2,4): a table, one devcluster each")
+    parser.add_argument("--cpu-limit", type=float, default=0.0, metavar="CORES",
+                        help="run each replica of --limit-roles in a cgroup of its own with this CPU quota "
+                             "(e.g. 0.03), as a pod's resources.limits.cpu does: lifted while it starts, applied "
+                             "once the stack is ready; needs root and a cgroup cpu controller (v1 or v2)")
+    parser.add_argument("--limit-roles", default="planner,applier,status", metavar="SERVICES",
+                        help="with --cpu-limit: the services whose replicas are limited (comma list)")
     args = parser.parse_args()
+    args.limit_roles = tuple(s.strip() for s in args.limit_roles.split(",") if s.strip())
+    unknown = sorted(set(args.limit_roles) - set(SERVICES))
+    if unknown:
+        raise SystemExit(f"error: --limit-roles: unknown services {unknown} (of {', '.join(SERVICES)})")
+    if args.cpu_limit < 0:
+        raise SystemExit(f"error: --cpu-limit: cores, above 0, got {args.cpu_limit}")
     if args.nats_cluster < 1 or (args.nats_cluster > 1 and args.nats_cluster % 2 == 0):
         raise SystemExit(f"error: --nats-cluster: 1 or an odd number of nodes, got {args.nats_cluster}")
     if args.generators < 1 or args.concurrency < args.generators:
