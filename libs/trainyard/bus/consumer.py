@@ -41,6 +41,10 @@ log = logging.getLogger(__name__)
 # (docs/bus.md, "Pulling").
 PULL_EXPIRES_S = 30.0
 PULL_HEARTBEAT_S = 5.0
+# With nothing arriving, the pull loop wakes this often to check that its request is alive (a
+# lapse needs two missed heartbeats and 5 s more): an idle replica holding 16 partitions woke
+# 16 times a second at 1 s.
+LIVENESS_CHECK_S = 5.0
 
 
 class PermanentError(Exception):
@@ -104,6 +108,7 @@ class Consumer:
         backlog_interval_s: float = 2.0,
         coalesce: bool = False,
         label: str | None = None,
+        slots: asyncio.Semaphore | None = None,
     ) -> None:
         self._js = js
         self._spec = spec
@@ -112,7 +117,9 @@ class Consumer:
         self._publisher = publisher
         self._key_of = key_of
         self._batch = batch
-        self._slots = asyncio.Semaphore(concurrency)
+        # Handlers running at once: ``concurrency`` of this consumer's own, or ``slots`` shared
+        # with the other consumers of a replica (trainyard.bus.partitions).
+        self._slots = slots if slots is not None else asyncio.Semaphore(concurrency)
         self._lanes: dict[str, _Lane] = {}
         self._pending = 0
         self._stopping = False
@@ -196,7 +203,7 @@ class Consumer:
                 try:
                     # Woken when half the credit has arrived, a request ended, a handler freed
                     # room under back-pressure, or at stop; the timeout only checks liveness.
-                    await asyncio.wait_for(self._wake.wait(), timeout=1.0)
+                    await asyncio.wait_for(self._wake.wait(), timeout=LIVENESS_CHECK_S)
                 except asyncio.TimeoutError:
                     pass
         finally:

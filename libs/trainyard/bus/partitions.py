@@ -50,6 +50,22 @@ log = logging.getLogger(__name__)
 # A steady replica reads the leases every this many heartbeats (else only when the live
 # replicas or its share changed, or it stalled).
 LEASE_CHECK_EVERY = 10
+# Work in flight is bounded per replica, not per partition. A replica holding all 16 partitions
+# used to run up to 16 x 32 handlers at once and buffer up to 16 x 256 pulled messages: its event
+# loop's queue of ready tasks was hundreds long, so on a replica at its CPU limit a heartbeat (the
+# leases) or an admission request waited seconds behind it, and buffered messages outlived their
+# ack wait and came again (issue #33). Handlers share REPLICA_CONCURRENCY slots, and each
+# partition's pull asks for its share of REPLICA_CREDIT messages.
+REPLICA_CONCURRENCY = 32
+REPLICA_CREDIT = 256
+MIN_BATCH, MAX_BATCH = 16, 128
+
+
+def pull_batch(target_share: int, subscriptions: int) -> int:
+    """Messages one consumer asks for at once when its replica aims at ``target_share``
+    partitions of ``subscriptions`` consumers each (a consumer holds at most two batches)."""
+    consumers = max(1, target_share) * max(1, subscriptions)
+    return max(MIN_BATCH, min(MAX_BATCH, REPLICA_CREDIT // (2 * consumers)))
 
 
 @dataclass(frozen=True)
@@ -125,6 +141,8 @@ class PartitionedSubscriber:
         self._beats = 0
         self._seen_members: set[str] = set()
         self._recheck = False  # a stall: the next beat reads the leases whatever else
+        self._slots = asyncio.Semaphore(REPLICA_CONCURRENCY)  # shared by every consumer of the replica
+        self._target = self.partitions  # the share aimed at (set each heartbeat)
         metrics.LEASES_LOST.labels(self.role)  # at zero: a healthy run has the series too
 
     @property
@@ -242,6 +260,7 @@ class PartitionedSubscriber:
             elif holder == self.replica:
                 held.revision = leases[partition][1]
         live = set(members)
+        self._target = target
         owned = sorted(self.owned, key=lambda p: preference(self.replica, p), reverse=True)
         if len(owned) > target:
             for partition in owned[: len(owned) - target]:  # the ones it ranks last
@@ -267,8 +286,10 @@ class PartitionedSubscriber:
         stop = asyncio.Event()
         tasks = []
         # The backlog gauges read each consumer's info: spread over the partitions, the role
-        # asks about as often as one consumer did (every 2 s), not once per partition.
-        options = {"backlog_interval_s": max(2.0, 0.5 * self.partitions), **self.consumer_options}
+        # asks about once a second, not once per partition; each gauge is then at most as old as
+        # a Prometheus scrape interval (15 s at 16 partitions).
+        options = {"backlog_interval_s": max(5.0, 1.0 * self.partitions), "slots": self._slots,
+                   "batch": pull_batch(self._target, len(self.subscriptions)), **self.consumer_options}
         for subscription in self.subscriptions:
             consumer = Consumer(self.bus.js, subscription.spec(self.cluster, partition), subscription.handler,
                                 service=self.service or self.role, publisher=self.bus.publisher,

@@ -218,3 +218,48 @@ async def test_replicas_starting_at_once_never_take_each_others_partitions(nats_
             await replica._release_all()
         for session in sessions:
             await session.close()
+
+
+async def test_a_replica_holding_every_partition_runs_at_most_its_share_of_handlers_at_once(nats_server,
+                                                                                          monkeypatch) -> None:
+    """Handlers in flight are bounded per replica, not per partition (issue #33): one replica
+    holding all the partitions with a burst on every one of them runs REPLICA_CONCURRENCY at
+    once (it ran 32 per partition, so a heartbeat or an admission request waited behind
+    hundreds of ready tasks on a replica at its CPU limit)."""
+    monkeypatch.setattr(partitions, "REPLICA_CONCURRENCY", 3)
+    running, most = 0, 0
+    done: list[str] = []
+
+    async def handle(delivery: Delivery) -> None:
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        await asyncio.sleep(0.02)
+        running -= 1
+        done.append(delivery.subject)
+
+    session = await BusSession.open(nats_server.url, "w1")
+    observer = await BusSession.open(nats_server.url, "observer")
+    subscriber = PartitionedSubscriber(
+        session, "w", "c1", [Subscription(EVENTS_STREAM, "w", lambda p: [event_filter("c1", None, p)], handle)],
+        partitions=PARTITIONS, replica="w1", heartbeat_s=0.25)
+    stop = asyncio.Event()
+    task = asyncio.create_task(subscriber.run(stop))
+    try:
+        await until(lambda: len(subscriber.owned) == PARTITIONS)
+        await publish(observer, [f"c-{i}" for i in range(90)])  # many objects: many lanes at once
+        await until(lambda: len(done) >= 90)
+        assert most == 3, most
+    finally:
+        stop.set()
+        await task
+        await session.close()
+        await observer.close()
+
+
+def test_each_pull_asks_for_its_share_of_the_replicas_credit() -> None:
+    assert partitions.pull_batch(16, 1) == 16  # 256 / (2 x 16), at least MIN_BATCH
+    assert partitions.pull_batch(2, 1) == 64
+    assert partitions.pull_batch(1, 1) == 128  # one partition: as before
+    assert partitions.pull_batch(16, 2) == partitions.MIN_BATCH  # the status service: two streams
+    assert partitions.pull_batch(0, 1) == 128
