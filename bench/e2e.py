@@ -940,6 +940,7 @@ async def bench(stack: Stack, args) -> dict:
         cpu_before = {name: cpu_seconds(pid) for name, pid in flat.items()}
         limited = stack.limited()
         throttled_before = {name: group.throttled() for name, group in limited.items()}
+        leases_before = await lease_health(client, stack) if limited else {}
         load_before = loadavg()
         start = time.perf_counter()
         creators.go()
@@ -950,7 +951,11 @@ async def bench(stack: Stack, args) -> dict:
         sustained = args.sustained / wall
         cpu_each = {name: cpu_seconds(pid) - cpu_before[name] for name, pid in flat.items()}
         figures["limits"] = limit_shares(limited, throttled_before, cpu_each, wall, stack.cpu_limit)
-        figures["leases"] = await lease_health(client, stack) if limited else {}
+        # During the run only (the replicas' start and first balancing are not counted).
+        leases_after = await lease_health(client, stack) if limited else {}
+        figures["leases"] = {name: (lost - leases_before.get(name, (0.0, 0.0))[0],
+                                    late - leases_before.get(name, (0.0, 0.0))[1])
+                             for name, (lost, late) in leases_after.items()}
         if profiles:
             stop_profiles(profiles)
         await asyncio.sleep(1.0)  # status writes and the events they cause finish
