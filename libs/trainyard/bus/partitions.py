@@ -38,6 +38,7 @@ from nats.js.errors import KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
 from trainyard.bus.consumer import Consumer, Handler, subject_key
+from trainyard.bus.heartbeat import HeartbeatWriter
 from trainyard.bus.kv import BucketRequests, BucketRequestError, _put
 from trainyard.bus.session import BusSession
 from trainyard.bus.subjects import encode_token, partitions_setting
@@ -59,6 +60,9 @@ LEASE_CHECK_EVERY = 10
 REPLICA_CONCURRENCY = 32
 REPLICA_CREDIT = 256
 MIN_BATCH, MAX_BATCH = 16, 128
+# The heartbeat is written from a thread of its own (trainyard.bus.heartbeat) while the event
+# loop has ticked within this many seconds: a busy loop keeps its leases, a hung one loses them.
+HEARTBEAT_STALL_S = 30.0
 
 
 def pull_batch(target_share: int, subscriptions: int) -> int:
@@ -130,6 +134,9 @@ class PartitionedSubscriber:
     on_acquire: Callable[[int], None] | None = None
     on_release: Callable[[int], None] | None = None
     consumer_options: dict = field(default_factory=dict)
+    # Write the heartbeat from a thread with its own connection (trainyard.bus.heartbeat); the
+    # event loop writes it itself whenever that writer's last write is not recent.
+    heartbeat_thread: bool = True
 
     def __post_init__(self) -> None:
         self._held: dict[int, _Held] = {}
@@ -143,6 +150,8 @@ class PartitionedSubscriber:
         self._recheck = False  # a stall: the next beat reads the leases whatever else
         self._slots = asyncio.Semaphore(REPLICA_CONCURRENCY)  # shared by every consumer of the replica
         self._target = self.partitions  # the share aimed at (set each heartbeat)
+        self._writer: HeartbeatWriter | None = None
+        self._progress = time.monotonic()  # the event loop's last tick (read by the writer)
         metrics.LEASES_LOST.labels(self.role)  # at zero: a healthy run has the series too
 
     @property
@@ -162,6 +171,12 @@ class PartitionedSubscriber:
         self._members = await self._open(stop, MEMBERS_BUCKET)
         if self._kv is None or self._members is None:
             return
+        if self.heartbeat_thread and self.bus.url:
+            self._writer = HeartbeatWriter(
+                self.bus.url, f"{self.bus.name or self.role}-heartbeat", MEMBERS_BUCKET, self._member_key(),
+                self.replica.encode(), interval_s=self.heartbeat_s, role=self.role,
+                alive=lambda: time.monotonic() - self._progress < HEARTBEAT_STALL_S)
+            self._writer.start()
         try:
             while not stop.is_set():
                 try:
@@ -218,14 +233,18 @@ class PartitionedSubscriber:
 
     async def _tick(self) -> None:
         assert self._kv is not None and self._members is not None
-        # The heartbeat is the only write of a steady replica: it keeps every lease it holds.
+        # The heartbeat is the only write of a steady replica: it keeps every lease it holds. The
+        # writer thread writes it; the loop does when the writer has not lately (or there is none).
         now = time.monotonic()
-        await self._members.put(self._member_key(), self.replica.encode())
+        self._progress = now
+        last = max(self._last_beat, self._writer.last_write if self._writer is not None else 0.0)
+        if self._writer is None or not self._writer.fresh():
+            await self._members.put(self._member_key(), self.replica.encode())
+            if self._beats:
+                metrics.HEARTBEAT_INTERVAL.labels(self.role).observe(now - last)
+            self._last_beat = now
         # Our heartbeat had lapsed (a stall): another replica may have taken our leases.
-        self._recheck = self._recheck or now - self._last_beat >= LEASE_TTL_S
-        if self._beats:
-            metrics.HEARTBEAT_INTERVAL.labels(self.role).observe(now - self._last_beat)
-        self._last_beat = now
+        self._recheck = self._recheck or now - last >= LEASE_TTL_S
         try:
             members = await self._live()
             target = share(self.partitions, members, self.replica)
@@ -337,6 +356,8 @@ class PartitionedSubscriber:
         await asyncio.gather(*pending, return_exceptions=True)
         heartbeat.cancel()
         await asyncio.gather(heartbeat, return_exceptions=True)
+        if self._writer is not None:
+            await asyncio.to_thread(self._writer.stop)  # before the entry goes: it would write it again
         if self._members is not None:
             try:
                 await self._members.delete(self._member_key())

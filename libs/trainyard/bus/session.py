@@ -34,6 +34,9 @@ class BusSession:
     snapshots: SnapshotStore
     applied: AppliedPlanStore
     outcomes: OutcomeStore
+    # Where and as whom it connected: a replica's heartbeat writer opens a connection of its own.
+    url: str = ""
+    name: str = ""
 
     @classmethod
     async def open(
@@ -76,6 +79,8 @@ class BusSession:
             snapshots=stores[0],
             applied=stores[1],
             outcomes=stores[2],
+            url=url,
+            name=service,
         )
 
     async def close(self) -> None:

@@ -5,6 +5,8 @@ delivery (a released partition's long pull request takes nothing after the hand-
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from collections import Counter
 
 import pytest
@@ -139,21 +141,17 @@ async def test_replicas_split_hand_over_on_stop_and_a_joiner_takes_a_share(nats_
 
 
 async def test_a_replica_whose_heartbeat_lapsed_gives_up_the_partitions_taken_over(nats_server, monkeypatch) -> None:
-    """A steady replica reads the leases only when something changed: a stall of its own
-    heartbeat is such a change (only a lapsed heartbeat loses leases). Its periodic check is
-    off here, so only that can make it notice."""
+    """A replica whose event loop stalls stops heartbeating (its heartbeat thread writes only
+    while the loop ticks), so its leases lapse and another replica takes them. A steady replica
+    reads the leases only when something changed: the stall of its own heartbeat is such a
+    change. Its periodic check is off here, so only that can make it notice."""
     monkeypatch.setattr(partitions, "LEASE_CHECK_EVERY", 10**6)
+    monkeypatch.setattr(partitions, "HEARTBEAT_STALL_S", 0.5)
     handled: list[tuple[str, str, int]] = []
     sessions = [await BusSession.open(nats_server.url, f"s{i}") for i in range(2)]
     first, second = Replica(sessions[0], "s1", handled), Replica(sessions[1], "s2", handled)
     try:
         await until(lambda: balanced([first, second]))
-        members = first.subscriber._members
-        real_put = members.put
-
-        async def unreachable(*args, **kwargs):
-            raise ConnectionError("stalled")
-
         role = first.subscriber.role
         lost_before = REGISTRY.get_sample_value("trainyard_partition_leases_lost_total", {"role": role})
         late_before = REGISTRY.get_sample_value("trainyard_partition_heartbeat_interval_seconds_bucket",
@@ -161,9 +159,14 @@ async def test_a_replica_whose_heartbeat_lapsed_gives_up_the_partitions_taken_ov
         beats_before = REGISTRY.get_sample_value("trainyard_partition_heartbeat_interval_seconds_count",
                                                  {"role": role})
         held = len(first.subscriber.owned)
-        monkeypatch.setattr(members, "put", unreachable)  # s1's heartbeat lapses (3 s)
+        real_tick = first.subscriber._tick
+
+        async def stalled() -> None:  # s1's event loop makes no progress: its heartbeat lapses (3 s)
+            return None
+
+        monkeypatch.setattr(first.subscriber, "_tick", stalled)
         await until(lambda: len(second.subscriber.owned) == PARTITIONS)  # s2 took s1's partitions
-        monkeypatch.setattr(members, "put", real_put)
+        monkeypatch.setattr(first.subscriber, "_tick", real_tick)
         # s1 finds its leases held by s2 and stops serving them; they share again.
         await until(lambda: balanced([first, second]))
         # ... and says so: the leases it lost, and a heartbeat that came after the lease lapsed.
@@ -176,6 +179,53 @@ async def test_a_replica_whose_heartbeat_lapsed_gives_up_the_partitions_taken_ov
     finally:
         for replica in (first, second):
             await replica.close()
+
+
+async def test_a_busy_event_loop_keeps_its_leases(nats_server) -> None:
+    """The heartbeat is written from a thread of its own (issue #33): a replica whose event loop
+    is held up for longer than the lease's 3 s between ticks (a replica at its CPU limit with a
+    backlog) keeps every partition; the other replica, on an event loop of its own, takes none."""
+    handled: list[tuple[str, str, int]] = []
+    session = await BusSession.open(nats_server.url, "b1")
+    first = Replica(session, "b1", handled)
+    other: dict = {"changes": [], "owned": set()}
+    done = threading.Event()
+
+    async def second_replica() -> None:
+        own = await BusSession.open(nats_server.url, "b2")
+
+        async def handle(delivery: Delivery) -> None:
+            return None
+
+        subscriber = PartitionedSubscriber(
+            own, "t", "c1", [Subscription(EVENTS_STREAM, "t", lambda p: [event_filter("c1", None, p)], handle)],
+            partitions=PARTITIONS, replica="b2", heartbeat_s=0.25)
+        stop = asyncio.Event()
+        task = asyncio.create_task(subscriber.run(stop))
+        while not done.is_set():
+            other["changes"].append(subscriber.changes)
+            other["owned"] = set(subscriber.owned)
+            await asyncio.sleep(0.05)
+        stop.set()
+        await task
+        await own.close()
+
+    thread = threading.Thread(target=lambda: asyncio.run(second_replica()))
+    thread.start()
+    try:
+        await until(lambda: len(first.subscriber.owned) == PARTITIONS // 2 and len(other["owned"]) == PARTITIONS // 2
+                    and first.subscriber.owned.isdisjoint(other["owned"]))
+        await asyncio.sleep(1.0)  # settled
+        owned, changes = set(first.subscriber.owned), other["changes"][-1]
+        for _ in range(2):
+            time.sleep(4.5)  # b1's event loop held up past the lease's TTL, then it ticks
+            await asyncio.sleep(0.5)
+        assert first.subscriber.owned == owned
+        assert other["changes"][-1] == changes, "b2 took a partition of the busy replica"
+    finally:
+        done.set()
+        await asyncio.to_thread(thread.join, 30)
+        await first.close()
 
 
 async def test_replicas_starting_at_once_never_take_each_others_partitions(nats_server) -> None:
