@@ -34,7 +34,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
-from fixtures.devcluster import start_devcluster  # noqa: E402
+from fixtures.devcluster import start_devcluster, stop_process  # noqa: E402
 from fixtures.nats import NatsServer, free_port  # noqa: E402
 
 import httpx  # noqa: E402
@@ -181,13 +181,8 @@ def run(args, workdir: Path) -> int:
                       load_before)
         return 0
     finally:
-        if status is not None and status.poll() is None:
-            status.terminate()
-            try:
-                status.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                status.kill()
-                status.wait()
+        if status is not None:
+            stop_process(status)
         if cluster is not None:
             cluster.stop()
         nats.stop()

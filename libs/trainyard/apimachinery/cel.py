@@ -111,7 +111,7 @@ class CompiledRule:
             raise CelError(str(err)) from err
 
 
-# cel-python builds its LALR parser from the CEL grammar on first use: 0.4 s of CPU in every
+# cel-python builds its LALR parser from the CEL grammar on first use: about 0.3 s of CPU in every
 # process that compiles a rule (each planner replica, each devcluster). The built tables are kept
 # in a private per-user folder and later processes load them (tens of ms).
 PARSER_CACHE_DIR = Path(tempfile.gettempdir()) / f"trainyard-cel-parser-{os.getuid()}"

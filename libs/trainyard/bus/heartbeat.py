@@ -8,8 +8,8 @@ mid-work (bench/e2e.py --cpu-limit 0.03, issue #33). From a thread, it needs onl
 moment: the interpreter hands it over within its switch interval (5 ms of the other thread's CPU).
 
 A heartbeat must still mean the replica works: the writer beats only while ``alive()`` says the
-event loop made progress recently (``stall_s``), so a replica whose loop hangs loses its leases
-as before. The writer never touches the main loop's connection or state.
+event loop made progress recently (trainyard.bus.partitions.HEARTBEAT_STALL_S), so a replica
+whose loop hangs loses its leases as before. The writer never touches the main loop's connection or state.
 """
 from __future__ import annotations
 

@@ -236,13 +236,8 @@ class PartitionedSubscriber:
         # The heartbeat is the only write of a steady replica: it keeps every lease it holds. The
         # writer thread writes it; the loop does when the writer has not lately (or there is none).
         now = time.monotonic()
-        self._progress = now
         last = max(self._last_beat, self._writer.last_write if self._writer is not None else 0.0)
-        if self._writer is None or not self._writer.fresh():
-            await self._members.put(self._member_key(), self.replica.encode())
-            if self._beats:
-                metrics.HEARTBEAT_INTERVAL.labels(self.role).observe(now - last)
-            self._last_beat = now
+        await self._beat(now, observe=bool(self._beats))
         # Our heartbeat had lapsed (a stall): another replica may have taken our leases.
         self._recheck = self._recheck or now - last >= LEASE_TTL_S
         try:
@@ -364,12 +359,24 @@ class PartitionedSubscriber:
             except Exception as err:
                 log.debug("removing heartbeat of %s: %s", self.role, err)
 
+    async def _beat(self, now: float, *, observe: bool) -> None:
+        """The event loop made progress: the writer thread may go on beating, and the loop writes
+        the heartbeat itself when the writer has not lately (or there is none)."""
+        assert self._members is not None
+        self._progress = now
+        if self._writer is not None and self._writer.fresh():
+            return
+        last = max(self._last_beat, self._writer.last_write if self._writer is not None else 0.0)
+        await self._members.put(self._member_key(), self.replica.encode())
+        if observe:
+            metrics.HEARTBEAT_INTERVAL.labels(self.role).observe(now - last)
+        self._last_beat = now
+
     async def _beat_while(self, tasks: list[asyncio.Task]) -> None:
         """Keeps the heartbeat, hence the leases, of partitions still draining at shutdown."""
-        assert self._members is not None
         while any(not t.done() for t in tasks):
             await asyncio.sleep(self.heartbeat_s)
             try:
-                await self._members.put(self._member_key(), self.replica.encode())
+                await self._beat(time.monotonic(), observe=False)
             except Exception:  # NATS away: the leases lapse, the next holder takes over
                 pass
