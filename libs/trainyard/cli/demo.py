@@ -118,26 +118,19 @@ def render(snapshot: Snapshot, job: SubmittedJob, elapsed_s: float) -> Any:
 # -- talking to the stack ------------------------------------------------------------------------
 
 async def observe(client: Any, job: SubmittedJob, snapshot: Snapshot) -> None:
-    from kubernetes_asyncio.client.exceptions import ApiException
-
-    async def get(path: str, **query: str) -> Any:
-        return await client.call_api(
-            path, "GET", query_params=list(query.items()), header_params={"Accept": "application/json"},
-            response_types_map={200: "object"}, auth_settings=["BearerToken"], _return_http_data_only=True,
-            _request_timeout=10,
-        )
+    from trainyard.kube.client import KubeError
+    from trainyard.kube.resources import resource_for
 
     ns = job.namespace
-    try:
-        trainjob = await get(f"/apis/trainer.kubeflow.org/v1alpha1/namespaces/{ns}/trainjobs/{job.name}")
-    except ApiException as err:
-        if err.status == 404:
-            return
-        raise
+    trainjob = await client.get(resource_for("trainer.kubeflow.org/v1alpha1", "TrainJob"), ns, job.name,
+                                timeout_s=10)
+    if trainjob is None:
+        return
     snapshot.state = trainjob_state(trainjob)
     snapshot.conditions = (trainjob.get("status") or {}).get("conditions") or []
-    pods = (await get(f"/api/v1/namespaces/{ns}/pods",
-                      labelSelector=f"jobset.sigs.k8s.io/jobset-name={job.name}")).get("items") or []
+    pods = (await client.request("GET", f"/api/v1/namespaces/{ns}/pods", timeout_s=10,
+                                 query={"labelSelector": f"jobset.sigs.k8s.io/jobset-name={job.name}"}
+                                 )).get("items") or []
     snapshot.pods = sorted(
         (pod["metadata"]["name"], (pod.get("status") or {}).get("phase", "Pending")) for pod in pods
     )
@@ -147,15 +140,10 @@ async def observe(client: Any, job: SubmittedJob, snapshot: Snapshot) -> None:
              and (pod.get("status") or {}).get("phase") in ("Running", "Succeeded", "Failed")]
     if rank0:
         try:
-            text = await client.call_api(
-                f"/api/v1/namespaces/{ns}/pods/{rank0[0]['metadata']['name']}/log", "GET",
-                query_params=[("container", "node"), ("tailLines", "200")],
-                response_types_map={200: "str"}, auth_settings=["BearerToken"], _return_http_data_only=True,
-                _request_timeout=10,
-            )
-        except ApiException:
+            text = await client.pod_log(ns, rank0[0]["metadata"]["name"], container="node", tail_lines=200)
+        except KubeError:
             return
-        step, loss, last_line = last_step_and_loss(str(text))
+        step, loss, last_line = last_step_and_loss(text)
         snapshot.step = step or snapshot.step
         snapshot.loss = loss or snapshot.loss
         snapshot.last_log_line = last_line

@@ -1,7 +1,8 @@
-"""A thin async Kubernetes REST client over kubernetes-asyncio (auth, TLS from kubeconfig).
+"""A thin async Kubernetes REST client on aiohttp, reaching the cluster its kubeconfig names
+(address, TLS and credentials from :mod:`trainyard.kube.connection`).
 
 The services handle several API groups generically (TrainJob, JobSet, PodGroups, Secrets...),
-so this talks JSON to REST paths instead of using the generated typed APIs.
+so this talks JSON to REST paths instead of using generated typed APIs.
 """
 from __future__ import annotations
 
@@ -12,11 +13,10 @@ import os
 from typing import Any, AsyncIterator
 
 import aiohttp
-from kubernetes_asyncio import client as k8s_client
-from kubernetes_asyncio import config as k8s_config
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 
+from trainyard.kube.connection import Connection
 from trainyard.kube.resources import Resource, resource_for
 from trainyard.telemetry import detail
 
@@ -63,35 +63,59 @@ class KubeError(Exception):
         return self.status in (0, 408, 409, 429) or self.status >= 500
 
 
+# Connections kept open to one API server at once: the figure kubernetes-asyncio chose for the
+# services before (5 per core), so that moving off it changed no concurrency.
+MAX_CONNECTIONS = 5 * (os.cpu_count() or 1)
+# A watch event can carry a whole large object (etcd allows 1.5 MiB requests).
+READ_BUFFER_BYTES = 2 ** 21
+
+
 class KubeClient:
-    def __init__(self, api: k8s_client.ApiClient) -> None:
-        self._api = api
-        self._host = api.configuration.host.rstrip("/")
-        _skip_environment_lookups(api)
+    def __init__(self, connection: Connection) -> None:
+        self._connection = connection
+        self._host = connection.server.rstrip("/")
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=MAX_CONNECTIONS, ssl=connection.ssl_context),
+            trust_env=_proxy_configured(), read_bufsize=READ_BUFFER_BYTES,
+        )
 
     @classmethod
     async def from_kubeconfig(cls, path: str | None, context: str | None = None) -> "KubeClient":
         """The cluster kubectl would pick (trainyard.kube.kubeconfig): ``path``, else
         $TRAINYARD_KUBECONFIG, $KUBECONFIG (merged), ~/.kube/config, in-cluster; ``context``
         overrides the current context."""
-        from trainyard.kube.kubeconfig import api_client, resolve
+        from trainyard.kube.kubeconfig import resolve
 
-        return cls(await api_client(resolve(path, context)))
+        return await cls.from_resolved(resolve(path, context))
+
+    @classmethod
+    async def from_resolved(cls, resolved: Any) -> "KubeClient":
+        from trainyard.kube.connection import connection_for
+
+        return cls(await connection_for(resolved))
 
     @classmethod
     async def from_kubeconfig_dict(cls, kubeconfig: dict, *, context: str | None = None) -> "KubeClient":
         """From a kubeconfig held in memory (e.g. read from a Secret): it never touches disk."""
-        api = await k8s_config.new_client_from_config_dict(kubeconfig, context=context)
-        return cls(api)
+        from trainyard.kube.kubeconfig import resolve_document
+
+        return await cls.from_resolved(resolve_document(kubeconfig, context))
 
     async def close(self) -> None:
-        await self._api.close()
+        await self._session.close()
 
-    async def _headers(self, content_type: str = "application/json") -> dict[str, str]:
-        headers = {"Accept": "application/json", "Content-Type": content_type}
-        queries: list = []
-        await self._api.update_params_for_auth(headers, queries, ["BearerToken"])
-        return headers
+    async def _send(self, method: str, path: str, *, query: dict[str, Any] | None, headers: dict[str, str],
+                    body: Any, timeout: aiohttp.ClientTimeout) -> aiohttp.ClientResponse:
+        headers = {**headers, **await self._connection.credential.headers()}
+        data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body))
+        try:
+            return await self._session.request(
+                method, self._host + path, params=_clean(query), headers=headers, data=data,
+                timeout=timeout, server_hostname=self._connection.tls_server_name,
+                proxy=self._connection.proxy,
+            )
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as err:
+            raise KubeError(0, "ConnectionError", str(err) or type(err).__name__) from err
 
     async def request(
         self,
@@ -104,33 +128,28 @@ class KubeClient:
         timeout_s: float = 30.0,
     ) -> dict[str, Any]:
         """One API call; a non-2xx answer raises :class:`KubeError`."""
-        headers = await self._headers(content_type)
-        try:
-            response = await self._api.rest_client.request(
-                method, self._host + path, query_params=_clean(query), headers=headers,
-                body=body, _preload_content=False, _request_timeout=timeout_s,
-            )
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as err:
-            raise KubeError(0, "ConnectionError", str(err) or type(err).__name__) from err
+        response = await self._send(method, path, query=query, body=body,
+                                    headers={"Accept": "application/json", "Content-Type": content_type},
+                                    timeout=aiohttp.ClientTimeout(total=timeout_s))
         async with response:
-            raw = await response.read()
+            try:
+                raw = await response.read()
+            except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as err:
+                raise KubeError(0, "ConnectionError", str(err) or type(err).__name__) from err
             return _decode(response.status, raw)
 
     async def pod_log(self, namespace: str, name: str, *, container: str | None = None,
                       tail_lines: int = 20, timeout_s: float = 10.0) -> str:
         """The last ``tail_lines`` lines of a pod's (container's) log, as text."""
-        headers = await self._headers()
-        headers["Accept"] = "text/plain, */*"
-        query = {"tailLines": str(tail_lines), "container": container}
-        try:
-            response = await self._api.rest_client.request(
-                "GET", f"{self._host}/api/v1/namespaces/{namespace}/pods/{name}/log",
-                query_params=_clean(query), headers=headers, _preload_content=False, _request_timeout=timeout_s,
-            )
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as err:
-            raise KubeError(0, "ConnectionError", str(err) or type(err).__name__) from err
+        response = await self._send(
+            "GET", f"/api/v1/namespaces/{namespace}/pods/{name}/log",
+            query={"tailLines": str(tail_lines), "container": container}, body=None,
+            headers={"Accept": "text/plain, */*"}, timeout=aiohttp.ClientTimeout(total=timeout_s))
         async with response:
-            raw = await response.read()
+            try:
+                raw = await response.read()
+            except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as err:
+                raise KubeError(0, "ConnectionError", str(err) or type(err).__name__) from err
             if not 200 <= response.status <= 299:
                 _decode(response.status, raw)
             return raw.decode("utf-8", "replace")
@@ -188,20 +207,14 @@ class KubeClient:
     ) -> AsyncIterator[dict]:
         """Streams watch events (``{"type", "object"}``) from ``resource_version``, with
         bookmarks. Ends when the server closes the stream."""
-        headers = await self._headers()
-        query = _clean({
+        query = {
             "watch": "true", "resourceVersion": resource_version, "allowWatchBookmarks": "true",
             "timeoutSeconds": timeout_s, "labelSelector": label_selector,
-        })
-        try:
-            response = await self._api.rest_client.request(
-                "GET", self._host + resource.path(), query_params=query, headers=headers,
-                _preload_content=False,
-                _request_timeout=aiohttp.ClientTimeout(total=None, sock_connect=10,
-                                                       sock_read=timeout_s + 30),
-            )
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as err:
-            raise KubeError(0, "ConnectionError", str(err) or type(err).__name__) from err
+        }
+        response = await self._send(
+            "GET", resource.path(), query=query, body=None, headers={"Accept": "application/json"},
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=timeout_s + 30),
+        )
         async with response:
             if response.status != 200:
                 _decode(response.status, await response.read())
@@ -265,20 +278,16 @@ class KubeClient:
 _PROXY_VARIABLES = ("https_proxy", "http_proxy", "all_proxy", "ws_proxy", "wss_proxy")
 
 
-def _skip_environment_lookups(api: k8s_client.ApiClient) -> None:
-    """kubernetes-asyncio's session trusts the environment, so aiohttp looks up ~/.netrc and the
-    proxy variables on every request, each in a worker thread: two thread hops and a file read
-    per API call, most of a small request's client CPU. A kubeconfig carries its own
+def _proxy_configured() -> bool:
+    """Whether the session should read the environment: with it, aiohttp looks up ~/.netrc and
+    the proxy variables on every request, each in a worker thread (two thread hops and a file
+    read per API call, most of a small request's client CPU). A kubeconfig carries its own
     credentials, so .netrc never applies; the proxy variables only matter when one is set."""
-    if any(os.environ.get(name) or os.environ.get(name.upper()) for name in _PROXY_VARIABLES):
-        return
-    session = getattr(api.rest_client, "pool_manager", None)
-    if session is not None and hasattr(session, "_trust_env"):
-        session._trust_env = False
+    return any(os.environ.get(name) or os.environ.get(name.upper()) for name in _PROXY_VARIABLES)
 
 
-def _clean(query: dict[str, Any] | None) -> dict[str, Any]:
-    return {k: v for k, v in (query or {}).items() if v not in (None, "")}
+def _clean(query: dict[str, Any] | None) -> dict[str, str]:
+    return {k: str(v) for k, v in (query or {}).items() if v not in (None, "")}
 
 
 def _decode(status: int, raw: bytes) -> dict[str, Any]:

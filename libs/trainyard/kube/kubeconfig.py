@@ -53,6 +53,8 @@ class KubeconfigSource:
     def describe(self) -> str:
         if self.kind == "in-cluster":
             return "in-cluster service account"
+        if self.kind == "memory":
+            return "kubeconfig in memory" + (f", context {self.context}" if self.context else "")
         where = ", ".join(str(p) for p in self.paths)
         return f"{where} ({self.kind})" + (f", context {self.context}" if self.context else "")
 
@@ -77,8 +79,15 @@ class ResolvedKubeconfig:
         if self.in_cluster:
             host, port = os.environ.get(SERVICE_HOST_ENV, ""), os.environ.get("KUBERNETES_SERVICE_PORT", "443")
             return f"https://{host}:{port}" if host else None
-        cluster = _named(self.config, "clusters", self.context().get("cluster", "")) or {}
-        return cluster.get("server")
+        return self.cluster().get("server")
+
+    def cluster(self) -> dict[str, Any]:
+        """The current context's cluster entry (server, certificate authority...)."""
+        return _named(self.config, "clusters", str(self.context().get("cluster", ""))) or {}
+
+    def user(self) -> dict[str, Any]:
+        """The current context's user entry (token, certificates, exec...)."""
+        return _named(self.config, "users", str(self.context().get("user", ""))) or {}
 
     def namespace(self) -> str:
         return self.context().get("namespace") or "default"
@@ -178,7 +187,10 @@ def resolve(kubeconfig: str | os.PathLike[str] | None = None, context: str | Non
     source = find_source(kubeconfig, context, env=env, home=home)
     if source.kind == "in-cluster":
         return ResolvedKubeconfig(source)
-    config = merge([read_file(path) for path in source.paths])
+    return _with_context(source, merge([read_file(path) for path in source.paths]), context)
+
+
+def _with_context(source: KubeconfigSource, config: dict[str, Any], context: str | None) -> ResolvedKubeconfig:
     if context:
         if _named(config, "contexts", context) is None:
             names = sorted(c.get("name", "") for c in config.get("contexts") or [])
@@ -193,18 +205,9 @@ def resolve(kubeconfig: str | os.PathLike[str] | None = None, context: str | Non
     return ResolvedKubeconfig(source, config)
 
 
-async def api_client(resolved: ResolvedKubeconfig) -> Any:
-    """A kubernetes-asyncio ApiClient for the resolved configuration."""
-    from kubernetes_asyncio import client as k8s_client
-    from kubernetes_asyncio import config as k8s_config
-
-    configuration = k8s_client.Configuration()
-    if resolved.in_cluster:
-        k8s_config.load_incluster_config(client_configuration=configuration)
-    else:
-        try:
-            await k8s_config.load_kube_config_from_dict(
-                resolved.config, context=resolved.context_name, client_configuration=configuration)
-        except k8s_config.ConfigException as err:
-            raise KubeconfigError(f"{resolved.source.describe()}: {err}") from err
-    return k8s_client.ApiClient(configuration)
+def resolve_document(config: Mapping[str, Any], context: str | None = None) -> ResolvedKubeconfig:
+    """A kubeconfig held in memory (e.g. read from a Secret), with ``context`` applied and
+    checked as :func:`resolve` does; no file is read."""
+    if not isinstance(config, Mapping):
+        raise KubeconfigError("kubeconfig: not a kubeconfig (expected a mapping)")
+    return _with_context(KubeconfigSource("memory", (), context), dict(config), context)

@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from trainyard.kube.client import KubeClient, KubeError
 from trainyard.supervisor import kubeapi, manifests
 from trainyard.supervisor.manifests import Manifest
 
@@ -62,33 +63,28 @@ def _paths(manifest: Manifest) -> tuple[str, str]:
     return collection, f"{collection}/{meta['name']}"
 
 
-async def apply(client: Any, manifest: Manifest) -> None:
+async def apply(client: KubeClient, manifest: Manifest) -> None:
     """Create, or replace the shipped fields of, one object (merge patch)."""
-    from kubernetes_asyncio.client.exceptions import ApiException
-
     collection, item = _paths(manifest)
     try:
         await kubeapi._call(client, "POST", collection, manifest)
         return
-    except ApiException as err:
+    except KubeError as err:
         if err.status != 409:
-            raise kubeapi.InstallError(f"{manifest['kind']} {item}: HTTP {err.status} {err.reason}: {err.body}") from err
+            raise kubeapi.failure(f"{manifest['kind']} {item}", err, "creation") from err
     try:
         await kubeapi._call(client, "PATCH", item, manifest, content_type="application/merge-patch+json")
-    except ApiException as err:
-        raise kubeapi.InstallError(f"{manifest['kind']} {item}: HTTP {err.status} {err.reason}: {err.body}") from err
+    except KubeError as err:
+        raise kubeapi.failure(f"{manifest['kind']} {item}", err, "update") from err
 
 
-async def request_token(client: Any, service_account: str, seconds: int = TOKEN_SECONDS) -> str:
-    from kubernetes_asyncio.client.exceptions import ApiException
-
+async def request_token(client: KubeClient, service_account: str, seconds: int = TOKEN_SECONDS) -> str:
     path = f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/{service_account}/token"
     body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": seconds}}
     try:
         answer = await kubeapi._call(client, "POST", path, body)
-    except ApiException as err:
-        raise kubeapi.InstallError(f"token for ServiceAccount {NAMESPACE}/{service_account}: HTTP {err.status} "
-                                   f"{err.reason}: {err.body}") from err
+    except KubeError as err:
+        raise kubeapi.failure(f"token for ServiceAccount {NAMESPACE}/{service_account}", err, "token request") from err
     return str(answer["status"]["token"])
 
 

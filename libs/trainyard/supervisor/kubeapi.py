@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from trainyard.kube.client import KubeClient, KubeError
 from trainyard.supervisor.manifests import Manifest, resource_path
 
 
@@ -13,10 +14,10 @@ class InstallError(Exception):
     pass
 
 
-async def open_client(kubeconfig: Path) -> Any:
-    from trainyard.kube.kubeconfig import api_client, resolve
+async def open_client(kubeconfig: Path) -> KubeClient:
+    from trainyard.kube.kubeconfig import resolve
 
-    return await api_client(resolve(kubeconfig))
+    return await KubeClient.from_resolved(resolve(kubeconfig))
 
 
 # How long one install write may take: creating a CRD on a devcluster that starts beside two
@@ -25,18 +26,17 @@ async def open_client(kubeconfig: Path) -> Any:
 WRITE_TIMEOUT_S = 60.0
 
 
-async def _call(client: Any, method: str, path: str, body: Any = None, content_type: str = "application/json",
-                timeout_s: float = 10.0) -> Any:
-    return await client.call_api(
-        path,
-        method,
-        header_params={"Accept": "application/json", "Content-Type": content_type},
-        body=body,
-        response_types_map={200: "object", 201: "object"},
-        auth_settings=["BearerToken"],
-        _return_http_data_only=True,
-        _request_timeout=timeout_s,
-    )
+async def _call(client: KubeClient, method: str, path: str, body: Any = None,
+                content_type: str = "application/json", timeout_s: float = 10.0) -> Any:
+    return await client.request(method, path, body=body, content_type=content_type, timeout_s=timeout_s)
+
+
+def failure(what: str, err: KubeError, action: str = "call", timeout_s: float | None = None) -> InstallError:
+    """One line for a failed install call: the server's answer, or that it did not answer."""
+    if err.status == 0:
+        within = f" within {timeout_s:g}s" if timeout_s is not None and "Timeout" in err.message else ""
+        return InstallError(f"{what}: the API server did not answer its {action}{within} ({err.message})")
+    return InstallError(f"{what}: HTTP {err.status} {err.reason}: {err.message}")
 
 
 async def server_answers(kubeconfig: Path) -> bool:
@@ -48,67 +48,54 @@ async def server_answers(kubeconfig: Path) -> bool:
         await client.close()
 
 
-async def create_or_update(client: Any, manifest: Manifest, timeout_s: float = WRITE_TIMEOUT_S) -> str:
+async def create_or_update(client: KubeClient, manifest: Manifest, timeout_s: float = WRITE_TIMEOUT_S) -> str:
     """POST the manifest; if it exists, merge-patch it to the shipped content. Returns what happened."""
-    from kubernetes_asyncio.client.exceptions import ApiException
-
     path = resource_path(manifest)
     try:
         await _call(client, "POST", path.collection, manifest, timeout_s=timeout_s)
         return "created"
-    except ApiException as err:
+    except KubeError as err:
         if err.status != 409:
-            raise InstallError(f"{manifest['kind']} {path.name}: HTTP {err.status} {err.reason}: {err.body}") from err
-    except asyncio.TimeoutError:
-        raise InstallError(f"{manifest['kind']} {path.name}: the API server did not answer its creation "
-                           f"within {timeout_s:g}s") from None
+            raise failure(f"{manifest['kind']} {path.name}", err, "creation", timeout_s) from err
     try:
         await _call(client, "PATCH", path.item, manifest, content_type="application/merge-patch+json",
                     timeout_s=timeout_s)
-    except ApiException as err:
-        raise InstallError(f"{manifest['kind']} {path.name}: HTTP {err.status} {err.reason}: {err.body}") from err
-    except asyncio.TimeoutError:
-        raise InstallError(f"{manifest['kind']} {path.name}: the API server did not answer its update "
-                           f"within {timeout_s:g}s") from None
+    except KubeError as err:
+        raise failure(f"{manifest['kind']} {path.name}", err, "update", timeout_s) from err
     return "updated"
 
 
-async def is_served(client: Any, group_version_path: str, plural: str) -> bool:
+async def is_served(client: KubeClient, group_version_path: str, plural: str) -> bool:
     """Whether the API server serves ``plural`` under ``/apis/<group>/<version>``."""
-    from kubernetes_asyncio.client.exceptions import ApiException
-
     try:
         listing = await _call(client, "GET", group_version_path)
-    except ApiException as err:
+    except KubeError as err:
         if err.status == 404:
             return False
-        raise InstallError(f"{group_version_path}: HTTP {err.status} {err.reason}") from err
+        raise failure(group_version_path, err) from err
     return any(res.get("name") == plural for res in (listing or {}).get("resources") or [])
 
 
-async def wait_until_served(client: Any, collection_path: str, timeout_s: float) -> None:
+async def wait_until_served(client: KubeClient, collection_path: str, timeout_s: float) -> None:
     """A new CRD's resources become available a moment after the CRD is created."""
-    from kubernetes_asyncio.client.exceptions import ApiException
-
     deadline = time.monotonic() + timeout_s
     while True:
         try:
             await _call(client, "GET", collection_path)
             return
-        except ApiException as err:
+        except KubeError as err:
             if err.status != 404 or time.monotonic() > deadline:
-                raise InstallError(f"{collection_path} is not served: HTTP {err.status} {err.reason}") from err
+                raise failure(f"{collection_path} is not served", err) from err
         await asyncio.sleep(0.2)
 
 
-async def delete_labelled(client: Any, collection_path: str, selector: str, keep: set[str]) -> list[str]:
+async def delete_labelled(client: KubeClient, collection_path: str, selector: str, keep: set[str]) -> list[str]:
     """Delete the objects of a collection matching a label selector, except those named in
     ``keep``; returns the names deleted."""
-    from urllib.parse import quote
-
-    from kubernetes_asyncio.client.exceptions import ApiException
-
-    listing = await _call(client, "GET", f"{collection_path}?labelSelector={quote(selector)}")
+    try:
+        listing = await client.request("GET", collection_path, query={"labelSelector": selector})
+    except KubeError as err:
+        raise failure(f"listing {collection_path}", err) from err
     deleted = []
     for item in (listing or {}).get("items") or []:
         name = (item.get("metadata") or {}).get("name", "")
@@ -116,8 +103,8 @@ async def delete_labelled(client: Any, collection_path: str, selector: str, keep
             continue
         try:
             await _call(client, "DELETE", f"{collection_path}/{name}")
-        except ApiException as err:
+        except KubeError as err:
             if err.status != 404:
-                raise InstallError(f"deleting {collection_path}/{name}: HTTP {err.status} {err.reason}") from err
+                raise failure(f"deleting {collection_path}/{name}", err) from err
         deleted.append(name)
     return deleted

@@ -26,7 +26,7 @@ def trusts_environment(monkeypatch, **env) -> bool:
     async def build() -> bool:
         client = await KubeClient.from_kubeconfig_dict(yaml.safe_load(yaml.safe_dump(KUBECONFIG)))
         try:
-            return client._api.rest_client.pool_manager.trust_env
+            return client._session.trust_env
         finally:
             await client.close()
 
