@@ -302,7 +302,7 @@ CONSUMER_METRICS = (
     "trainyard_jetstream_consumer_pending_messages", "trainyard_jetstream_consumer_ack_pending_messages",
     "trainyard_jetstream_consumer_redelivered_messages", "trainyard_dead_letter_messages_total",
     "trainyard_received_messages_total", "trainyard_redelivered_messages_total", "trainyard_published_messages_total",
-    "process_start_time_seconds",
+    "trainyard_replica_handler_slots", "process_start_time_seconds",
 )
 EXPECTED = {
     "watcher": ("trainyard_watch_events_total", "trainyard_published_messages_total", "process_start_time_seconds"),

@@ -20,7 +20,7 @@ import logging
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import Any, AsyncContextManager, Awaitable, Callable
 
 from nats.aio.msg import Msg
 from nats.errors import ConnectionClosedError, NoRespondersError, TimeoutError as NatsTimeoutError
@@ -108,7 +108,7 @@ class Consumer:
         backlog_interval_s: float = 2.0,
         coalesce: bool = False,
         label: str | None = None,
-        slots: asyncio.Semaphore | None = None,
+        slots: AsyncContextManager[Any] | None = None,
     ) -> None:
         self._js = js
         self._spec = spec
@@ -154,6 +154,16 @@ class Consumer:
     @property
     def name(self) -> str:
         return self._spec.durable
+
+    @property
+    def batch(self) -> int:
+        return self._batch
+
+    @batch.setter
+    def batch(self, batch: int) -> None:
+        """Messages each later pull request asks for (the replica resizes it to its share and
+        CPU limit); what is outstanding is kept."""
+        self._batch = max(1, batch)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Pulls and handles messages until ``stop`` is set, then drains (see :meth:`drain`).

@@ -29,8 +29,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import time
 import uuid
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -45,6 +47,7 @@ from trainyard.bus.subjects import encode_token, partitions_setting
 from trainyard.bus.topology import (LEASE_TTL_S, LEASES_BUCKET, MEMBERS_BUCKET, ConsumerSpec, durable_name,
                                     partition_durable)
 from trainyard.telemetry import metrics
+from trainyard.telemetry.cpu_limit import cpu_limit_cores
 
 log = logging.getLogger(__name__)
 
@@ -57,19 +60,86 @@ LEASE_CHECK_EVERY = 10
 # leases) or an admission request waited seconds behind it, and buffered messages outlived their
 # ack wait and came again (issue #33). Handlers share REPLICA_CONCURRENCY slots, and each
 # partition's pull asks for its share of REPLICA_CREDIT messages.
+#
+# Both follow the replica's CPU limit (a pod's limits.cpu, read from its cgroup every
+# LIMIT_CHECK_S): REPLICA_CONCURRENCY and REPLICA_CREDIT are for a whole core. A replica at
+# 0.03 CPU that ran 32 handlers at once stretched each to seconds (its KV reads and the API
+# server's admission calls timed out), and the messages it had pulled waited out their ack wait.
 REPLICA_CONCURRENCY = 32
 REPLICA_CREDIT = 256
 MIN_BATCH, MAX_BATCH = 16, 128
+MIN_SLOTS = 2
+LIMIT_CHECK_S = 5.0
 # The heartbeat is written from a thread of its own (trainyard.bus.heartbeat) while the event
 # loop has ticked within this many seconds: a busy loop keeps its leases, a hung one loses them.
 HEARTBEAT_STALL_S = 30.0
 
 
-def pull_batch(target_share: int, subscriptions: int) -> int:
+def handler_slots(cpu_limit: float | None) -> int:
+    """Handlers a replica runs at once: REPLICA_CONCURRENCY per core of its CPU limit (at least
+    MIN_SLOTS, so one slow handler does not hold up the rest), all of them without a limit."""
+    if cpu_limit is None:
+        return REPLICA_CONCURRENCY
+    return max(MIN_SLOTS, min(REPLICA_CONCURRENCY, math.ceil(REPLICA_CONCURRENCY * cpu_limit)))
+
+
+def pull_batch(target_share: int, subscriptions: int, cpu_limit: float | None = None) -> int:
     """Messages one consumer asks for at once when its replica aims at ``target_share``
-    partitions of ``subscriptions`` consumers each (a consumer holds at most two batches)."""
+    partitions of ``subscriptions`` consumers each (a consumer holds at most two batches).
+    Under a CPU limit the replica's credit shrinks with it, down to a message per request."""
     consumers = max(1, target_share) * max(1, subscriptions)
-    return max(MIN_BATCH, min(MAX_BATCH, REPLICA_CREDIT // (2 * consumers)))
+    if cpu_limit is None:
+        return max(MIN_BATCH, min(MAX_BATCH, REPLICA_CREDIT // (2 * consumers)))
+    credit = max(2 * handler_slots(cpu_limit), round(REPLICA_CREDIT * min(1.0, cpu_limit)))
+    return max(1, min(MAX_BATCH, credit // (2 * consumers)))
+
+
+class HandlerSlots:
+    """The handlers a replica runs at once, shared by all its consumers. Unlike a semaphore its
+    capacity can change while handlers run (it follows the CPU limit): a smaller capacity takes
+    effect as running handlers finish, a larger one wakes waiters at once."""
+
+    def __init__(self, capacity: int) -> None:
+        self._capacity = max(1, capacity)
+        self._busy = 0
+        self._waiting: deque[asyncio.Future[None]] = deque()
+
+    @property
+    def capacity(self) -> int:
+        return self._capacity
+
+    @property
+    def busy(self) -> int:
+        return self._busy
+
+    def resize(self, capacity: int) -> None:
+        self._capacity = max(1, capacity)
+        self._hand_over()
+
+    async def __aenter__(self) -> None:
+        if self._busy < self._capacity and not self._waiting:
+            self._busy += 1
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting.append(future)
+        try:
+            await future  # resolved with the slot already counted as ours
+        except asyncio.CancelledError:
+            if future.done() and not future.cancelled():
+                self._busy -= 1  # granted as the waiter was cancelled: pass it on
+                self._hand_over()
+            raise
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._busy -= 1
+        self._hand_over()
+
+    def _hand_over(self) -> None:
+        while self._waiting and self._busy < self._capacity:
+            future = self._waiting.popleft()
+            if not future.done():  # (a cancelled waiter is skipped)
+                self._busy += 1
+                future.set_result(None)
 
 
 @dataclass(frozen=True)
@@ -114,6 +184,7 @@ class _Held:
     revision: int
     stop: asyncio.Event
     tasks: list[asyncio.Task]
+    consumers: list[Consumer] = field(default_factory=list)
     releasing: bool = False
     finisher: asyncio.Task | None = None  # the hand-over in progress (drain, then delete the lease)
 
@@ -148,7 +219,10 @@ class PartitionedSubscriber:
         self._beats = 0
         self._seen_members: set[str] = set()
         self._recheck = False  # a stall: the next beat reads the leases whatever else
-        self._slots = asyncio.Semaphore(REPLICA_CONCURRENCY)  # shared by every consumer of the replica
+        self._cpu_limit = cpu_limit_cores()
+        self._limit_checked = time.monotonic()
+        self._slots = HandlerSlots(handler_slots(self._cpu_limit))  # shared by every consumer of the replica
+        metrics.HANDLER_SLOTS.labels(self.role).set(self._slots.capacity)
         self._target = self.partitions  # the share aimed at (set each heartbeat)
         self._writer: HeartbeatWriter | None = None
         self._progress = time.monotonic()  # the event loop's last tick (read by the writer)
@@ -238,6 +312,7 @@ class PartitionedSubscriber:
         now = time.monotonic()
         last = max(self._last_beat, self._writer.last_write if self._writer is not None else 0.0)
         await self._beat(now, observe=bool(self._beats))
+        self._follow_cpu_limit(now)
         # Our heartbeat had lapsed (a stall): another replica may have taken our leases.
         self._recheck = self._recheck or now - last >= LEASE_TTL_S
         try:
@@ -274,7 +349,9 @@ class PartitionedSubscriber:
             elif holder == self.replica:
                 held.revision = leases[partition][1]
         live = set(members)
-        self._target = target
+        if target != self._target:
+            self._target = target
+            self._resize_pulls()
         owned = sorted(self.owned, key=lambda p: preference(self.replica, p), reverse=True)
         if len(owned) > target:
             for partition in owned[: len(owned) - target]:  # the ones it ranks last
@@ -303,19 +380,45 @@ class PartitionedSubscriber:
         # asks about once a second, not once per partition; each gauge is then at most as old as
         # a Prometheus scrape interval (15 s at 16 partitions).
         options = {"backlog_interval_s": max(5.0, 1.0 * self.partitions), "slots": self._slots,
-                   "batch": pull_batch(self._target, len(self.subscriptions)), **self.consumer_options}
+                   "batch": self._batch(), **self.consumer_options}
+        consumers = []
         for subscription in self.subscriptions:
             consumer = Consumer(self.bus.js, subscription.spec(self.cluster, partition), subscription.handler,
                                 service=self.service or self.role, publisher=self.bus.publisher,
                                 key_of=subscription.key_of, coalesce=subscription.coalesce,
                                 label=durable_name(subscription.name, self.cluster), **options)
+            consumers.append(consumer)
             tasks.append(asyncio.create_task(consumer.run(stop)))
-        self._held[partition] = _Held(revision, stop, tasks)
+        self._held[partition] = _Held(revision, stop, tasks, consumers)
         self.changes += 1
         metrics.PARTITIONS_OWNED.labels(self.role).set(len(self.owned))
         log.info("partition acquired", extra={"role": self.role, "partition": partition, "replica": self.replica})
         if self.on_acquire is not None:
             self.on_acquire(partition)
+
+    def _batch(self) -> int:
+        return pull_batch(self._target, len(self.subscriptions), self._cpu_limit)
+
+    def _follow_cpu_limit(self, now: float) -> None:
+        """Re-reads the replica's CPU limit (it may be set or changed after the start) and sizes
+        the handler slots and every consumer's pull to it."""
+        if now - self._limit_checked < LIMIT_CHECK_S:
+            return
+        self._limit_checked = now
+        limit = cpu_limit_cores()
+        if limit == self._cpu_limit:
+            return
+        log.info("CPU limit of %s: %s cores", self.role, f"{limit:g}" if limit is not None else "none")
+        self._cpu_limit = limit
+        self._slots.resize(handler_slots(limit))
+        metrics.HANDLER_SLOTS.labels(self.role).set(self._slots.capacity)
+        self._resize_pulls()
+
+    def _resize_pulls(self) -> None:
+        batch = self._batch()
+        for held in self._held.values():
+            for consumer in held.consumers:
+                consumer.batch = batch
 
     def _stop(self, partition: int, *, delete_lease: bool) -> asyncio.Task:
         held = self._held[partition]

@@ -44,6 +44,10 @@ HEARTBEAT_INTERVAL = Histogram(
     "trainyard_partition_heartbeat_interval_seconds", "Time between two heartbeats of a replica (docs/bus.md)",
     ["role"], buckets=(0.5, 1, 1.5, 2, 2.5, 3, 4, 5, 10, 30),
 )
+HANDLER_SLOTS = Gauge(
+    "trainyard_replica_handler_slots", "Handlers a replica runs at once, sized to its CPU limit (docs/bus.md)",
+    ["role"],
+)
 LEASES_LOST = Counter(
     "trainyard_partition_leases_lost_total", "Partitions taken over from this replica while its heartbeat lapsed",
     ["role"],

@@ -307,6 +307,53 @@ async def test_a_replica_holding_every_partition_runs_at_most_its_share_of_handl
         await observer.close()
 
 
+async def test_a_replica_sizes_its_handlers_and_pulls_to_a_cpu_limit_set_after_it_started(nats_server,
+                                                                                          monkeypatch) -> None:
+    """A bench (or a pod resized in place) applies the quota once the replica runs: at 0.03 CPU
+    it runs MIN_SLOTS handlers at once and pulls a message at a time; when the limit goes, it
+    is back to REPLICA_CONCURRENCY."""
+    limit: list[float | None] = [None]
+    monkeypatch.setattr(partitions, "cpu_limit_cores", lambda: limit[0])
+    monkeypatch.setattr(partitions, "LIMIT_CHECK_S", 0.1)
+    running, most = 0, 0
+    done: list[str] = []
+
+    async def handle(delivery: Delivery) -> None:
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        await asyncio.sleep(0.02)
+        running -= 1
+        done.append(delivery.subject)
+
+    session = await BusSession.open(nats_server.url, "w1")
+    observer = await BusSession.open(nats_server.url, "observer")
+    subscriber = PartitionedSubscriber(
+        session, "w", "c1", [Subscription(EVENTS_STREAM, "w", lambda p: [event_filter("c1", None, p)], handle)],
+        partitions=PARTITIONS, replica="w1", heartbeat_s=0.25)
+    stop = asyncio.Event()
+    task = asyncio.create_task(subscriber.run(stop))
+    consumers = lambda: [c for held in subscriber._held.values() for c in held.consumers]  # noqa: E731
+    try:
+        await until(lambda: len(subscriber.owned) == PARTITIONS)
+        assert subscriber._slots.capacity == partitions.REPLICA_CONCURRENCY
+        assert {c.batch for c in consumers()} == {partitions.pull_batch(PARTITIONS, 1)}
+        limit[0] = 0.03
+        await until(lambda: subscriber._slots.capacity == partitions.MIN_SLOTS)
+        assert {c.batch for c in consumers()} == {partitions.pull_batch(PARTITIONS, 1, 0.03)}
+        await publish(observer, [f"c-{i}" for i in range(40)])
+        await until(lambda: len(done) >= 40)
+        assert most == partitions.MIN_SLOTS, most
+        limit[0] = None
+        await until(lambda: subscriber._slots.capacity == partitions.REPLICA_CONCURRENCY)
+        assert {c.batch for c in consumers()} == {partitions.pull_batch(PARTITIONS, 1)}
+    finally:
+        stop.set()
+        await task
+        await session.close()
+        await observer.close()
+
+
 def test_each_pull_asks_for_its_share_of_the_replicas_credit() -> None:
     assert partitions.pull_batch(16, 1) == 16  # 256 / (2 x 16), at least MIN_BATCH
     assert partitions.pull_batch(2, 1) == 64
