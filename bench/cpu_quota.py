@@ -157,3 +157,131 @@ class CpuQuotas:
     def describe(self) -> str:
         return (f"cgroup v{self.version} ({'cpu.cfs_quota_us' if self.version == 1 else 'cpu.max'}, "
                 f"period {PERIOD_US // 1000} ms) under {self.cpu_base}")
+
+
+# ------------------------------------------------------------------ shared by the benches
+# bench/e2e.py, bench/multicluster.py and bench/takeover.py take the same --cpu-limit and
+# --limit-roles options and report the limited replicas the same way.
+
+AT_LIMIT = 0.9  # of its CPU limit: a limited replica this busy is at its limit
+
+
+def add_arguments(parser, default_roles: str, roles_help: str) -> None:
+    """``--cpu-limit CORES`` and ``--limit-roles SERVICES`` on a bench's parser."""
+    parser.add_argument("--cpu-limit", type=float, default=0.0, metavar="CORES",
+                        help="run each replica of --limit-roles in a cgroup of its own with this CPU quota "
+                             "(e.g. 0.03), as a pod's resources.limits.cpu does: lifted while it starts, applied "
+                             "once it is ready; needs root and a cgroup cpu controller (v1 or v2)")
+    parser.add_argument("--limit-roles", default=default_roles, metavar="SERVICES",
+                        help=f"with --cpu-limit: {roles_help} (comma list; default {default_roles})")
+
+
+def parse_limit(cpu_limit: float, limit_roles: str, known) -> tuple[str, ...]:
+    """The checked --limit-roles (a tuple of names out of ``known``); ends the run with a message
+    for an unknown role or a negative --cpu-limit."""
+    roles = tuple(s.strip() for s in limit_roles.split(",") if s.strip())
+    unknown = sorted(set(roles) - set(known))
+    if unknown:
+        raise SystemExit(f"error: --limit-roles: unknown services {unknown} (of {', '.join(known)})")
+    if cpu_limit < 0:
+        raise SystemExit(f"error: --cpu-limit: cores, above 0, got {cpu_limit}")
+    if cpu_limit and not roles:
+        raise SystemExit("error: --limit-roles: --cpu-limit needs at least one service to limit")
+    return roles
+
+
+class LimitedReplicas:
+    """The CPU-limited replicas of one bench run by label (``dispatcher-2``, ``applier-4``):
+    each in a cgroup of its own, the limit lifted while it starts (``starting``) and applied
+    once it is ready (``apply``). Without a limit (``cores`` 0) every call does nothing, and no
+    cgroup is made."""
+
+    def __init__(self, cores: float) -> None:
+        self.cores = cores
+        self.quotas = CpuQuotas() if cores else None
+        self.groups: dict[str, Group] = {}
+
+    def __bool__(self) -> bool:
+        return self.quotas is not None
+
+    def starting(self, label: str, pid: int) -> None:
+        """The replica ``pid`` (new, or a replacement under the same label) in its cgroup,
+        unlimited: starting costs seconds of CPU."""
+        if self.quotas is None:
+            return
+        group = self.groups.get(label) or self.quotas.group(label)
+        group.limit(None)
+        group.add(pid)
+        self.groups[label] = group
+
+    def apply(self, *labels: str) -> None:
+        """The limit on these replicas (all of them when none is named)."""
+        if self.quotas is None:
+            return
+        for label in labels or tuple(self.groups):
+            self.groups[label].limit(self.cores)
+
+    def snapshot(self, labels=None) -> dict[str, tuple[float, tuple[int, int]]]:
+        """Per replica (all, or those of ``labels`` that are limited): CPU seconds and
+        (periods, periods throttled) so far, for ``shares`` at the end of a run."""
+        chosen = self.groups if labels is None else {k: self.groups[k] for k in labels if k in self.groups}
+        return {label: (group.usage_s(), group.throttled()) for label, group in chosen.items()}
+
+    def shares(self, before: dict[str, tuple[float, tuple[int, int]]], wall: float) -> dict[str, tuple[float, float]]:
+        """``limit_shares`` of the replicas in ``before``, from the cgroups' own accounting."""
+        if not before or wall <= 0:
+            return {}
+        groups = {label: self.groups[label] for label in before}
+        used = {label: self.groups[label].usage_s() - before[label][0] for label in before}
+        return limit_shares(groups, {label: value[1] for label, value in before.items()}, used, wall, self.cores)
+
+    def describe(self) -> str:
+        return self.quotas.describe() if self.quotas is not None else "no CPU limit"
+
+    def close(self) -> None:
+        if self.quotas is not None:
+            self.quotas.close()
+
+
+def limit_shares(limited: dict, throttled_before: dict, cpu_each: dict[str, float], wall: float,
+                 cores: float) -> dict[str, tuple[float, float]]:
+    """Each limited replica's CPU over the run as a share of its limit, and the share of CFS
+    periods in which the kernel throttled it."""
+    out = {}
+    for name, group in limited.items():
+        periods0, throttled0 = throttled_before[name]
+        periods1, throttled1 = group.throttled()
+        periods = periods1 - periods0
+        out[name] = (cpu_each.get(name, 0.0) / wall / cores, (throttled1 - throttled0) / periods if periods else 0.0)
+    return out
+
+
+def at_limit(shares: dict[str, tuple[float, float]]) -> list[str]:
+    """The replicas at their limit (>= AT_LIMIT of it), the busiest first."""
+    return sorted((name for name, (share, _) in shares.items() if share >= AT_LIMIT), key=lambda name: -shares[name][0])
+
+
+def share_list(shares: dict[str, tuple[float, float]]) -> str:
+    """``dispatcher 97% (80%), dispatcher-2 40% (0%)``: CPU as a share of the limit (periods throttled)."""
+    return ", ".join(f"{name} {100 * share:.0f}% ({100 * throttled:.0f}%)" for name, (share, throttled) in shares.items())
+
+
+def limit_lines(shares: dict[str, tuple[float, float]], cores: float) -> list[str]:
+    """Per limited replica: its CPU as a share of its limit (and periods throttled); the replicas
+    at their limit named."""
+    if not shares:
+        return []
+    busy = at_limit(shares)
+    return [f"CPU of each limited replica as a share of its {cores:g}-CPU limit (periods throttled): " +
+            share_list(shares),
+            f"at their limit (>= {100 * AT_LIMIT:.0f}%): " + (", ".join(busy) if busy else "none")]
+
+
+def limited_saturation(shares: dict[str, tuple[float, float]], cores: float) -> str | None:
+    """The limit of a run with CPU-limited replicas: the replicas at their limit, if any."""
+    busy = at_limit(shares)
+    if not busy:
+        return None
+    name = busy[0]
+    more = f" and {len(busy) - 1} more of {len(shares)} limited replicas" if len(busy) > 1 else ""
+    return f"{name} at {100 * shares[name][0]:.0f}% of its {cores:g}-CPU limit{more}"

@@ -66,6 +66,10 @@ from fixtures.nats import NatsServer, free_port  # noqa: E402
 import httpx  # noqa: E402
 
 from waiting import SAY_EVERY_S, GaveUp, missing, say, wait_until  # noqa: E402  (bench/)
+from cpu_quota import (  # noqa: E402  (bench/)
+    LimitedReplicas, add_arguments as add_limit_arguments, limit_lines, limit_shares, limited_saturation,
+    parse_limit,
+)
 
 SERVICES = ("watcher", "planner", "applier", "status")
 TRAINJOBS = "/apis/trainer.kubeflow.org/v1alpha1/namespaces/{ns}/trainjobs"
@@ -581,8 +585,8 @@ class Stack:
         # (bench/cpu_quota.py), lifted while it starts and applied once the stack is ready.
         self.cpu_limit = cpu_limit
         self.limit_roles = limit_roles
-        self.quotas = None
-        self.groups: dict[str, object] = {}  # replica name (process_names) -> its cgroup
+        # Made first: without root or a cpu controller the run ends here, before anything starts.
+        self.limits = LimitedReplicas(cpu_limit)  # replica name (process_names) -> its cgroup
         self.api_workers = api_workers  # 0: the devcluster's default (one process on <= 4 cores)
         self.monitor_ports = [free_port() for _ in range(nats_nodes)]
         if nats_nodes == 1:
@@ -613,25 +617,21 @@ class Stack:
                              *(arg for path in sorted((REPO / "deploy" / "crds").glob("*_*.yaml"))
                                for arg in ("-f", str(path))))
         webhook_ports = self.prepare_webhook_service(self.replicas["planner"])
-        if self.cpu_limit:
-            from cpu_quota import CpuQuotas
-
-            self.quotas = CpuQuotas()
         for name in SERVICES:
             for replica in range(self.replicas[name]):
                 proc = start_service(name, self.cluster.kubeconfig, self.nats_url, self.workdir, replica,
                                      webhook_ports[replica] if name == "planner" else 0)
                 self.procs.append((name, proc))
-                if self.quotas is not None and name in self.limit_roles:
-                    label = name if self.replicas[name] == 1 else f"{name}-{replica + 1}"
-                    group = self.quotas.group(label)
-                    group.add(proc.pid)  # no limit yet: starting costs seconds of CPU
-                    self.groups[label] = group
+                if name in self.limit_roles:  # no limit yet: starting costs seconds of CPU
+                    self.limits.starting(self.label(name, replica), proc.pid)
         for name, proc in self.procs:
             self.ports.setdefault(name, []).append(wait_ready(proc, name))
         asyncio.run(wait_balanced(self.nats_url, self.replicas))
-        for group in self.groups.values():
-            group.limit(self.cpu_limit)
+        self.limits.apply()
+
+    def label(self, name: str, replica: int) -> str:
+        """A replica's name in the reports (process_names): ``planner``, or ``planner-2`` of several."""
+        return name if self.replicas[name] == 1 else f"{name}-{replica + 1}"
 
     def prepare_webhook_service(self, planners: int) -> list[int]:
         """The webhook Service and one EndpointSlice per planner replica (each its own port);
@@ -650,7 +650,7 @@ class Stack:
 
     def limited(self) -> dict[str, object]:
         """The limited replicas' cgroups by replica name (empty without --cpu-limit)."""
-        return dict(self.groups)
+        return dict(self.limits.groups)
 
     def __enter__(self) -> "Stack":
         """Started; stopped again (whatever did start) if starting fails."""
@@ -698,8 +698,7 @@ class Stack:
             except subprocess.TimeoutExpired:
                 os.kill(proc.pid, signal.SIGKILL)
                 proc.wait()
-        if self.quotas is not None:
-            self.quotas.close()
+        self.limits.close()
         if self.cluster is not None:
             self.cluster.stop()
         for node in self.nodes:
@@ -789,22 +788,6 @@ def saturation(percent: dict[str, float], cores: int, others_pct: float = 0.0, l
     return f"none (busiest {busiest} {top:.0f}%)"
 
 
-AT_LIMIT = 0.9  # of its CPU limit: a limited replica this busy is at its limit
-
-
-def limit_shares(limited: dict, throttled_before: dict, cpu_each: dict[str, float], wall: float,
-                 cores: float) -> dict[str, tuple[float, float]]:
-    """Each limited replica's CPU over the run as a share of its limit, and the share of CFS
-    periods in which the kernel throttled it."""
-    out = {}
-    for name, group in limited.items():
-        periods0, throttled0 = throttled_before[name]
-        periods1, throttled1 = group.throttled()
-        periods = periods1 - periods0
-        out[name] = (cpu_each.get(name, 0.0) / wall / cores, (throttled1 - throttled0) / periods if periods else 0.0)
-    return out
-
-
 async def lease_health(client: httpx.AsyncClient, stack: Stack) -> dict[str, tuple[float, float]]:
     """Per replica of a partitioned role: partitions lost while its heartbeat lapsed, and its
     heartbeats that came more than 2.5 s after the one before (the lease lapses at 3 s)."""
@@ -834,27 +817,13 @@ def lease_lines(health: dict[str, tuple[float, float]]) -> list[str]:
                                                    if late else "none")]
 
 
-def limit_lines(shares: dict[str, tuple[float, float]], cores: float) -> list[str]:
-    """Per limited replica: its CPU as a share of its limit (and periods throttled); the replicas
-    at their limit named."""
-    if not shares:
-        return []
-    at_limit = sorted((name for name, (share, _) in shares.items() if share >= AT_LIMIT),
-                      key=lambda name: -shares[name][0])
-    return [f"CPU of each limited replica as a share of its {cores:g}-CPU limit (periods throttled): " +
-            ", ".join(f"{name} {100 * share:.0f}% ({100 * throttled:.0f}%)"
-                      for name, (share, throttled) in shares.items()),
-            f"at their limit (>= {100 * AT_LIMIT:.0f}%): " + (", ".join(at_limit) if at_limit else "none")]
-
-
-def limited_saturation(shares: dict[str, tuple[float, float]], cores: float) -> str | None:
-    """The limit of a run with CPU-limited replicas: the replicas at their limit, if any."""
-    at_limit = sorted(((share, name) for name, (share, _) in shares.items() if share >= AT_LIMIT), reverse=True)
-    if not at_limit:
-        return None
-    share, name = at_limit[0]
-    more = f" and {len(at_limit) - 1} more of {len(shares)} limited replicas" if len(at_limit) > 1 else ""
-    return f"{name} at {100 * share:.0f}% of its {cores:g}-CPU limit{more}"
+def offered_taken(count: int, created: float, wall: float) -> str:
+    """Offered load (creates/s while they were sent) against taken (TrainJobs/s through the
+    whole pipeline): the creates must outrun the stack, or the figure is the load generators'
+    rate, not the stack's."""
+    taken_by = "the stack (creates outran it)" if created < 0.8 * wall else "the load generators, not the stack"
+    return (f"offered {count / created:.1f} creates/s, taken {count / wall:.1f} TrainJobs/s: the figure is "
+            f"bounded by {taken_by}")
 
 
 def devcluster_split(percent: dict[str, float]) -> str:
@@ -1008,10 +977,7 @@ async def _summary(args, figures: dict, cpu_each: dict, wall: float, created: fl
     print(f"sustained: {sustained:.1f} TrainJobs/s (create -> JobSet applied, {args.sustained} TrainJobs, {offered}"
           f"concurrency {args.concurrency}, {args.generators} generator processes, every create answered "
           f"after {created:.1f} s of {wall:.1f} s; load average before {load_before}, after {loadavg()})")
-    # The creates must outrun the stack, or the figure is the load generators' rate, not the stack's.
-    taken_by = "the stack (creates outran it)" if created < 0.8 * wall else "the load generators, not the stack"
-    print(f"offered {args.sustained / created:.1f} creates/s, taken {sustained:.1f} TrainJobs/s: the figure is "
-          f"bounded by {taken_by}")
+    print(offered_taken(args.sustained, created, wall))
     for line in limit_lines(figures.get("limits") or {}, args.cpu_limit) + lease_lines(figures.get("leases") or {}):
         print(line)
     if raw is not None:
@@ -1190,7 +1156,7 @@ def run_once(args, replicas: dict[str, int]) -> dict:
         dev = len(stack.pids()["devcluster"])
         api = f"devcluster of {dev} processes (store + {dev - 1} API workers)" if dev > 1 else "devcluster one process"
         limit = (f"; each replica of {', '.join(args.limit_roles)} limited to {args.cpu_limit:g} CPU "
-                 f"({stack.quotas.describe()})" if stack.quotas is not None else "")
+                 f"({stack.limits.describe()})" if stack.limits else "")
         print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} "
               f"(/proc/loadavg {loadavg()}); replicas {shown}; {bus}; {api}{limit}; logs in {workdir}", flush=True)
         return asyncio.run(bench(stack, args))
@@ -1236,19 +1202,9 @@ def main() -> int:
                              "processes and each run and --table row says which process saturates (default: "
                              "the devcluster's own, one process on <= 4 cores). With --raw-only a comma list "
                              "(e.g. 1,2,4): a table, one devcluster each")
-    parser.add_argument("--cpu-limit", type=float, default=0.0, metavar="CORES",
-                        help="run each replica of --limit-roles in a cgroup of its own with this CPU quota "
-                             "(e.g. 0.03), as a pod's resources.limits.cpu does: lifted while it starts, applied "
-                             "once the stack is ready; needs root and a cgroup cpu controller (v1 or v2)")
-    parser.add_argument("--limit-roles", default="planner,applier,status", metavar="SERVICES",
-                        help="with --cpu-limit: the services whose replicas are limited (comma list)")
+    add_limit_arguments(parser, "planner,applier,status", "the services whose replicas are limited")
     args = parser.parse_args()
-    args.limit_roles = tuple(s.strip() for s in args.limit_roles.split(",") if s.strip())
-    unknown = sorted(set(args.limit_roles) - set(SERVICES))
-    if unknown:
-        raise SystemExit(f"error: --limit-roles: unknown services {unknown} (of {', '.join(SERVICES)})")
-    if args.cpu_limit < 0:
-        raise SystemExit(f"error: --cpu-limit: cores, above 0, got {args.cpu_limit}")
+    args.limit_roles = parse_limit(args.cpu_limit, args.limit_roles, SERVICES)
     if args.nats_cluster < 1 or (args.nats_cluster > 1 and args.nats_cluster % 2 == 0):
         raise SystemExit(f"error: --nats-cluster: 1 or an odd number of nodes, got {args.nats_cluster}")
     if args.generators < 1 or args.concurrency < args.generators:

@@ -9,9 +9,15 @@
    - sustained: delegated TrainJobs created as fast as the manager takes them, until every
      worker JobSet exists (TrainJobs/s), and the CPU ms each process spent per TrainJob;
    - the ratio delegated / single-cluster of the same run.
-   - with --replicas 1,2,4: the sustained run again with that many dispatcher processes
-     (the stack's own plus extra ones started like it), delegated TrainJobs/s and the
-     dispatchers' CPU ms per TrainJob for each.
+   - with --dispatchers 1,2,4: the sustained run again with that many dispatcher processes
+     (the stack's own plus extra ones started like it), then a table: per count, delegated
+     TrainJobs/s (and its multiple of the first row's), offered creates/s against taken, the
+     dispatchers' CPU ms per TrainJob, the whole stack's CPU and, with --cpu-limit, each limited
+     replica's CPU as a share of its limit and which are at it.
+   - with --cpu-limit CORES: each process of --limit-roles (default: dispatcher; every extra
+     dispatcher too) in a cgroup of its own with that CPU quota (bench/cpu_quota.py), as a pod's
+     resources.limits.cpu; an extra replica's quota is lifted while it starts and applied once
+     the partitions are split. Target (issue #33): 4 limited dispatchers >= 3.4x one.
 TrainJobs are created suspended in both parts, so JobSets are created and no pod runs (and they
 hold no worker slots, so any number of them is delegated): the figures are the control
 planes', not the local data plane's.
@@ -25,8 +31,9 @@ workers', the placement run's) with N API worker processes over its store proces
 `trainyard up --api-workers N`; a devcluster's CPU is then the sum of its processes.
 
 Usage: .venv/bin/python bench/multicluster.py [--sustained 200] [--paced-seconds 5] [--concurrency 16]
-           [--replicas 1,2,4] [--placement-workers 20 --placements 300 --fleet-pods 0]
+           [--dispatchers 1,2,4] [--placement-workers 20 --placements 300 --fleet-pods 0]
            [--only placement|delegated] [--skip-single] [--api-workers N]
+           [--cpu-limit CORES [--limit-roles dispatcher]]
 Prints figures; asserts nothing (targets: delegated >= 0.4 x single-cluster on 2 cores,
 p50 < 500 ms at 10/s; >= 30 delegated TrainJobs/s on a 16-core machine, >= 150 on the device;
 placement p99 < 5 ms with 20 workers). Every wait says what it waits for and ends the run
@@ -52,9 +59,12 @@ sys.path.insert(0, str(REPO / "bench"))
 
 import httpx  # noqa: E402
 
+from cpu_quota import (  # noqa: E402
+    LimitedReplicas, add_arguments as add_limit_arguments, at_limit, limit_lines, parse_limit, share_list,
+)
 from e2e import (  # noqa: E402
-    RUNTIME, SERVICES, JobSetWatch, api_worker_pids, as_fast_as_possible, cpu_seconds, percentile, start_service,
-    wait_ready,
+    RUNTIME, SERVICES, JobSetWatch, api_worker_pids, as_fast_as_possible, cpu_seconds, loadavg, offered_taken,
+    percentile, start_service, wait_ready,
 )
 from fixtures.devcluster import start_devcluster  # noqa: E402
 from fixtures.nats import NatsServer  # noqa: E402
@@ -64,6 +74,8 @@ from waiting import missing, stop_process, wait_until  # noqa: E402
 TRAINJOBS = "/apis/trainer.kubeflow.org/v1alpha1/namespaces/{ns}/trainjobs"
 MANAGED_BY = "kueue.x-k8s.io/multikueue"
 NAMESPACE = "bench-mc"
+ROLES = ("dispatcher", *SERVICES)  # what --limit-roles may name: a service is limited on every cluster
+SCALE_TARGET = 3.4  # issue #33: delegated TrainJobs/s with 4 limited dispatchers over one
 
 
 def trainjob(name: str, delegated: bool) -> dict:
@@ -177,9 +189,43 @@ async def single_cluster_up(args, stack) -> float:
     return rate
 
 
-def start_extra_dispatcher(stack, workdir: Path, index: int):
+def child_role(name: str, clusters) -> str:
+    """The role of a `trainyard up` child: ``worker-1-planner-2`` -> ``planner``, ``dispatcher``
+    -> ``dispatcher`` (the manager's children have no prefix, a worker's its cluster's name)."""
+    for cluster in clusters:
+        if cluster != "manager" and name.startswith(f"{cluster}-"):
+            name = name[len(cluster) + 1:]
+            break
+    base, _, index = name.rpartition("-")
+    return base if base and index.isdigit() else name
+
+
+def limit_stack(stack, limits: LimitedReplicas, roles: tuple[str, ...]) -> list[str]:
+    """The stack's processes of ``roles`` (by child name) each in its cgroup, limited now (they
+    are ready); returns their names."""
+    labels = [name for name in stack.state["children"] if child_role(name, stack.state["clusters"]) in roles]
+    for label in labels:
+        limits.starting(label, stack.state["children"][label]["pid"])
+    limits.apply(*labels)
+    return labels
+
+
+def stack_pids(stack, extras) -> list[int]:
+    """Every process of the stack (a devcluster's API workers too) and the extra dispatchers."""
+    return [pid for info in stack.state["children"].values() for pid in child_processes(info["pid"])] + [
+        proc.pid for proc, _ in extras]
+
+
+def extra_label(index: int) -> str:
+    """The name of extra dispatcher ``index`` (1, 2, ...) in the reports: the stack's own is
+    ``dispatcher``, the extras ``dispatcher-2`` and on."""
+    return f"dispatcher-{index + 1}"
+
+
+def start_extra_dispatcher(stack, workdir: Path, index: int, limits: LimitedReplicas | None = None):
     """One more dispatcher replica, started as the stack started its own (same argv and
-    environment, so the same identity and flags), on its own health port."""
+    environment, so the same identity and flags), on its own health port. With ``limits`` it
+    starts in its own cgroup, unlimited (the caller applies the limit once it took its share)."""
     import subprocess
 
     from trainyard.supervisor.ports import free_port
@@ -193,6 +239,8 @@ def start_extra_dispatcher(stack, workdir: Path, index: int):
     argv[argv.index("--http-port") + 1] = str(port)
     log = (workdir / f"dispatcher-extra-{index}.log").open("ab")
     proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+    if limits is not None:
+        limits.starting(extra_label(index), proc.pid)
     began = time.monotonic()
     while True:
         try:
@@ -237,8 +285,10 @@ async def wait_split(ports: list[int], timeout_s: float = 60.0) -> None:
     print(f"warning: dispatcher partitions not split after {timeout_s:.0f} s: {owned} of {count}", flush=True)
 
 
-async def replica_rows(args, stack, workdir: Path) -> list[tuple[int, float, float]]:
-    """(dispatchers, delegated TrainJobs/s, dispatchers' CPU ms per TrainJob) for each count."""
+async def replica_rows(args, stack, workdir: Path, limits: LimitedReplicas,
+                       limited: list[str]) -> list[dict]:
+    """One row per dispatcher count (see ``dispatcher_table``); ``limited``: the stack's own
+    limited processes (the extra dispatchers are limited too when the dispatcher is)."""
     clusters = stack.state["clusters"]
     endpoints = {name: Endpoint(Path(info["kubeconfig"]), args.concurrency) for name, info in clusters.items()}
     manager = endpoints["manager"].client
@@ -249,28 +299,45 @@ async def replica_rows(args, stack, workdir: Path) -> list[tuple[int, float, flo
     async def create(doc):
         (await manager.post(TRAINJOBS.format(ns=NAMESPACE), json=doc)).raise_for_status()
 
+    limit_extras = limits if "dispatcher" in args.limit_roles else None
     extras: list = []
     rows = []
     try:
-        for count in args.replicas:
+        for count in args.dispatchers:
+            while len(extras) > count - 1:  # a smaller count after a larger one
+                stop_process(extras.pop()[0])
             while len(extras) < count - 1:
-                extras.append(await asyncio.to_thread(start_extra_dispatcher, stack, workdir, len(extras) + 1))
-            pids = [stack.state["children"]["dispatcher"]["pid"], *(p.pid for p, _ in extras[:count - 1])]
-            await wait_split([stack.state["ports"]["dispatcher"], *(port for _, port in extras[:count - 1])])
+                extras.append(await asyncio.to_thread(start_extra_dispatcher, stack, workdir, len(extras) + 1,
+                                                      limit_extras))
+            pids = [stack.state["children"]["dispatcher"]["pid"], *(p.pid for p, _ in extras)]
+            await wait_split([stack.state["ports"]["dispatcher"], *(port for _, port in extras)])
+            if limit_extras is not None:
+                limits.apply(*(extra_label(i) for i in range(1, len(extras) + 1)))
             warm = [f"warm-r{count}-{i}" for i in range(2 * count)]  # each replica has placed
             for name in warm:
                 await create(trainjob(name, True))
             await wait_all(watches, [f"{NAMESPACE}/{n}" for n in warm], timeout=120)
+            everything = stack_pids(stack, extras)
+            labels = limited + [extra_label(i) for i in range(1, len(extras) + 1)]
+            limits_before = limits.snapshot(labels)
+            total_before = sum(cpu_seconds(pid) for pid in everything)
             cpu_before = sum(cpu_seconds(pid) for pid in pids)
+            load_before = loadavg()
             names = [f"r{count}-{i}" for i in range(args.sustained)]
             start = time.perf_counter()
-            await as_fast_as_possible([trainjob(n, True) for n in names], args.concurrency, create)
+            created = await as_fast_as_possible([trainjob(n, True) for n in names], args.concurrency, create)
             done = await wait_all(watches, [f"{NAMESPACE}/{n}" for n in names], timeout=600)
-            rate = len(done) / (time.perf_counter() - start)
-            cpu = (sum(cpu_seconds(pid) for pid in pids) - cpu_before) * 1000 / args.sustained
-            rows.append((count, rate, cpu))
-            print(f"  {count} dispatcher(s): {rate:.1f} delegated TrainJobs/s, dispatchers {cpu:.1f} CPU ms "
-                  f"per TrainJob (load {os.getloadavg()[0]:.1f})", flush=True)
+            wall = time.perf_counter() - start
+            row = {"dispatchers": count, "rate": len(done) / wall, "created_s": created, "wall_s": wall,
+                   "dispatcher_cpu_ms": (sum(cpu_seconds(pid) for pid in pids) - cpu_before) * 1000 / args.sustained,
+                   "stack_cpu_pct": 100 * (sum(cpu_seconds(pid) for pid in everything) - total_before) / wall,
+                   "limits": limits.shares(limits_before, wall), "load_before": load_before}
+            rows.append(row)
+            print(f"  {count} dispatcher(s): {row['rate']:.1f} delegated TrainJobs/s, dispatchers "
+                  f"{row['dispatcher_cpu_ms']:.1f} CPU ms per TrainJob, the stack {row['stack_cpu_pct']:.0f}% CPU "
+                  f"(load before {load_before}, after {loadavg()})", flush=True)
+            for line in [offered_taken(args.sustained, created, wall), *limit_lines(row["limits"], args.cpu_limit)]:
+                print(f"    {line}", flush=True)
     finally:
         for proc, _ in extras:
             stop_process(proc)
@@ -279,6 +346,43 @@ async def replica_rows(args, stack, workdir: Path) -> list[tuple[int, float, flo
         for endpoint in endpoints.values():
             await endpoint.client.aclose()
     return rows
+
+
+def dispatcher_table(rows: list[dict], sustained: int, cpu_limit: float, cores: int) -> list[str]:
+    """The --dispatchers table: per dispatcher count, delegated TrainJobs/s and its multiple of
+    the first row's, offered creates/s (while they were sent) against taken, the dispatchers'
+    CPU ms per TrainJob, the whole stack's CPU % of one core, and with --cpu-limit each limited
+    replica's CPU as a share of its limit (periods throttled) and the replicas at their limit;
+    then the issue #33 target when the table has a 1 and a 4 row."""
+    head = f"{'dispatchers':>11} {'TJ/s':>7} {'x1':>5} {'offered/s':>9} {'disp ms':>8} {'stack CPU %':>11}"
+    lines = [head + ("   limited replicas: CPU % of the limit (periods throttled); at their limit" if cpu_limit else ""),
+             f"  (TJ/s: delegated TrainJobs/s taken, {sustained} per row; offered: creates/s while they were sent; "
+             f"disp ms: all dispatchers' CPU ms per TrainJob; stack CPU: every process of the stack, % of one of "
+             f"{cores} cores)"]
+    first = rows[0]["rate"] if rows else 0.0
+    for row in rows:
+        scale = row["rate"] / first if first else 0.0
+        line = (f"{row['dispatchers']:>11} {row['rate']:>7.1f} {scale:>5.2f} {sustained / row['created_s']:>9.1f} "
+                f"{row['dispatcher_cpu_ms']:>8.1f} {row['stack_cpu_pct']:>11.0f}   ")
+        if cpu_limit:
+            busy = at_limit(row["limits"])
+            line += share_list(row["limits"]) + "; at their limit: " + (", ".join(busy) if busy else "none")
+        lines.append(line.rstrip())
+    target = scale_target(rows, cpu_limit)
+    return lines + ([target] if target else [])
+
+
+def scale_target(rows: list[dict], cpu_limit: float) -> str | None:
+    """Delegated TrainJobs/s with 4 dispatchers over 1 against the issue #33 target (>= 3.4x
+    with limited replicas); None without both rows."""
+    one = [row["rate"] for row in rows if row["dispatchers"] == 1]
+    four = [row["rate"] for row in rows if row["dispatchers"] == 4]
+    if not one or not four or not one[0]:
+        return None
+    ratio = four[0] / one[0]
+    limited = f"each limited to {cpu_limit:g} CPU" if cpu_limit else "not limited (the target is for limited ones)"
+    return (f"target: delegated TrainJobs/s with 4 dispatchers >= {SCALE_TARGET:g}x one ({limited}): "
+            f"{ratio:.2f}x {'met' if ratio >= SCALE_TARGET else 'NOT met'}")
 
 
 async def placement_bench(args) -> dict[str, float]:
@@ -386,7 +490,8 @@ async def placement_bench(args) -> dict[str, float]:
         nats.stop()
 
 
-async def delegated(args, stack) -> tuple[list[float], float, dict[str, float]]:
+async def delegated(args, stack, limits: LimitedReplicas,
+                    limited: list[str]) -> tuple[list[float], float, dict[str, float], dict]:
     clusters = stack.state["clusters"]
     endpoints = {name: Endpoint(Path(info["kubeconfig"]), args.concurrency) for name, info in clusters.items()}
     for endpoint in endpoints.values():
@@ -422,18 +527,22 @@ async def delegated(args, stack) -> tuple[list[float], float, dict[str, float]]:
 
     pids = {name: child_processes(info["pid"]) for name, info in stack.state["children"].items()}
     cpu_before = {name: sum(cpu_seconds(pid) for pid in group) for name, group in pids.items()}
+    limits_before = limits.snapshot(limited)
     names = [f"sustained-{i}" for i in range(args.sustained)]
     start = time.perf_counter()
-    await as_fast_as_possible([trainjob(n, True) for n in names], args.concurrency, create)
+    created = await as_fast_as_possible([trainjob(n, True) for n in names], args.concurrency, create)
     done = await wait_all(watches, [f"{NAMESPACE}/{n}" for n in names], timeout=600)
-    rate = len(done) / (time.perf_counter() - start)
+    wall = time.perf_counter() - start
+    rate = len(done) / wall
+    shares = limits.shares(limits_before, wall)
+    print(offered_taken(args.sustained, created, wall), flush=True)
     cpu = {name: (sum(cpu_seconds(pid) for pid in group) - cpu_before[name]) * 1000 / args.sustained
            for name, group in pids.items()}
     for watch in watches:
         await watch.stop()
     for endpoint in endpoints.values():
         await endpoint.client.aclose()
-    return latencies, rate, cpu
+    return latencies, rate, cpu, shares
 
 
 def api_workers_args(args) -> list[str]:
@@ -453,12 +562,14 @@ def child_processes(pid: int) -> list[int]:
     return [pid, *api_worker_pids(Path(argv[argv.index("--data-dir") + 1]))]
 
 
-def main() -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line, checked: ``dispatchers`` a list of counts, ``limit_roles`` a tuple."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sustained", type=int, default=200, help="TrainJobs in each sustained run")
     parser.add_argument("--paced-seconds", type=float, default=5.0, help="seconds of the 10/s paced run")
     parser.add_argument("--concurrency", type=int, default=16)
-    parser.add_argument("--replicas", default="", help="dispatcher counts to compare, e.g. 1,2,4 (default: none)")
+    parser.add_argument("--dispatchers", "--replicas", dest="dispatchers", default="", metavar="COUNTS",
+                        help="dispatcher replica counts to compare, e.g. 1,2,4: a table (default: none)")
     parser.add_argument("--placement-workers", type=int, default=20,
                         help="workers registered in the placement run (0: skip it)")
     parser.add_argument("--placements", type=int, default=300, help="TrainJobs placed in the placement run")
@@ -471,17 +582,44 @@ def main() -> int:
                         help="every devcluster (single-cluster, manager, workers, placement run) with N API worker processes, "
                              "as `trainyard up --api-workers N`; CPU per devcluster sums its processes "
                              "(default: the devcluster's own, one process on <= 4 cores)")
-    args = parser.parse_args()
+    add_limit_arguments(parser, "dispatcher", "the roles whose processes are limited in the multi-cluster stack: "
+                        "dispatcher (the stack's and every extra replica) or a service (its process on every "
+                        "cluster); the single-cluster and placement runs are not limited")
+    args = parser.parse_args(argv)
     if args.api_workers < 0 or args.api_workers > 64:
         parser.error(f"--api-workers: must be between 1 and 64 (0: the devcluster's default), got {args.api_workers}")
+    args.dispatchers = parse_dispatchers(args.dispatchers)
+    args.limit_roles = parse_limit(args.cpu_limit, args.limit_roles, ROLES)
+    return args
+
+
+def main() -> int:
+    args = parse_args()
+    limits = LimitedReplicas(args.cpu_limit)  # without root or a cpu controller: ends here, nothing started
     try:
-        args.replicas = [int(v) for v in args.replicas.split(",") if v.strip()]
+        return run(args, limits)
+    finally:
+        limits.close()
+
+
+def parse_dispatchers(spec: str) -> list[int]:
+    """``1,2,4`` -> [1, 2, 4]; ends the run with a message for anything else."""
+    try:
+        counts = [int(v) for v in spec.split(",") if v.strip()]
     except ValueError:
-        parser.error(f"--replicas: expected counts such as 1,2,4, got {args.replicas!r}")
-    if any(v < 1 for v in args.replicas):
-        parser.error("--replicas: every count must be at least 1")
-    print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; devclusters "
-          f"{f'--api-workers {args.api_workers}' if args.api_workers else 'at their default (one process on <= 4 cores)'}")
+        raise SystemExit(f"error: --dispatchers: expected counts such as 1,2,4, got {spec!r}") from None
+    if any(v < 1 for v in counts):
+        raise SystemExit(f"error: --dispatchers: every count must be at least 1, got {spec!r}")
+    return counts
+
+
+def run(args, limits: LimitedReplicas) -> int:
+    limit = (f"; in the multi-cluster stack each process of {', '.join(args.limit_roles)} limited to "
+             f"{args.cpu_limit:g} CPU ({limits.describe()})" if limits else "")
+    print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} (/proc/loadavg {loadavg()}); "
+          f"devclusters "
+          f"{f'--api-workers {args.api_workers}' if args.api_workers else 'at their default (one process on <= 4 cores)'}"
+          f"{limit}", flush=True)
     if args.only != "delegated" and args.placement_workers > 0:
         figures = asyncio.run(placement_bench(args))
         print(f"placement with {figures['workers']} workers ({figures['fleet_pods']} pods in the fleet, "
@@ -511,10 +649,11 @@ def main() -> int:
     stack = start_stack(data_dir, "--workers", "2", *api_workers_args(args), timeout=300)
     rows = []
     try:
-        latencies, rate, cpu = asyncio.run(delegated(args, stack))
-        if args.replicas:
+        limited = limit_stack(stack, limits, args.limit_roles) if limits else []
+        latencies, rate, cpu, shares = asyncio.run(delegated(args, stack, limits, limited))
+        if args.dispatchers:
             print("delegated sustained by dispatcher replicas (2 workers):", flush=True)
-            rows = asyncio.run(replica_rows(args, stack, data_dir.parent))
+            rows = asyncio.run(replica_rows(args, stack, data_dir.parent, limits, limited))
     finally:
         stack.stop()
         stack.kill()
@@ -527,13 +666,28 @@ def main() -> int:
     print("CPU ms per delegated TrainJob" + (f" (each devcluster: its store process + {args.api_workers} API workers)"
                                               if args.api_workers > 1 else "") + ": "
           + ", ".join(f"{name} {value:.1f}" for name, value in busiest) + f"; total {sum(cpu.values()):.1f}")
+    for line in limit_lines(shares, args.cpu_limit):
+        print(line)
+    if rows:
+        limited_to = f", each dispatcher limited to {args.cpu_limit:g} CPU" if "dispatcher" in args.limit_roles \
+            and args.cpu_limit else ""
+        print(f"\ndelegated TrainJobs/s by dispatcher replicas (2 workers, concurrency {args.concurrency}{limited_to}; "
+              f"{os.cpu_count()} CPUs, load average now {loadavg()})")
+        for line in dispatcher_table(rows, args.sustained, args.cpu_limit, os.cpu_count() or 1):
+            print(line)
     print(json.dumps({"single_rate": None if single != single else round(single, 1),
                       "single_up_rate": None if single_up != single_up else round(single_up, 1),
                       "delegated_rate": round(rate, 1),
                       "p50_ms_at_10": round(percentile(latencies, 0.5), 1),
                       "p99_ms_at_10": round(percentile(latencies, 0.99), 1),
-                      "by_dispatchers": {str(n): {"rate": round(v, 1), "dispatcher_cpu_ms": round(c, 2)}
-                                         for n, v, c in rows}}))
+                      "cpu_limit": args.cpu_limit or None,
+                      "by_dispatchers": {str(row["dispatchers"]): {
+                          "rate": round(row["rate"], 1), "dispatcher_cpu_ms": round(row["dispatcher_cpu_ms"], 2),
+                          "offered": round(args.sustained / row["created_s"], 1),
+                          "stack_cpu_pct": round(row["stack_cpu_pct"]),
+                          "limits": {name: [round(share, 3), round(throttled, 3)]
+                                     for name, (share, throttled) in row["limits"].items()}}
+                          for row in rows}}))
     return 0
 
 

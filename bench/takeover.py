@@ -13,8 +13,14 @@ each), then for each signal (SIGKILL, then SIGTERM: a crash, then a graceful sca
    acknowledged comes back; after a crash, once the ack wait ran out);
 4. starts a new replica and measures until the partitions are spread over N replicas again.
 
+With ``--cpu-limit CORES`` each replica of ``--limit-roles`` (default planner, applier, status)
+runs in a cgroup of its own with that CPU quota (bench/cpu_quota.py, as bench/e2e.py): lifted
+while it starts (the new replica of step 4 too), applied once it is ready; each phase then also
+prints every limited replica's CPU as a share of its limit from the burst's start to the signal
+and from the signal to the last apply result, and which were at their limit.
+
 Usage: .venv/bin/python bench/takeover.py [--role applier] [--replicas 4] [--burst 600]
-       [--kill-after 150] [--ack-wait 5]
+       [--kill-after 150] [--ack-wait 5] [--cpu-limit CORES [--limit-roles planner,applier,status]]
 Prints figures (targets, issue #23: served again within 5 s of a SIGKILL, 0 lost, 0 applied
 twice; a graceful stop causes no redelivery storm); asserts nothing; every wait has a budget.
 """
@@ -35,8 +41,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import httpx  # noqa: E402
 
-from e2e import (RUNTIME, TRAINJOBS, Generators, JobSetWatch, Stack, loadavg, parse_replicas,  # noqa: E402
-                 prometheus_samples, start_service, wait_balanced, wait_ready)
+from cpu_quota import add_arguments as add_limit_arguments, limit_lines, parse_limit  # noqa: E402
+from e2e import (RUNTIME, SERVICES, TRAINJOBS, Generators, JobSetWatch, Stack, loadavg,  # noqa: E402
+                 parse_replicas, prometheus_samples, start_service, wait_balanced, wait_ready)
 from waiting import GaveUp, missing, wait_until  # noqa: E402
 
 NS = "takeover"
@@ -78,11 +85,13 @@ def redelivered(ports: list[int]) -> float:
 class ApplyResults:
     """The apply results of TY_RESULTS for the TrainJobs of one namespace, read as they arrive
     through one ephemeral consumer: how often each plan (TrainJob, generation, plan) was
-    applied, and the TrainJobs with a plan applied."""
+    applied, the TrainJobs with a result (any outcome: a plan the stopped replica applied but
+    had not reported comes back to a survivor as ``skipped-unchanged``) and the outcomes."""
 
     def __init__(self, js, namespace: str) -> None:
         self._js, self.namespace = js, namespace
         self.applied: Counter = Counter()
+        self.outcomes: Counter = Counter()
         self.names: set[str] = set()
         self._sub = None
 
@@ -101,9 +110,12 @@ class ApplyResults:
             return
         for msg in messages:  # without acks each message comes once to this consumer
             result = decode(ApplyResult, msg.data)
-            if result.namespace == self.namespace and result.outcome == "applied":
+            if result.namespace != self.namespace:
+                continue
+            self.outcomes[result.outcome] += 1
+            self.names.add(result.name)
+            if result.outcome == "applied":
                 self.applied[(result.uid, result.generation, result.plan_hash)] += 1
-                self.names.add(result.name)
 
     async def close(self) -> None:
         if self._sub is not None:
@@ -134,29 +146,38 @@ async def phase(stack: Stack, client: httpx.AsyncClient, watch: JobSetWatch, js,
     # The role's last replica is stopped (its port is the role's last one in stack.ports).
     victim_index = max(index for index, (name, _) in enumerate(stack.procs) if name == role)
     victim = stack.procs[victim_index][1]
+    victim_label = stack.label(role, args.replicas - 1)  # its cgroup's, with --cpu-limit
     survivors = stack.ports[role][:-1]
     namespace = f"{NS}-{tag}"
     names = [f"{tag}-{i}" for i in range(args.burst)]
     keys = [f"{namespace}/{n}" for n in names]
     creators = Generators(cluster, "create", namespace, names, args.generators, args.concurrency)
     await creators.start()
+    limits_before = stack.limits.snapshot()
+    began = time.perf_counter()
     creators.go()
     await wait_until(f"{args.kill_after} JobSets of the burst before the {sig.name}",
                      lambda: sum(1 for k in keys if k in watch.seen) >= args.kill_after, 300,
                      progress=lambda: missing(keys, watch.seen))
     before = await lease_holders(js, role)
     again_before = redelivered(survivors)
+    limits_at_signal = stack.limits.snapshot()
     os.kill(victim.pid, sig)
+    signalled = time.perf_counter()
+    until_signal = stack.limits.shares(limits_before, signalled - began)
+    limits_at_signal.pop(victim_label, None)  # stopped: the survivors and the other roles from here
     holders_before = set(before.values())
+    after: dict[int, str] = {}
 
     async def served_again() -> bool:
         held = await lease_holders(js, role)
         alive = set(held.values())
+        after.clear()
+        after.update(held)  # the leases that ended the wait (a later read may fail on a busy bus)
         return len(held) == args.partitions and len(alive) == args.replicas - 1 and alive < holders_before
 
     taken = await wait_until(f"the {role} partitions leased by the {args.replicas - 1} live replicas", served_again,
                              60, poll_s=0.05)
-    after = await lease_holders(js, role)
     moved = sorted(p for p in after if before.get(p) != after[p])
     await creators.finish()
     try:
@@ -183,6 +204,7 @@ async def phase(stack: Stack, client: httpx.AsyncClient, watch: JobSetWatch, js,
     finally:
         await results.close()
     again = redelivered(survivors) - again_before
+    after_signal = stack.limits.shares(limits_at_signal, time.perf_counter() - signalled)
     plans, twice = len(results.applied), sum(1 for n in results.applied.values() if n > 1)
     print(f"{sig.name} of 1 of {args.replicas} {role} replicas after {args.kill_after} of {args.burst} JobSets: "
           f"its {len(moved)} partitions ({', '.join(map(str, moved))}) leased by the survivors {taken:.2f} s after "
@@ -190,12 +212,24 @@ async def phase(stack: Stack, client: httpx.AsyncClient, watch: JobSetWatch, js,
           f"({args.burst - created} lost); "
           f"{twice} of {plans} plans applied more than once; {again:.0f} messages received again by the "
           f"survivors; load {loadavg()}", flush=True)
+    unreported = results.outcomes.get("skipped-unchanged", 0)
+    if unreported:
+        print(f"  {unreported} results skipped-unchanged: a plan delivered again and found applied already (e.g. "
+              "applied by the stopped replica before it sent its result); not applied twice", flush=True)
+    for when, shares in (("from the burst's start to the signal", until_signal),
+                         ("from the signal to the last apply result", after_signal)):
+        for line in limit_lines(shares, args.cpu_limit):
+            print(f"  {when}: {line}", flush=True)
     # Back to N replicas: a new one joins and takes a share.
     started = time.perf_counter()
     proc = start_service(role, cluster.kubeconfig, stack.nats_url, stack.workdir, replica=300 + victim_index)
     stack.procs[victim_index] = (role, proc)
+    if role in args.limit_roles:  # its predecessor's cgroup, the limit lifted while it starts
+        stack.limits.starting(victim_label, proc.pid)
     stack.ports[role][-1] = wait_ready(proc, role)
     await wait_balanced(stack.nats_url, stack.replicas)
+    if role in args.limit_roles:
+        stack.limits.apply(victim_label)
     print(f"  a new {role} replica joined: the partitions spread over {args.replicas} again "
           f"{time.perf_counter() - started:.1f} s after its start", flush=True)
 
@@ -223,7 +257,8 @@ async def run(stack: Stack, args) -> None:
         await nc.close()
 
 
-def main() -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line, checked (``limit_roles`` a tuple of services)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--role", default="applier", choices=ROLES, help="the role one replica of which is stopped")
     parser.add_argument("--replicas", type=int, default=4, help="replicas of --role")
@@ -236,7 +271,9 @@ def main() -> int:
                              "wait before they are delivered again")
     parser.add_argument("--budget", type=float, default=300.0, metavar="SECONDS",
                         help="how long a burst's JobSets may take after the signal before the missing are lost")
-    args = parser.parse_args()
+    add_limit_arguments(parser, ",".join(ROLES), "the services whose replicas are limited")
+    args = parser.parse_args(argv)
+    args.limit_roles = parse_limit(args.cpu_limit, args.limit_roles, SERVICES)
     if args.replicas < 2:
         raise SystemExit("error: --replicas: needs at least 2 (one is stopped)")
     if not 0 < args.kill_after < args.burst:
@@ -245,14 +282,22 @@ def main() -> int:
         raise SystemExit("error: --generators needs >= 1 and --concurrency >= --generators")
     if args.ack_wait <= 0:
         raise SystemExit("error: --ack-wait: seconds, more than 0")
+    return args
+
+
+def main() -> int:
+    args = parse_args()
     from trainyard.bus.subjects import partitions_setting
 
     args.partitions = partitions_setting()
     os.environ["TRAINYARD_ACK_WAIT"] = f"{args.ack_wait:g}"  # inherited by the services
     workdir = Path(tempfile.mkdtemp(prefix="trainyard-takeover-"))
-    with Stack(parse_replicas(f"{args.role}={args.replicas}"), workdir) as stack:
+    with Stack(parse_replicas(f"{args.role}={args.replicas}"), workdir, cpu_limit=args.cpu_limit,
+               limit_roles=args.limit_roles) as stack:
+        limit = (f"; each replica of {', '.join(args.limit_roles)} limited to {args.cpu_limit:g} CPU "
+                 f"({stack.limits.describe()})" if stack.limits else "")
         print(f"machine: {os.cpu_count()} CPUs, load {loadavg()}; {args.replicas} {args.role} replicas, "
-              f"{args.partitions} partitions, ack wait {args.ack_wait:g} s; logs in {workdir}", flush=True)
+              f"{args.partitions} partitions, ack wait {args.ack_wait:g} s{limit}; logs in {workdir}", flush=True)
         asyncio.run(run(stack, args))
     return 0
 

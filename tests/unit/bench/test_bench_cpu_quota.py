@@ -68,17 +68,20 @@ def test_each_limited_replica_is_reported_as_a_share_of_its_limit_and_the_busies
     limited = {"planner-1": _Group(100, 80), "planner-2": _Group(100, 0), "applier": _Group(100, 0)}
     before = {"planner-1": (0, 0), "planner-2": (0, 0), "applier": (0, 0)}
     # 10 s at a 0.03-CPU limit: 0.3 CPU-seconds is all of it
-    shares = _e2e.limit_shares(limited, before, {"planner-1": 0.29, "planner-2": 0.12, "applier": 0.3}, 10.0, 0.03)
+    shares = _quota.limit_shares(limited, before, {"planner-1": 0.29, "planner-2": 0.12, "applier": 0.3}, 10.0, 0.03)
     assert shares["planner-1"] == pytest.approx((0.29 / 0.3, 0.8))
     assert shares["planner-2"] == pytest.approx((0.4, 0.0))
-    lines = _e2e.limit_lines(shares, 0.03)
+    lines = _quota.limit_lines(shares, 0.03)
     assert lines[0].startswith("CPU of each limited replica as a share of its 0.03-CPU limit")
     assert "planner-1 97% (80%)" in lines[0] and "planner-2 40% (0%)" in lines[0]
     assert lines[1] == "at their limit (>= 90%): applier, planner-1"
-    assert _e2e.limited_saturation(shares, 0.03) == (
+    assert _quota.limited_saturation(shares, 0.03) == (
         "applier at 100% of its 0.03-CPU limit and 1 more of 3 limited replicas")
-    assert _e2e.limited_saturation({"planner": (0.5, 0.0)}, 0.03) is None
-    assert _e2e.limit_lines({}, 0.0) == []
+    assert _quota.limited_saturation({"planner": (0.5, 0.0)}, 0.03) is None
+    assert _quota.limit_lines({}, 0.0) == []
+    # bench/e2e.py reports with the same code (shared with multicluster and takeover), not a copy
+    assert (_e2e.limit_shares, _e2e.limit_lines, _e2e.limited_saturation) == (
+        _quota.limit_shares, _quota.limit_lines, _quota.limited_saturation)
 
 
 def test_leases_lost_and_late_heartbeats_are_reported_per_replica() -> None:
