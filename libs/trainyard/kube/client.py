@@ -63,9 +63,10 @@ class KubeError(Exception):
         return self.status in (0, 408, 409, 429) or self.status >= 500
 
 
-# Connections kept open to one API server at once: the figure kubernetes-asyncio chose for the
-# services before (5 per core), so that moving off it changed no concurrency.
-MAX_CONNECTIONS = 5 * (os.cpu_count() or 1)
+# Connections open to one API server at once (kubernetes-asyncio's default, which the services
+# had before). Each watch holds one for as long as it streams: the devcluster's data plane alone
+# keeps a dozen open, and requests beyond the limit queue for a free connection.
+MAX_CONNECTIONS = 100
 # A watch event can carry a whole large object (etcd allows 1.5 MiB requests).
 READ_BUFFER_BYTES = 2 ** 21
 
