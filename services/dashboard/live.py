@@ -22,13 +22,14 @@ from typing import Any
 
 import httpx
 
+from trainyard.bus.backlog import CONSUMERS, read_backlogs
 from trainyard.bus.envelopes import ApplyResult, EnvelopeError, ObjectEvent, ProgressReport, decode
 from trainyard.bus.progress import read_history
 from trainyard.bus.session import BusSession
 from trainyard.bus.subjects import (
     EVENTS_PREFIX, PLANS_PREFIX, PROGRESS_PREFIX, RESULTS_PREFIX, ObjectKey, encode_token, key_from_subject,
 )
-from trainyard.bus.topology import EVENTS_STREAM, PLANS_STREAM, RESULTS_STREAM, durable_name
+from trainyard.bus.topology import durable_name
 from trainyard.clock import parse_epoch
 from trainyard.errortext import describe
 from trainyard.kube import resources as r
@@ -41,9 +42,6 @@ from trainyard.telemetry.charts import Lifetime, progress_point, stack_series, w
 log = logging.getLogger(__name__)
 
 STAGES = ("created", "observed", "planned", "applied", "running", "finished")
-# The consumers whose backlog is shown, per cluster: (role, stream).
-CONSUMERS = (("planner", EVENTS_STREAM), ("applier", PLANS_STREAM), ("status", EVENTS_STREAM),
-             ("status-results", RESULTS_STREAM), ("dispatcher", EVENTS_STREAM))
 SERVICE_NAMES = ("watcher", "planner", "applier", "status", "dispatcher")
 
 
@@ -551,33 +549,15 @@ class Live:
 
     async def _consumers(self) -> list[dict[str, Any]]:
         """Each role's backlog per cluster: its partitions' consumers added up (one listing
-        request per stream, not one per partition)."""
-        listed: dict[str, list[Any]] = {}
-        for stream in dict.fromkeys(stream for _, stream in CONSUMERS):
-            try:
-                listed[stream] = await self.bus.js.consumers_info(stream)
-            except Exception:  # stream not created yet
-                listed[stream] = []
+        request per stream, not one per partition: trainyard.bus.backlog)."""
+        found = {(b.consumer, b.cluster): b for b in await read_backlogs(self.bus.js)}
         out = []
         for cluster in self.clusters:
-            for role, stream in CONSUMERS:
-                name = durable_name(role, cluster)
-                mine = [info for info in listed[stream] if _durable_of_role(info.name, role, cluster)]
-                if not mine:
+            for role, _ in CONSUMERS:
+                backlog = found.get((role, cluster))
+                if backlog is None:
                     continue
-                out.append({"cluster": cluster, "consumer": name,
-                            "pending": sum(info.num_pending or 0 for info in mine),
-                            "ack_pending": sum(info.num_ack_pending or 0 for info in mine),
-                            "redelivered": sum(info.num_redelivered or 0 for info in mine)})
+                out.append({"cluster": cluster, "consumer": durable_name(role, cluster),
+                            "pending": backlog.pending, "ack_pending": backlog.ack_pending,
+                            "redelivered": backlog.redelivered})
         return out
-
-
-def _durable_of_role(durable: str, role: str, cluster: str) -> bool:
-    """``<role>_<cluster>`` or one of its partitions' ``<role>-p<N>_<cluster>``."""
-    head, _, tail = durable.partition("_")
-    if tail != encode_token(cluster):
-        return False
-    if head == role:
-        return True
-    base, _, number = head.rpartition("-p")
-    return base == role and number.isdigit()

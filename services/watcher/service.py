@@ -14,6 +14,7 @@ from typing import Any
 
 from opentelemetry import context as otel_context, trace
 
+from trainyard.bus.backlog import export_role_backlogs
 from trainyard.bus.envelopes import EventType, ObjectEvent
 from trainyard.bus.auth import from_environment as credentials_from_environment
 from trainyard.bus.kv import SKIP, resource_version_newer
@@ -216,6 +217,8 @@ async def run_watcher(bus: BusSession, kube: KubeClient, cluster: str, stop: asy
         feed_ready.append(feed)
     sink_task = asyncio.create_task(sink.run(stop))
     watches = [asyncio.create_task(list_and_watch(kube, resource, feed, stop)) for resource in WATCHED]
+    # Each partitioned role's backlog, for autoscalers: the watcher runs whatever their counts.
+    backlogs = asyncio.create_task(export_role_backlogs(bus.js, cluster, stop))
     await stop.wait()
-    await asyncio.gather(*watches, return_exceptions=True)
+    await asyncio.gather(*watches, backlogs, return_exceptions=True)
     await sink_task

@@ -305,7 +305,8 @@ CONSUMER_METRICS = (
     "trainyard_replica_handler_slots", "process_start_time_seconds",
 )
 EXPECTED = {
-    "watcher": ("trainyard_watch_events_total", "trainyard_published_messages_total", "process_start_time_seconds"),
+    "watcher": ("trainyard_watch_events_total", "trainyard_published_messages_total", "process_start_time_seconds",
+                "trainyard_role_backlog_messages"),
     "planner": CONSUMER_METRICS + ("trainyard_plans_total", "controller_runtime_webhook_requests_total",
                                    "controller_runtime_webhook_latency_seconds_bucket",
                                    "trainyard_webhook_requests_total"),

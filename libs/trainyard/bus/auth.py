@@ -174,6 +174,9 @@ def grants_for(role: str, cluster: str, clusters: list[str] | None = None, parti
     if role == "watcher":
         grants.publish.append(f"{EVENTS_PREFIX}.{mine}")
         _kv_write(grants, SNAPSHOTS_BUCKET, mine)
+        # The roles' backlogs it exports for autoscalers (trainyard.bus.backlog): one listing of
+        # each stream's consumers, read-only.
+        grants.publish += [f"{API}.CONSUMER.LIST.{stream}" for stream in (EVENTS_STREAM, PLANS_STREAM, RESULTS_STREAM)]
     elif role == "planner":
         _partitioned(grants, role, cluster, [(EVENTS_STREAM, "planner")], partitions)
         grants.publish += [f"{PLANS_PREFIX}.{mine}", f"{RESULTS_PREFIX}.{mine}",

@@ -108,6 +108,14 @@ JETSTREAM_DELIVERED = Gauge(
     "trainyard_jetstream_consumer_delivered_sequence",
     "Last stream sequence delivered to the consumer", ["stream", "consumer"],
 )
+# Each partitioned role's backlog, exported by the watcher (a fixed count of replicas, running
+# whatever the role's own count, zero included) for autoscalers: trainyard.bus.backlog.
+ROLE_BACKLOG = Gauge(
+    "trainyard_role_backlog_messages",
+    "Messages a role has still to handle: pending plus ack-pending over its partitions' durable "
+    "consumers (status: its events and results consumers), from one consumer listing per stream",
+    ["role", "cluster"],
+)
 WORKQUEUE_QUEUE_DURATION = Histogram(
     "workqueue_queue_duration_seconds",
     "Lag: time from publication to the start of handling",

@@ -60,6 +60,9 @@ def test_grants_follow_the_code() -> None:
     assert "ty.events.c1.>" in watcher["publish"]["allow"]
     assert not any(s.startswith(("ty.desired", "ty.results", "$KV.ty_applied")) for s in watcher["publish"]["allow"])
     assert watcher["subscribe"]["allow"] == ["_INBOX_watcher-c1.>"]
+    # The roles' backlogs it exports for autoscalers: the listing of the three streams, read-only.
+    listings = {s for s in watcher["publish"]["allow"] if s.startswith("$JS.API.CONSUMER.") and ".KV_" not in s}
+    assert listings == {f"$JS.API.CONSUMER.LIST.{s}" for s in ("TY_EVENTS", "TY_PLANS", "TY_RESULTS")}
     applier = grants_for("applier", "c1", partitions=4).as_config()["publish"]["allow"]
     # One durable per partition, its own leases, nothing of another cluster or role.
     assert {f"$JS.API.CONSUMER.MSG.NEXT.TY_PLANS.applier-p{p}_c1" for p in range(4)} <= set(applier)
