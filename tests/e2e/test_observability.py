@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -23,16 +22,15 @@ import httpx
 import pytest
 import yaml
 
+from fixtures.prometheus import PROMETHEUS, Prometheus, scrape_config as prometheus_scrape_config
 from fixtures.stack import REPO, RunningStack, skip_unless_stack_available, start_stack
 from fixtures.trainers import chart_points, reporting_command, wait_for_charts
-from trainyard.supervisor.ports import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 SERVICES = ("watcher", "planner", "applier", "status")
 RUNTIME = "obs-quick"
 BURST = 4
-PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 # Grafana's variables as the test substitutes them (scrape interval 1 s, burst within minutes).
 GRAFANA_VARIABLES = {"$__rate_interval": "1m", "$__range": "15m", "$__interval": "15s"}
 
@@ -111,65 +109,7 @@ class OtlpReceiver:
 def scrape_config(stack: RunningStack, token_file: Path) -> dict[str, Any]:
     """One job per process: the four services' and the dashboard's /metrics, and devcluster's
     (HTTPS, bearer token)."""
-    ports = stack.state["ports"]
-    jobs = [{"job_name": name, "static_configs": [{"targets": [f"127.0.0.1:{ports[name]}"]}]}
-            for name in (*SERVICES, "dashboard")]
-    api = httpx.URL(stack.state["api_url"])
-    jobs.append({
-        "job_name": "devcluster", "scheme": "https",
-        "tls_config": {"insecure_skip_verify": True},
-        "authorization": {"type": "Bearer", "credentials_file": str(token_file)},
-        "static_configs": [{"targets": [f"{api.host}:{api.port}"]}],
-    })
-    return {"global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
-            "scrape_configs": jobs}
-
-
-class Prometheus:
-    def __init__(self, workdir: Path, config: dict[str, Any]) -> None:
-        workdir.mkdir(parents=True, exist_ok=True)
-        self.config_file = workdir / "prometheus.yml"
-        self.config_file.write_text(yaml.safe_dump(config))
-        self.port = free_port()
-        self.log = workdir / "prometheus.log"
-        self.storage = workdir / "tsdb"
-        self.process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        with self.log.open("wb") as out:
-            self.process = subprocess.Popen(
-                [PROMETHEUS, f"--config.file={self.config_file}", f"--storage.tsdb.path={self.storage}",
-                 f"--web.listen-address=127.0.0.1:{self.port}", "--storage.tsdb.retention.time=1h"],
-                stdout=out, stderr=subprocess.STDOUT,
-            )
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise AssertionError(f"prometheus exited: {self.log.read_text()[-3000:]}")
-            try:
-                if httpx.get(f"{self.url}/-/ready", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.3)
-        raise AssertionError(f"prometheus not ready: {self.log.read_text()[-3000:]}")
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            os.kill(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.kill(self.process.pid, signal.SIGKILL)
-                self.process.wait()
-
-    def query(self, expr: str) -> dict[str, Any]:
-        response = httpx.get(f"{self.url}/api/v1/query", params={"query": expr}, timeout=10)
-        return response.json()
+    return prometheus_scrape_config(stack, (*SERVICES, "dashboard"), token_file)
 
 
 # ------------------------------------------------------------------------------------ the stack
