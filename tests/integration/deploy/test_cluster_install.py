@@ -83,7 +83,8 @@ def test_services_are_replicated_probed_and_locked_down(installed) -> None:
         assert container["args"][0] == name
         assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
         assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
-        assert container["resources"]["requests"] and container["resources"]["limits"]["memory"]
+        assert container["resources"]["requests"]["cpu"] and container["resources"]["limits"]["memory"]
+        assert container["resources"]["limits"]["cpu"] == "1"  # one event loop: docs/deploy.md
         security = container["securityContext"]
         assert security["readOnlyRootFilesystem"] is True
         assert security["allowPrivilegeEscalation"] is False
