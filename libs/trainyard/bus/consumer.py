@@ -45,6 +45,9 @@ PULL_HEARTBEAT_S = 5.0
 # lapse needs two missed heartbeats and 5 s more): an idle replica holding 16 partitions woke
 # 16 times a second at 1 s.
 LIVENESS_CHECK_S = 5.0
+# An idle consumer's backlog is known without asking (see Consumer._known_idle); it is still
+# read this often, in case a pull request was lost without the server saying so.
+IDLE_BACKLOG_REFRESH_S = 60.0
 
 
 class PermanentError(Exception):
@@ -124,6 +127,7 @@ class Consumer:
         self._pending = 0
         self._stopping = False
         self._credit = 0  # messages the outstanding pull requests may still deliver
+        self._arrivals = 0  # messages delivered so far (the backlog watch compares it)
         self._heard = time.monotonic()  # last message or heartbeat of a pull request
         self._wake = asyncio.Event()
         self._recreate_next = False
@@ -261,6 +265,7 @@ class Consumer:
             await _quietly(msg.nak())  # the partition is being handed over: to the next holder
             return
         self._credit -= 1
+        self._arrivals += 1
         if self._credit <= self._batch // 2:
             self._wake.set()
         self._enqueue(msg)
@@ -290,23 +295,38 @@ class Consumer:
             log.warning("consumer %s not ready (%s); retrying", self.name, describe(err))
             await _sleep_or_stop(stop, 0.5)
 
+    def _known_idle(self, arrived: int, last_info: float, last_backlog: int, now: float) -> bool:
+        """Nothing can be waiting: a pull request with credit is open (the server would have
+        delivered anything pending), nothing arrived since the last look, nothing is in hand,
+        and the last look saw no backlog. Then consumer info is asked only every
+        ``IDLE_BACKLOG_REFRESH_S`` (it was most of an idle replica's bus traffic)."""
+        return (self._credit > 0 and self._pending == 0 and arrived == self._arrivals
+                and last_backlog == 0 and now - last_info < IDLE_BACKLOG_REFRESH_S)
+
     async def _watch_backlog(self, stop: asyncio.Event) -> None:
         """The real backlog: JetStream's consumer info (pending, ack-pending, redelivered), and
-        the work in progress here, every ``backlog_interval_s``."""
+        the work in progress here, every ``backlog_interval_s`` (less often when idle)."""
         labels = (self._spec.stream, self.name)
+        arrived, last_info, last_backlog = -1, float("-inf"), -1
         while not stop.is_set():
             now = time.monotonic()
             running = [now - began for began in self._started.values()]
             metrics.WORKQUEUE_UNFINISHED_WORK.labels(self.name).set(sum(running))
             metrics.WORKQUEUE_LONGEST_RUNNING.labels(self.name).set(max(running, default=0.0))
+            if self._known_idle(arrived, last_info, last_backlog, now):
+                await _sleep_or_stop(stop, self._backlog_interval_s)
+                continue
+            arrived = self._arrivals
             try:
                 info = await self._js.consumer_info(self._spec.stream, self.name, timeout=2.0)
             except asyncio.CancelledError:
                 raise
             except Exception as err:  # disconnected or consumer being re-created: next round
                 log.debug("consumer info of %s failed: %s", self.name, describe(err))
+                last_backlog = -1
             else:
                 pending, ack_pending = info.num_pending or 0, info.num_ack_pending or 0
+                last_info, last_backlog = now, pending + ack_pending
                 metrics.JETSTREAM_PENDING.labels(*labels).set(pending)
                 metrics.JETSTREAM_ACK_PENDING.labels(*labels).set(ack_pending)
                 metrics.JETSTREAM_REDELIVERED.labels(*labels).set(info.num_redelivered or 0)

@@ -117,3 +117,39 @@ async def test_a_consumer_deleted_under_a_running_one_is_created_again(bus: BusS
     finally:
         stop.set()
         await asyncio.wait_for(task, 15)
+
+
+async def test_an_idle_consumer_reads_its_backlog_only_when_something_may_wait(bus: BusSession, nats_server) -> None:
+    """The backlog gauges came from a consumer-info request every interval, idle or not: most
+    of an idle replica's bus traffic at 16 partitions. With a pull request open and nothing
+    delivered, nothing can be pending: the consumer asks again only after a delivery."""
+    handled: list[str] = []
+
+    async def handler(delivery: Delivery) -> None:
+        handled.append(decode(ObjectEvent, delivery.data).name)
+
+    spec = ConsumerSpec(EVENTS_STREAM, "backlog-idle", ["ty.events.>"], ack_wait_s=30, max_deliver=3)
+    consumer = Consumer(bus.js, spec, handler, service="test", publisher=bus.publisher, backlog_interval_s=0.1)
+    observer = await BusSession.open(nats_server.url, "observer")
+    infos: list[int] = []
+
+    async def on_info(msg) -> None:
+        infos.append(1)
+
+    await observer.nc.subscribe(f"$JS.API.CONSUMER.INFO.{EVENTS_STREAM}.backlog-idle", cb=on_info)
+    await observer.nc.flush()
+    stop = asyncio.Event()
+    task = asyncio.create_task(consumer.run(stop))
+    try:
+        await until(lambda: consumer._credit > 0 and len(infos) >= 1)
+        await asyncio.sleep(1.5)  # 15 intervals idle
+        assert len(infos) == 1, infos
+        await publish(bus, "wakes-it")
+        await until(lambda: handled == ["wakes-it"])
+        await until(lambda: len(infos) >= 2)  # something arrived: the backlog is read again...
+        await asyncio.sleep(1.0)
+        assert len(infos) <= 3, infos  # ...and once it is seen empty, not again while idle
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 15)
+        await observer.close()
