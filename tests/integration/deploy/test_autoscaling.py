@@ -140,6 +140,21 @@ def test_each_partitioned_role_scales_on_its_backlog(rendered: list[dict]) -> No
     assert targets["trainyard-watcher"]["spec"]["replicas"] == 2
 
 
+def test_the_managers_services_and_its_dispatcher_run_as_one_cluster(rendered: list[dict]) -> None:
+    """The dispatcher acts on the TrainJob events of its own cluster name and holds worker slots
+    under it, and its bus identity is made for the bus-setup Job's first --cluster. All must be
+    the manager services' TRAINYARD_CLUSTER: a dispatcher named `manager` beside services
+    publishing as `default` saw none of the manager's TrainJob events and was refused its slots."""
+    clusters = {name: env_of(doc).get("TRAINYARD_CLUSTER") for name, doc in deployments(rendered).items()}
+    assert "trainyard-dispatcher" in clusters
+    assert len(set(clusters.values())) == 1, clusters
+    (job,) = [doc for doc in rendered if doc["kind"] == "Job" and doc["metadata"]["name"] == "trainyard-bus-setup"]
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    args = container["args"]
+    named = [args[i + 1] for i, arg in enumerate(args) if arg == "--cluster"]
+    assert named[:1] == [clusters["trainyard-dispatcher"]], named
+
+
 def test_without_the_components_nothing_autoscales(tmp_path: Path) -> None:
     plain = render(tmp_path, ())
     assert scaled_objects(plain) == []
