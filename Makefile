@@ -8,10 +8,11 @@ STAMP  := $(VENV)/.installed-lock
 LOCK_INPUTS := constraints.txt pyproject.toml setup.py
 TORCH_VERSION := 2.13.0
 # make test runs the suite in this many pytest processes (pytest-xdist; tests/conftest.py keeps
-# each module, the data plane modules and the torch trainings together). Many tests wait on
-# processes they started, so more processes than cores keep the cores busier: on 2 cores,
-# 1 process took 1244 s, 2 took 864 s and 3 took 790 s (pytest's figures, 2359 tests).
-TEST_PROCESSES ?= 3
+# each module, the data plane modules and the torch trainings together). Most tests wait on
+# processes they started, so two processes use a 2-core machine about twice as well as one
+# (1244 s -> 738 s). Three were no faster on average (clean clones on 2 cores, pytest's figures:
+# 2 processes 864 and 967 s, 3 processes 790, 927 and 1,033 s) and varied more.
+TEST_PROCESSES ?= 2
 # The suite and the demo start hundreds of processes (devclusters, services, the CLI) that import
 # the project from its source tree. Where the environment sets PYTHONDONTWRITEBYTECODE, each of
 # them would compile every module it imports again, about 0.25 s of CPU a process: here Python
