@@ -5,6 +5,7 @@ delivery (a released partition's long pull request takes nothing after the hand-
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from collections import Counter
@@ -270,6 +271,43 @@ async def test_replicas_starting_at_once_never_take_each_others_partitions(nats_
             await session.close()
 
 
+class InFlight:
+    """A handler that records how many of its calls ran at once, and the subjects it handled."""
+
+    def __init__(self) -> None:
+        self.running = 0
+        self.most = 0
+        self.done: list[str] = []
+
+    async def handle(self, delivery: Delivery) -> None:
+        self.running += 1
+        self.most = max(self.most, self.running)
+        await asyncio.sleep(0.02)
+        self.running -= 1
+        self.done.append(delivery.subject)
+
+
+@contextlib.asynccontextmanager
+async def one_replica_holding_every_partition(url: str, handler: InFlight):
+    """Replica w1 of role w on cluster c1, once it holds all PARTITIONS; yields it and a session
+    to publish with."""
+    session = await BusSession.open(url, "w1")
+    observer = await BusSession.open(url, "observer")
+    subscriber = PartitionedSubscriber(
+        session, "w", "c1", [Subscription(EVENTS_STREAM, "w", lambda p: [event_filter("c1", None, p)], handler.handle)],
+        partitions=PARTITIONS, replica="w1", heartbeat_s=0.25)
+    stop = asyncio.Event()
+    task = asyncio.create_task(subscriber.run(stop))
+    try:
+        await until(lambda: len(subscriber.owned) == PARTITIONS)
+        yield subscriber, observer
+    finally:
+        stop.set()
+        await task
+        await session.close()
+        await observer.close()
+
+
 async def test_a_replica_holding_every_partition_runs_at_most_its_share_of_handlers_at_once(nats_server,
                                                                                           monkeypatch) -> None:
     """Handlers in flight are bounded per replica, not per partition (issue #33): one replica
@@ -277,34 +315,11 @@ async def test_a_replica_holding_every_partition_runs_at_most_its_share_of_handl
     once (it ran 32 per partition, so a heartbeat or an admission request waited behind
     hundreds of ready tasks on a replica at its CPU limit)."""
     monkeypatch.setattr(partitions, "REPLICA_CONCURRENCY", 3)
-    running, most = 0, 0
-    done: list[str] = []
-
-    async def handle(delivery: Delivery) -> None:
-        nonlocal running, most
-        running += 1
-        most = max(most, running)
-        await asyncio.sleep(0.02)
-        running -= 1
-        done.append(delivery.subject)
-
-    session = await BusSession.open(nats_server.url, "w1")
-    observer = await BusSession.open(nats_server.url, "observer")
-    subscriber = PartitionedSubscriber(
-        session, "w", "c1", [Subscription(EVENTS_STREAM, "w", lambda p: [event_filter("c1", None, p)], handle)],
-        partitions=PARTITIONS, replica="w1", heartbeat_s=0.25)
-    stop = asyncio.Event()
-    task = asyncio.create_task(subscriber.run(stop))
-    try:
-        await until(lambda: len(subscriber.owned) == PARTITIONS)
+    handler = InFlight()
+    async with one_replica_holding_every_partition(nats_server.url, handler) as (_, observer):
         await publish(observer, [f"c-{i}" for i in range(90)])  # many objects: many lanes at once
-        await until(lambda: len(done) >= 90)
-        assert most == 3, most
-    finally:
-        stop.set()
-        await task
-        await session.close()
-        await observer.close()
+        await until(lambda: len(handler.done) >= 90)
+        assert handler.most == 3, handler.most
 
 
 async def test_a_replica_sizes_its_handlers_and_pulls_to_a_cpu_limit_set_after_it_started(nats_server,
@@ -315,43 +330,20 @@ async def test_a_replica_sizes_its_handlers_and_pulls_to_a_cpu_limit_set_after_i
     limit: list[float | None] = [None]
     monkeypatch.setattr(partitions, "cpu_limit_cores", lambda: limit[0])
     monkeypatch.setattr(partitions, "LIMIT_CHECK_S", 0.1)
-    running, most = 0, 0
-    done: list[str] = []
-
-    async def handle(delivery: Delivery) -> None:
-        nonlocal running, most
-        running += 1
-        most = max(most, running)
-        await asyncio.sleep(0.02)
-        running -= 1
-        done.append(delivery.subject)
-
-    session = await BusSession.open(nats_server.url, "w1")
-    observer = await BusSession.open(nats_server.url, "observer")
-    subscriber = PartitionedSubscriber(
-        session, "w", "c1", [Subscription(EVENTS_STREAM, "w", lambda p: [event_filter("c1", None, p)], handle)],
-        partitions=PARTITIONS, replica="w1", heartbeat_s=0.25)
-    stop = asyncio.Event()
-    task = asyncio.create_task(subscriber.run(stop))
-    consumers = lambda: [c for held in subscriber._held.values() for c in held.consumers]  # noqa: E731
-    try:
-        await until(lambda: len(subscriber.owned) == PARTITIONS)
+    handler = InFlight()
+    async with one_replica_holding_every_partition(nats_server.url, handler) as (subscriber, observer):
+        consumers = lambda: [c for held in subscriber._held.values() for c in held.consumers]  # noqa: E731
         assert subscriber._slots.capacity == partitions.REPLICA_CONCURRENCY
         assert {c.batch for c in consumers()} == {partitions.pull_batch(PARTITIONS, 1)}
         limit[0] = 0.03
         await until(lambda: subscriber._slots.capacity == partitions.MIN_SLOTS)
         assert {c.batch for c in consumers()} == {partitions.pull_batch(PARTITIONS, 1, 0.03)}
         await publish(observer, [f"c-{i}" for i in range(40)])
-        await until(lambda: len(done) >= 40)
-        assert most == partitions.MIN_SLOTS, most
+        await until(lambda: len(handler.done) >= 40)
+        assert handler.most == partitions.MIN_SLOTS, handler.most
         limit[0] = None
         await until(lambda: subscriber._slots.capacity == partitions.REPLICA_CONCURRENCY)
         assert {c.batch for c in consumers()} == {partitions.pull_batch(PARTITIONS, 1)}
-    finally:
-        stop.set()
-        await task
-        await session.close()
-        await observer.close()
 
 
 def test_each_pull_asks_for_its_share_of_the_replicas_credit() -> None:
