@@ -720,9 +720,13 @@ class Stack:
                     return 1
                 raise error
             assert self.state is not None
+            # What on_ready does (the user's kubeconfig merged, the announcement) is part of
+            # being ready: whoever waits for the state file's ready (`trainyard up` callers,
+            # tests) finds it done. Written before it, a loaded machine let a reader see ready
+            # and the user's kubeconfig not yet merged.
+            on_ready(self)
             self.state.ready = True
             write_state(self.layout, self.state)
-            on_ready(self)
             supervisors = [asyncio.ensure_future(child.supervise(stopping, self._report_restart))
                            for child in self.children.values()]
             await stopping.wait()
