@@ -10,8 +10,8 @@ TORCH_VERSION := 2.13.0
 # make test runs the suite in this many pytest processes (pytest-xdist; tests/conftest.py keeps
 # each module, the data plane modules and the torch trainings together). Most tests wait on
 # processes they started, so two processes use a 2-core machine about twice as well as one
-# (1244 s -> 738 s). Three were no faster on average (clean clones on 2 cores, pytest's figures:
-# 2 processes 864 and 967 s, 3 processes 790, 927 and 1,033 s) and varied more.
+# (1244 s -> 738 s at 2,280 tests). Three are not measurably faster: clean clones on 2 cores,
+# pytest's figures, 2 processes 864, 967, 1,133 and 905 s, 3 processes 790, 927 and 1,033 s.
 TEST_PROCESSES ?= 2
 # The suite and the demo start hundreds of processes (devclusters, services, the CLI) that import
 # the project from its source tree. Where the environment sets PYTHONDONTWRITEBYTECODE, each of
