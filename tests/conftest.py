@@ -6,6 +6,9 @@ devcluster, the service stack); every module there is loaded as a pytest plugin.
 from __future__ import annotations
 
 import functools
+import json
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -46,3 +49,28 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
             return module_group(config.rootpath, nodeid.split("::", 1)[0])
 
     return ModuleGroups(config, log)
+
+
+# -- where the suite's CPU goes (docs/performance.md, "The suite's CPU") -------------------------
+# With TRAINYARD_TEST_CPU_REPORT=FILE each test appends one JSON line: its wall time, the CPU of
+# the pytest process and the CPU of the processes it started and reaped meanwhile (the stacks,
+# their services and pods, kubectl: each level waits for its children, so their CPU rolls up).
+# A module-scoped stack's CPU lands on the test after which it is stopped.
+CPU_REPORT_ENV = "TRAINYARD_TEST_CPU_REPORT"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    report = os.environ.get(CPU_REPORT_ENV)
+    if not report:
+        yield
+        return
+    before, started = os.times(), time.monotonic()
+    yield
+    after = os.times()
+    line = {"test": item.nodeid, "wall_s": round(time.monotonic() - started, 3),
+            "pytest_cpu_s": round(after.user - before.user + after.system - before.system, 3),
+            "children_cpu_s": round(after.children_user - before.children_user
+                                    + after.children_system - before.children_system, 3)}
+    with open(report, "a", encoding="utf-8") as out:
+        out.write(json.dumps(line) + "\n")
