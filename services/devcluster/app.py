@@ -35,7 +35,7 @@ def run_up(data_dir: Path, host: str, port: int, watch_history: int, log_level: 
     from trainyard.cli.main import UserError
     from .multiproc.supervisor import WorkerFailed
     from .storage import DataDirError
-    from .runtime import run
+    from trainyard.eventloop import run
     setup_logging(log_level)
     try:
         run(_main(data_dir, host, port, watch_history, dataplane, authorization_mode,

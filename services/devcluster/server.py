@@ -20,7 +20,9 @@ from aiohttp import web
 
 from trainyard.apimachinery import rbac
 
-from . import discovery, errors, machinery, podlogs, runtime, tables, watch
+from trainyard import eventloop
+
+from . import discovery, errors, machinery, podlogs, tables, watch
 from .authn import ADMIN, Authenticator, ensure_controllers_token
 from .admissionpolicy import ValidatingPolicies
 from .audit import AUDIT_ANNOTATIONS, AUTHENTICATED_USER as AUDIT_USER, AuditLog
@@ -526,7 +528,7 @@ async def serve(data_dir: Path, host: str = "127.0.0.1", port: int = 6443, tls: 
     if audit_log_path:
         server.audit = AuditLog(audit_log_path)
     await server.start()
-    runtime.freeze_startup()
+    eventloop.freeze_startup()
     runner = web.AppRunner(server.make_app(), access_log=None, handle_signals=False, shutdown_timeout=1.0)
     await runner.setup()
     ssl_context = None

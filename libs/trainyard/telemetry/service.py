@@ -156,8 +156,10 @@ def run_service(config: ServiceConfig, main: Callable[[asyncio.Event], Awaitable
     from trainyard.bus.connection import ServerTooOld
     from trainyard.kube.kubeconfig import KubeconfigError
 
+    from trainyard.eventloop import run
+
     try:
-        asyncio.run(wrapper())
+        run(wrapper())
     except ServerTooOld as err:  # the bus cannot work with this server: one line, no retry
         print(f"error: {err}", file=sys.stderr, flush=True)
         return 2

@@ -18,7 +18,7 @@ import signal
 from pathlib import Path
 from typing import Callable
 
-from .. import runtime
+from trainyard import eventloop
 from ..registry import Registry
 from ..server import ApiServer, serve
 from ..storage import Change
@@ -90,7 +90,7 @@ def main() -> None:
     args = parser.parse_args()
     from ..app import setup_logging
     setup_logging(args.log_level)
-    runtime.run(run(args))
+    eventloop.run(run(args))
 
 
 if __name__ == "__main__":

@@ -1,13 +1,14 @@
-"""How a devcluster process runs: its event loop and its garbage collector.
+"""How a trainyard process runs: its event loop and its garbage collector.
 
-Both the single process (``trainyard devcluster up``) and each API worker of ``--api-workers N``
-run their main coroutine through ``run``:
+The devcluster (its single process and each API worker of ``--api-workers N``) and every
+service (``trainyard.telemetry.service.run_service``) run their main coroutine through ``run``:
 
-- **uvloop** instead of asyncio's pure-Python selector loop. Every request crosses the loop's
-  transport, TLS and callback scheduling several times; uvloop does that in C (libuv), which
-  is about a tenth of the devcluster's CPU per server-side apply (docs/performance.md).
-- **A larger first generation for the cyclic collector** (``GC_THRESHOLDS``). A request
-  allocates a few thousand containers (decoded bodies, field sets, schema walks) that
+- **uvloop** instead of asyncio's pure-Python selector loop. Every request and every bus
+  message crosses the loop's transport, TLS and callback scheduling several times; uvloop does
+  that in C (libuv). That is about a tenth of the devcluster's CPU per server-side apply, and of
+  the four services' CPU per TrainJob (docs/performance.md).
+- **A larger first generation for the cyclic collector** (``GC_THRESHOLDS``). A request (or a
+  bus message's handling) allocates a few thousand containers (decoded bodies, field sets, schema walks) that
   reference counting frees when it ends; at Python's default of 700 the collector ran several
   times per request and traversed the containers of every request in flight, promoting them
   to older generations it then traversed again. Nothing is kept longer: only fewer, later
@@ -34,7 +35,8 @@ _owns_process = False  # set by ``run``: the collector is this module's to tune
 
 
 def run(main: Coroutine[Any, Any, T]) -> T:
-    """Run ``main`` to completion on a new uvloop event loop, with the collector tuned."""
+    """Run ``main`` to completion on a new uvloop event loop, with the collector tuned (the
+    process's main loop; a helper thread's loop stays asyncio's own)."""
     global _owns_process
     _owns_process = True
     gc.set_threshold(*GC_THRESHOLDS)
