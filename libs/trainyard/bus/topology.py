@@ -18,7 +18,7 @@ from nats.js.api import (
     StorageType,
     StreamConfig,
 )
-from nats.js.errors import BadRequestError
+from nats.js.errors import APIError, BadRequestError
 
 from trainyard.bus import subjects
 from trainyard.errortext import describe
@@ -45,6 +45,17 @@ LEASE_TTL_S = 3.0
 SLOTS_BUCKET = "ty_slots"
 
 DEDUP_WINDOW_S = 120.0
+
+# Streams whose messages are removed once acknowledged: a consumer's position on one of them is
+# the stream itself (whatever is stored is not yet acknowledged), so the consumer keeps its
+# state in memory (ConsumerSpec.config). nats-server writes a file-held consumer's state up to
+# ten times a second while it is busy; with one durable per partition that was a third of its
+# CPU under load (docs/performance.md, "One replica: where the CPU per TrainJob went"). A
+# memory-held consumer lost with a restart of nats-server is created again by its reader
+# (consumer.py) and delivers exactly what the stream still holds.
+WORK_QUEUE_STREAMS = frozenset({PLANS_STREAM})
+# JetStream's error code for "storage type can not be updated" (a consumer's or a stream's).
+STORAGE_NOT_UPDATABLE = 10012
 
 # The progress history kept per TrainJob (docs/bus.md): its last PROGRESS_POINTS reports (the
 # oldest go first), for PROGRESS_MAX_AGE_S at most, and PROGRESS_MAX_BYTES for all TrainJobs.
@@ -97,7 +108,7 @@ def stream_configs(storage: StorageType = StorageType.FILE, replicas: int | None
         StreamConfig(
             name=PLANS_STREAM,
             subjects=[f"{subjects.PLANS_PREFIX}.>"],
-            retention=RetentionPolicy.WORK_QUEUE,
+            retention=RetentionPolicy.WORK_QUEUE,  # (WORK_QUEUE_STREAMS)
             storage=storage,
             num_replicas=replicas,
             duplicate_window=DEDUP_WINDOW_S,
@@ -223,6 +234,7 @@ class ConsumerSpec:
             deliver_policy=DeliverPolicy.NEW if self.deliver_new_only else DeliverPolicy.ALL,
             filter_subject=None if many else self.filter_subjects[0],
             filter_subjects=self.filter_subjects if many else None,
+            mem_storage=True if self.stream in WORK_QUEUE_STREAMS else None,
             **self.extra,
         )
 
@@ -296,8 +308,19 @@ async def ensure_consumer(js: JetStreamContext, spec: ConsumerSpec) -> None:
 
     A change the server refuses to apply in place keeps the existing consumer (and its
     position): losing acknowledged state would be worse than running with the old limits.
+    The one exception is a file-held consumer of a work-queue stream (an earlier release's):
+    the server cannot change a consumer's storage in place, and there its state can be dropped,
+    since what it had not acknowledged is still in the stream, so it is created again in memory.
     """
+    config = spec.config()
     try:
-        await js.add_consumer(spec.stream, config=spec.config())
+        await js.add_consumer(spec.stream, config=config)
     except BadRequestError as err:
         log.warning("consumer %s kept with its existing config: %s", spec.durable, describe(err))
+    except APIError as err:
+        if err.err_code != STORAGE_NOT_UPDATABLE or not config.mem_storage:
+            raise
+        log.info("consumer %s moves its state to memory (stream %s removes what was acknowledged)",
+                 spec.durable, spec.stream)
+        await js.delete_consumer(spec.stream, spec.durable)
+        await js.add_consumer(spec.stream, config=config)

@@ -395,6 +395,66 @@ async def test_consumer_resumes_after_the_server_restarts(nats_server, bus):
     assert recorder.seen.count(("before", 1)) == 1
 
 
+async def test_a_work_queue_consumer_keeps_its_state_in_memory_and_loses_nothing_to_a_restart(nats_server, bus):
+    """The plans stream removes what was acknowledged, so its consumers hold their state in
+    memory (no state file written ten times a second per busy partition). A restart of
+    nats-server loses that consumer; its reader creates it again and gets exactly what was not
+    acknowledged: each plan handled once, none lost."""
+    from trainyard.bus.subjects import plan_subject
+    from trainyard.bus.topology import PLANS_STREAM
+
+    def plan(name: str) -> Outgoing:
+        ev = event(name)
+        return Outgoing(plan_subject("c1", "ns", name, 0), ev, f"plan-{name}")
+
+    recorder = Recorder()
+    spec = ConsumerSpec(PLANS_STREAM, "applier-p0_c1", ["ty.desired.c1.p0.>"], ack_wait_s=5)
+    consumer = Consumer(bus.js, spec, recorder, service="test", publisher=bus.publisher)
+    stop = asyncio.Event()
+    task = asyncio.create_task(consumer.run(stop))
+    await bus.publisher.publish_many([plan("before")])
+    await recorder.wait_for(lambda seen: ("before", 1) in seen)
+    assert (await bus.js.consumer_info(PLANS_STREAM, spec.durable)).config.mem_storage is True
+
+    await asyncio.to_thread(nats_server.restart)
+    for attempt in range(50):
+        try:
+            await bus.publisher.publish_many([plan("after")])
+            break
+        except Exception:
+            await asyncio.sleep(0.2)
+    await recorder.wait_for(lambda seen: ("after", 1) in seen, timeout=30)
+    await stop_consumer(stop, task)
+    assert sorted(recorder.seen) == [("after", 1), ("before", 1)]
+    assert (await bus.js.stream_info(PLANS_STREAM)).state.messages == 0
+
+
+async def test_an_earlier_releases_file_held_plans_consumer_moves_to_memory_with_its_backlog(bus):
+    """Upgrading from a release whose plans consumers kept their state in files: the server
+    cannot change the storage in place, so the consumer is created again in memory and still
+    delivers what waited in the stream (nothing acknowledged is kept there)."""
+    from dataclasses import replace
+
+    from trainyard.bus.subjects import plan_subject
+    from trainyard.bus.topology import PLANS_STREAM
+
+    spec = ConsumerSpec(PLANS_STREAM, "applier-p1_c1", ["ty.desired.c1.p1.>"], ack_wait_s=5)
+    earlier = spec.config()
+    earlier = replace(earlier, mem_storage=None)
+    await bus.js.add_consumer(PLANS_STREAM, config=earlier)
+    waiting = event("waiting")
+    await bus.publisher.publish_many([Outgoing(plan_subject("c1", "ns", "waiting", 1), waiting, "plan-w")])
+
+    recorder = Recorder()
+    consumer = Consumer(bus.js, spec, recorder, service="test", publisher=bus.publisher)
+    stop = asyncio.Event()
+    task = asyncio.create_task(consumer.run(stop))
+    await recorder.wait_for(lambda seen: ("waiting", 1) in seen)
+    await stop_consumer(stop, task)
+    assert recorder.seen == [("waiting", 1)]
+    assert (await bus.js.consumer_info(PLANS_STREAM, spec.durable)).config.mem_storage is True
+
+
 async def test_a_last_delivery_waits_for_an_unavailable_backend_instead_of_dead_lettering(bus):
     """Found by the soak (bench/soak.py): while a worker's API server restarted (~10 s), its
     status service dead-lettered every TrainJob event it handled, since the redelivery schedule
