@@ -5,11 +5,11 @@ service (``trainyard.telemetry.service.run_service``) run their main coroutine t
 
 - **uvloop** instead of asyncio's pure-Python selector loop. Every request and every bus
   message crosses the loop's transport, TLS and callback scheduling several times; uvloop does
-  that in C (libuv). That is about a tenth of the devcluster's CPU per server-side apply, and of
+  that in C (libuv): about a tenth of the devcluster's CPU per server-side apply, and 6-7 % of
   the four services' CPU per TrainJob (docs/performance.md).
 - **A larger first generation for the cyclic collector** (``GC_THRESHOLDS``). A request (or a
-  bus message's handling) allocates a few thousand containers (decoded bodies, field sets, schema walks) that
-  reference counting frees when it ends; at Python's default of 700 the collector ran several
+  bus message's handling) allocates a few thousand containers (decoded bodies, field sets,
+  schema walks) that reference counting frees when it ends; at Python's default of 700 the collector ran several
   times per request and traversed the containers of every request in flight, promoting them
   to older generations it then traversed again. Nothing is kept longer: only fewer, later
   collections of what is garbage anyway.

@@ -154,9 +154,8 @@ def run_service(config: ServiceConfig, main: Callable[[asyncio.Event], Awaitable
         await main(stop)
 
     from trainyard.bus.connection import ServerTooOld
-    from trainyard.kube.kubeconfig import KubeconfigError
-
     from trainyard.eventloop import run
+    from trainyard.kube.kubeconfig import KubeconfigError
 
     try:
         run(wrapper())

@@ -74,8 +74,8 @@ async def bus(nats_server):
     await session.close()
 
 
-async def run_consumer(bus: BusSession, handler, durable="t", max_deliver=3, **kw):
-    spec = ConsumerSpec(EVENTS_STREAM, durable, ["ty.events.>"], ack_wait_s=5, max_deliver=max_deliver)
+async def run_consumer(bus: BusSession, handler, durable="t", max_deliver=3, spec: ConsumerSpec | None = None, **kw):
+    spec = spec or ConsumerSpec(EVENTS_STREAM, durable, ["ty.events.>"], ack_wait_s=5, max_deliver=max_deliver)
     consumer = Consumer(bus.js, spec, handler, service="test", publisher=bus.publisher, **kw)
     stop = asyncio.Event()
     task = asyncio.create_task(consumer.run(stop))
@@ -85,6 +85,24 @@ async def run_consumer(bus: BusSession, handler, durable="t", max_deliver=3, **k
 async def stop_consumer(stop, task):
     stop.set()
     await asyncio.wait_for(task, 15)
+
+
+def plan(name: str, partition: int) -> Outgoing:
+    """A message on the plans stream (a work queue) of cluster c1, with an event as its body."""
+    from trainyard.bus.subjects import plan_subject
+
+    return Outgoing(plan_subject("c1", "ns", name, partition), event(name), f"plan-{name}")
+
+
+async def publish_once_reconnected(publish) -> None:
+    """Calls ``publish()`` until the client is back after a restart of nats-server (10 s at
+    most; the last try raises what kept failing)."""
+    for _ in range(50):
+        try:
+            return await publish()
+        except Exception:
+            await asyncio.sleep(0.2)
+    await publish()
 
 
 async def test_topology_is_idempotent_across_replicas(nats_server, bus):
@@ -384,12 +402,7 @@ async def test_consumer_resumes_after_the_server_restarts(nats_server, bus):
         if bus.nc.is_connected:
             break
         await asyncio.sleep(0.1)
-    for attempt in range(50):
-        try:
-            await publish_events(bus, [event("after")])
-            break
-        except Exception:
-            await asyncio.sleep(0.2)
+    await publish_once_reconnected(lambda: publish_events(bus, [event("after")]))
     await recorder.wait_for(lambda seen: ("after", 1) in seen, timeout=30)
     await stop_consumer(stop, task)
     assert recorder.seen.count(("before", 1)) == 1
@@ -400,29 +413,17 @@ async def test_a_work_queue_consumer_keeps_its_state_in_memory_and_loses_nothing
     memory (no state file written ten times a second per busy partition). A restart of
     nats-server loses that consumer; its reader creates it again and gets exactly what was not
     acknowledged: each plan handled once, none lost."""
-    from trainyard.bus.subjects import plan_subject
     from trainyard.bus.topology import PLANS_STREAM
-
-    def plan(name: str) -> Outgoing:
-        ev = event(name)
-        return Outgoing(plan_subject("c1", "ns", name, 0), ev, f"plan-{name}")
 
     recorder = Recorder()
     spec = ConsumerSpec(PLANS_STREAM, "applier-p0_c1", ["ty.desired.c1.p0.>"], ack_wait_s=5)
-    consumer = Consumer(bus.js, spec, recorder, service="test", publisher=bus.publisher)
-    stop = asyncio.Event()
-    task = asyncio.create_task(consumer.run(stop))
-    await bus.publisher.publish_many([plan("before")])
+    stop, task = await run_consumer(bus, recorder, spec=spec)
+    await bus.publisher.publish_many([plan("before", 0)])
     await recorder.wait_for(lambda seen: ("before", 1) in seen)
     assert (await bus.js.consumer_info(PLANS_STREAM, spec.durable)).config.mem_storage is True
 
     await asyncio.to_thread(nats_server.restart)
-    for attempt in range(50):
-        try:
-            await bus.publisher.publish_many([plan("after")])
-            break
-        except Exception:
-            await asyncio.sleep(0.2)
+    await publish_once_reconnected(lambda: bus.publisher.publish_many([plan("after", 0)]))
     await recorder.wait_for(lambda seen: ("after", 1) in seen, timeout=30)
     await stop_consumer(stop, task)
     assert sorted(recorder.seen) == [("after", 1), ("before", 1)]
@@ -435,20 +436,14 @@ async def test_an_earlier_releases_file_held_plans_consumer_moves_to_memory_with
     delivers what waited in the stream (nothing acknowledged is kept there)."""
     from dataclasses import replace
 
-    from trainyard.bus.subjects import plan_subject
     from trainyard.bus.topology import PLANS_STREAM
 
     spec = ConsumerSpec(PLANS_STREAM, "applier-p1_c1", ["ty.desired.c1.p1.>"], ack_wait_s=5)
-    earlier = spec.config()
-    earlier = replace(earlier, mem_storage=None)
-    await bus.js.add_consumer(PLANS_STREAM, config=earlier)
-    waiting = event("waiting")
-    await bus.publisher.publish_many([Outgoing(plan_subject("c1", "ns", "waiting", 1), waiting, "plan-w")])
+    await bus.js.add_consumer(PLANS_STREAM, config=replace(spec.config(), mem_storage=None))
+    await bus.publisher.publish_many([plan("waiting", 1)])
 
     recorder = Recorder()
-    consumer = Consumer(bus.js, spec, recorder, service="test", publisher=bus.publisher)
-    stop = asyncio.Event()
-    task = asyncio.create_task(consumer.run(stop))
+    stop, task = await run_consumer(bus, recorder, spec=spec)
     await recorder.wait_for(lambda seen: ("waiting", 1) in seen)
     await stop_consumer(stop, task)
     assert recorder.seen == [("waiting", 1)]
