@@ -39,8 +39,8 @@ log = logging.getLogger(__name__)
 
 # A pull request waits this long on the server for messages, and says it is alive this often
 # (docs/bus.md, "Pulling").
-PULL_EXPIRES_S = 30.0
-PULL_HEARTBEAT_S = 5.0
+PULL_EXPIRES_S = 60.0
+PULL_HEARTBEAT_S = 10.0
 # With nothing arriving, the pull loop wakes this often to check that its request is alive (a
 # lapse needs two missed heartbeats and 5 s more): an idle replica holding 16 partitions woke
 # 16 times a second at 1 s.
@@ -112,6 +112,7 @@ class Consumer:
         coalesce: bool = False,
         label: str | None = None,
         slots: AsyncContextManager[Any] | None = None,
+        liveness_check_s: float | None = LIVENESS_CHECK_S,
     ) -> None:
         self._js = js
         self._spec = spec
@@ -130,6 +131,10 @@ class Consumer:
         self._arrivals = 0  # messages delivered so far (the backlog watch compares it)
         self._heard = time.monotonic()  # last message or heartbeat of a pull request
         self._wake = asyncio.Event()
+        # None: whoever runs this consumer calls check_alive() (a replica's heartbeat does, for
+        # all the consumers it holds, instead of a timer in each of them).
+        self._liveness_check_s = liveness_check_s
+        self._reconnects_seen = 0
         self._recreate_next = False
         self._inbox = ""
         self._next_subject = ""
@@ -187,17 +192,15 @@ class Consumer:
         backlog = asyncio.create_task(self._watch_backlog(stop))
         stopped = asyncio.ensure_future(stop.wait())
         stopped.add_done_callback(lambda _: self._wake.set())
-        reconnects = nc.stats.get("reconnects", 0)
+        self._reconnects_seen = nc.stats.get("reconnects", 0)
         try:
             while not stop.is_set():
                 now = time.monotonic()
-                # (5 s more than two heartbeats: an event loop that stalled is not a lost request.)
-                lapsed = self._credit > 0 and now - self._heard > min(PULL_HEARTBEAT_S, PULL_EXPIRES_S / 2) * 2 + 5
-                if nc.stats.get("reconnects", 0) != reconnects or lapsed or self._recreate_next:
+                if self._lost(now) or self._recreate_next:
                     # A server that restarted (or a consumer re-created) forgot the request:
                     # its heartbeats stop. Make sure the consumer exists and ask again.
                     refused, self._recreate_next = self._recreate_next, False
-                    reconnects = nc.stats.get("reconnects", 0)
+                    self._reconnects_seen = nc.stats.get("reconnects", 0)
                     self._credit = 0
                     self._heard = now
                     await self._recreate(stop)
@@ -214,10 +217,13 @@ class Consumer:
                         await _sleep_or_stop(stop, 0.5)
                         continue
                 self._wake.clear()
-                try:
+                if self._liveness_check_s is None:
                     # Woken when half the credit has arrived, a request ended, a handler freed
-                    # room under back-pressure, or at stop; the timeout only checks liveness.
-                    await asyncio.wait_for(self._wake.wait(), timeout=LIVENESS_CHECK_S)
+                    # room under back-pressure, at stop, or by check_alive().
+                    await self._wake.wait()
+                    continue
+                try:
+                    await asyncio.wait_for(self._wake.wait(), timeout=self._liveness_check_s)
                 except asyncio.TimeoutError:
                     pass
         finally:
@@ -234,6 +240,20 @@ class Consumer:
             except Exception:
                 pass
             await self.drain()
+
+    def _lost(self, now: float) -> bool:
+        """Whether the open pull request is gone: the connection was re-established since it
+        was sent (a restarted server forgot it), or no heartbeat came for two periods and 5 s
+        more (an event loop that stalled is not a lost request)."""
+        nc = self._js._nc
+        lapsed = self._credit > 0 and now - self._heard > min(PULL_HEARTBEAT_S, PULL_EXPIRES_S / 2) * 2 + 5
+        return lapsed or nc.stats.get("reconnects", 0) != self._reconnects_seen
+
+    def check_alive(self, now: float) -> None:
+        """Wakes the pull loop when its request is lost (see :meth:`_lost`); called every second
+        by the replica that holds this consumer when it has no timer of its own."""
+        if self._lost(now):
+            self._wake.set()
 
     async def _request(self, nc) -> None:
         # (The server refuses a heartbeat of more than half the expiry.)

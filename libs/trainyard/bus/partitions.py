@@ -310,6 +310,9 @@ class PartitionedSubscriber:
         # The heartbeat is the only write of a steady replica: it keeps every lease it holds. The
         # writer thread writes it; the loop does when the writer has not lately (or there is none).
         now = time.monotonic()
+        for held in self._held.values():  # first: what follows may fail while NATS is away
+            for consumer in held.consumers:
+                consumer.check_alive(now)
         last = max(self._last_beat, self._writer.last_write if self._writer is not None else 0.0)
         await self._beat(now, observe=bool(self._beats))
         self._follow_cpu_limit(now)
@@ -379,8 +382,10 @@ class PartitionedSubscriber:
         # The backlog gauges read each consumer's info: spread over the partitions, the role
         # asks about once a second, not once per partition; each gauge is then at most as old as
         # a Prometheus scrape interval (15 s at 16 partitions).
+        # The replica's tick checks that each consumer's pull request is alive (check_alive):
+        # one timer for all of them, not one each.
         options = {"backlog_interval_s": max(5.0, 1.0 * self.partitions), "slots": self._slots,
-                   "batch": self._batch(), **self.consumer_options}
+                   "batch": self._batch(), "liveness_check_s": None, **self.consumer_options}
         consumers = []
         for subscription in self.subscriptions:
             consumer = Consumer(self.bus.js, subscription.spec(self.cluster, partition), subscription.handler,

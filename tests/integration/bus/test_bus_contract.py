@@ -4,6 +4,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import time
 
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
@@ -406,6 +407,35 @@ async def test_consumer_resumes_after_the_server_restarts(nats_server, bus):
     await recorder.wait_for(lambda seen: ("after", 1) in seen, timeout=30)
     await stop_consumer(stop, task)
     assert recorder.seen.count(("before", 1)) == 1
+
+
+async def test_a_consumer_without_a_timer_of_its_own_resumes_when_its_replica_checks_it(nats_server, bus):
+    """A replica's consumers keep no liveness timer each (16 partitions x streams of them woke an
+    idle replica every few seconds): the replica's heartbeat calls check_alive() for all of them,
+    and that alone brings a consumer back after nats-server restarted under it."""
+    recorder = Recorder()
+    spec = ConsumerSpec(EVENTS_STREAM, "held", ["ty.events.>"], ack_wait_s=5, max_deliver=3)
+    consumer = Consumer(bus.js, spec, recorder, service="test", publisher=bus.publisher, liveness_check_s=None)
+    stop = asyncio.Event()
+    task = asyncio.create_task(consumer.run(stop))
+    await publish_events(bus, [event("before")])
+    await recorder.wait_for(lambda seen: ("before", 1) in seen)
+    await asyncio.to_thread(nats_server.restart)
+    await publish_once_reconnected(lambda: publish_events(bus, [event("after")]))
+    await asyncio.sleep(3)
+    assert ("after", 1) not in recorder.seen  # its request died with the server; nothing woke it
+
+    async def replica_heartbeat() -> None:
+        while True:
+            consumer.check_alive(time.monotonic())
+            await asyncio.sleep(1.0)
+
+    ticker = asyncio.create_task(replica_heartbeat())
+    try:
+        await recorder.wait_for(lambda seen: ("after", 1) in seen, timeout=10)
+    finally:
+        ticker.cancel()
+        await stop_consumer(stop, task)
 
 
 async def test_a_work_queue_consumer_keeps_its_state_in_memory_and_loses_nothing_to_a_restart(nats_server, bus):
