@@ -12,6 +12,7 @@ import uvicorn
 from trainyard.bus.session import BusSession
 from trainyard.errortext import describe
 from trainyard.kube.client import KubeClient
+from trainyard.telemetry.asgi_server import QuietServer
 from trainyard.telemetry.service import ServiceConfig
 from trainyard_services.dashboard.app import build_app
 from trainyard_services.dashboard.live import Live
@@ -44,7 +45,7 @@ async def serve(config: ServiceConfig, clusters: list[str], stack_state: Path | 
     live = Live(bus, clusters, stack_state)
     await live.start()
     app = build_app(live, kubes.get, lambda: state["nats"])
-    server = uvicorn.Server(uvicorn.Config(app, host=config.http_host, port=config.http_port, log_config=None,
+    server = QuietServer(uvicorn.Config(app, host=config.http_host, port=config.http_port, log_config=None,
                                            access_log=False, lifespan="off", timeout_graceful_shutdown=2))
     serving = asyncio.create_task(server.serve())
     services = asyncio.gather(live.watch_services(stop), live.watch_stack(stop),

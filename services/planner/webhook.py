@@ -343,6 +343,8 @@ class WebhookServer:
     async def start(self) -> int:
         import uvicorn
 
+        from trainyard.telemetry.asgi_server import QuietServer
+
         # IPPROTO_TCP, not the default 0: asyncio turns on TCP_NODELAY only for sockets whose
         # proto says TCP, and without it each answer waited ~40 ms for the API server's delayed ACK.
         sock = socket.socket(socket.AF_INET6 if ":" in self._host else socket.AF_INET, socket.SOCK_STREAM,
@@ -354,7 +356,7 @@ class WebhookServer:
                                 log_level="warning", access_log=False, lifespan="off")
         config.load()
         self._tls.context = config.ssl
-        self._server = uvicorn.Server(config)
+        self._server = QuietServer(config)
         # _serve, not serve: serve() swaps the process's signal handlers, which belong to the
         # service's own graceful shutdown.
         self._task = asyncio.create_task(self._server._serve(sockets=[sock]))
