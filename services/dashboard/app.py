@@ -76,7 +76,7 @@ def build_app(live: Live, kube_for: Callable[[str], KubeClient | None], ready: C
 
     @app.get("/api/snapshot")
     async def snapshot() -> JSONResponse:
-        return JSONResponse(live.snapshot())
+        return JSONResponse(await live.fresh_snapshot())
 
     @app.get("/api/events")
     async def events() -> StreamingResponse:
@@ -84,7 +84,7 @@ def build_app(live: Live, kube_for: Callable[[str], KubeClient | None], ready: C
 
         async def stream() -> AsyncIterator[bytes]:
             try:
-                yield sse("snapshot", live.snapshot())
+                yield sse("snapshot", await live.fresh_snapshot())
                 while True:
                     try:
                         kind, data = await asyncio.wait_for(queue.get(), timeout=HEARTBEAT_S)

@@ -73,6 +73,9 @@ MAX_STEP_REPORTS = 4096
 # How far a pod's clock (``lastUpdatedTime``, whole seconds) may lag the dashboard's when a
 # report is matched with a resume the dashboard saw.
 CLOCK_SLACK_S = 1.0
+# After the last snapshot asked (a browser that polls, a script), the probes keep running this
+# long; a browser on the live stream keeps them running as long as it stays.
+WATCH_WINDOW_S = 60.0
 
 
 def note_steps(notes: list[dict[str, Any]], reports: list[StepReport]) -> list[int | None]:
@@ -236,6 +239,13 @@ class Live:
         # each its own task): an answer older than what was shown must not turn the state back.
         self._versions: dict[str, int] = {}
         self._listeners: set[asyncio.Queue[tuple[str, Any]]] = set()
+        # The probes (services, backlog, workers, the stack's window) run while someone looks:
+        # a browser on the live stream, or a snapshot asked within WATCH_WINDOW_S. Unwatched they
+        # wait for the next look instead of polling (an idle stack's dashboard probed every
+        # service and listed every consumer every 2 s for no one).
+        self._asked_at = float("-inf")
+        self._asked = asyncio.Event()
+        self._rounds: dict[str, int] = {}  # per probe loop: rounds done (a snapshot waits for one)
         self._subscriptions: list[Any] = []
         self._runtimes: dict[tuple[str, str, str], dict[str, Any]] = {}
 
@@ -244,7 +254,45 @@ class Live:
     def listen(self) -> asyncio.Queue[tuple[str, Any]]:
         queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue(maxsize=1000)
         self._listeners.add(queue)
+        self._ask()
         return queue
+
+    def watched(self) -> bool:
+        return bool(self._listeners) or time.monotonic() - self._asked_at < WATCH_WINDOW_S
+
+    def _ask(self) -> None:
+        self._asked_at = time.monotonic()
+        self._asked.set()
+
+    async def fresh_snapshot(self, timeout_s: float = 5.0) -> dict[str, Any]:
+        """The snapshot, with the probes brought up to date first when nobody was watching
+        (they were paused): each probe loop finishes one round after this ask, or ``timeout_s``."""
+        paused = not self.watched()
+        before = dict(self._rounds)
+        self._ask()
+        if paused:
+            deadline = time.monotonic() + timeout_s
+            while any(self._rounds.get(name, 0) <= done for name, done in before.items()) \
+                    and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+        return self.snapshot()
+
+    async def _next_round(self, name: str, stop: asyncio.Event, interval_s: float) -> None:
+        """Between two rounds of probe loop ``name``: ``interval_s`` while watched; unwatched,
+        until someone looks again."""
+        self._rounds[name] = self._rounds.get(name, 0) + 1
+        try:
+            await asyncio.wait_for(stop.wait(), timeout=interval_s)
+        except asyncio.TimeoutError:
+            pass
+        while not self.watched() and not stop.is_set():
+            self._asked.clear()
+            waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self._asked.wait())]
+            try:
+                await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for waiter in waiters:
+                    waiter.cancel()
 
     def forget(self, queue: asyncio.Queue[tuple[str, Any]]) -> None:
         self._listeners.discard(queue)
@@ -449,10 +497,7 @@ class Live:
             if stack != self.stack:
                 self.stack = stack
                 self._push("stack", stack)
-            try:
-                await asyncio.wait_for(stop.wait(), timeout=interval_s)
-            except asyncio.TimeoutError:
-                pass
+            await self._next_round("stack", stop, interval_s)
 
     async def watch_workers(self, stop: asyncio.Event, kube_for: Any, interval_s: float = 3.0) -> None:
         """The manager's MultiKueueClusters (the first cluster is the manager): each worker's
@@ -470,10 +515,7 @@ class Live:
                 if workers != self.workers:
                     self.workers = workers
                     self._push("workers", workers)
-            try:
-                await asyncio.wait_for(stop.wait(), timeout=interval_s)
-            except asyncio.TimeoutError:
-                pass
+            await self._next_round("workers", stop, interval_s)
 
     async def _workers(self, manager: KubeClient, kube_for: Any) -> list[dict[str, Any]]:
         try:
@@ -521,10 +563,7 @@ class Live:
                     if (services, consumers) != (self.services, self.consumers):
                         self.services, self.consumers = services, consumers
                         self._push("services", {"services": services, "consumers": consumers})
-                try:
-                    await asyncio.wait_for(stop.wait(), timeout=interval_s)
-                except asyncio.TimeoutError:
-                    pass
+                await self._next_round("services", stop, interval_s)
 
     async def _services(self, http: httpx.AsyncClient) -> list[dict[str, Any]]:
         """From the local stack's stack.json: each service process, ready or not, restarts."""
