@@ -353,6 +353,7 @@ async def run_status(service: StatusService, stop: asyncio.Event) -> None:
         # One replica recounts: the holder of partition 0 (any one would do; this one is known).
         await asyncio.gather(subscriber.run(stop),
                              trainjob_metrics.keep_state_gauge(trainjobs, stop, list_runtimes=runtimes,
-                                                               counting=lambda: 0 in subscriber.owned))
+                                                               counting=lambda: 0 in subscriber.owned,
+                                                               version=service.bus.snapshots.version))
     finally:
         service.lifecycle.close()

@@ -197,6 +197,13 @@ class SnapshotStore:
     async def open(cls, js: JetStreamContext) -> "SnapshotStore":
         return cls(await js.key_value(SNAPSHOTS_BUCKET))
 
+    async def version(self) -> int:
+        """The bucket's last sequence: it moves with every write or deletion of any snapshot, so
+        a reader that saw it unchanged knows every listing would be the same (one stream info
+        request, where a listing creates a consumer and reads every object)."""
+        info = await self._kv._js.stream_info(f"KV_{self._kv._name}")
+        return int(info.state.last_seq or 0)
+
     async def record(self, key: ObjectKey, obj: dict[str, Any], deleted: bool = False) -> bool:
         """Stores ``obj`` unless the stored snapshot is as new or newer. True when written."""
         meta = obj.get("metadata") or {}

@@ -70,18 +70,25 @@ Lister = Callable[[], Awaitable[list[dict[str, Any]]]]
 
 
 async def keep_state_gauge(list_trainjobs: Lister, stop: asyncio.Event, interval_s: float = 5.0,
-                           list_runtimes: Lister | None = None, counting: Callable[[], bool] | None = None) -> None:
+                           list_runtimes: Lister | None = None, counting: Callable[[], bool] | None = None,
+                           version: Callable[[], Awaitable[Any]] | None = None) -> None:
     """Recounts ``trainyard_trainjobs`` every ``interval_s`` until ``stop``. Every runtime
     (``list_runtimes``) has its series from the start, at zero, so rates and increases count
     its first TrainJobs.
 
     ``counting``: whether this replica is the one that counts (a recount reads every TrainJob's
     snapshot, so N replicas each recounting cost N times the work for one figure); the others
-    hold every series at zero, so that ``max`` and ``sum`` over replicas both give the count."""
+    hold every series at zero, so that ``max`` and ``sum`` over replicas both give the count.
+
+    ``version``: what the listings are read from, as a value that changes with any change (the
+    snapshot bucket's last sequence); while it is unchanged the recount is skipped (an idle
+    stack's status replica listed every TrainJob and runtime every 5 s to find the same counts)."""
     runtimes: set[str] = set()
+    counted_at: Any = None  # the version the figures were counted at (None: not counted)
     while not stop.is_set():
         started = time.monotonic()
         if counting is not None and not counting():
+            counted_at = None
             for runtime in runtimes:
                 for state in metrics.TRAINJOB_STATES:
                     metrics.TRAINJOBS.labels(state, runtime).set(0)
@@ -91,6 +98,10 @@ async def keep_state_gauge(list_trainjobs: Lister, stop: asyncio.Event, interval
                 pass
             continue
         try:
+            now_at = await version() if version is not None else None
+            if now_at is not None and now_at == counted_at:
+                await _pause(stop, interval_s)
+                continue
             counts = count_states(await list_trainjobs())
             known = [str((r.get("metadata") or {}).get("name") or "") for r in
                      (await list_runtimes() if list_runtimes is not None else [])]
@@ -99,6 +110,7 @@ async def keep_state_gauge(list_trainjobs: Lister, stop: asyncio.Event, interval
         except Exception as err:  # NATS away: keep the last figures
             log.debug("counting TrainJobs failed: %s", describe(err))
         else:
+            counted_at = now_at
             for runtime in [runtime for _, runtime in counts] + known:
                 if runtime not in runtimes:
                     runtimes.add(runtime)
@@ -108,7 +120,11 @@ async def keep_state_gauge(list_trainjobs: Lister, stop: asyncio.Event, interval
                     metrics.TRAINJOBS.labels(state, runtime).set(counts.get((state, runtime), 0))
         # With many TrainJobs a recount takes a while: wait at least 20 times as long as it took,
         # so that counting stays under 5 % of a core.
-        try:
-            await asyncio.wait_for(stop.wait(), timeout=max(interval_s, 20 * (time.monotonic() - started)))
-        except asyncio.TimeoutError:
-            pass
+        await _pause(stop, max(interval_s, 20 * (time.monotonic() - started)))
+
+
+async def _pause(stop: asyncio.Event, seconds: float) -> None:
+    try:
+        await asyncio.wait_for(stop.wait(), timeout=seconds)
+    except asyncio.TimeoutError:
+        pass

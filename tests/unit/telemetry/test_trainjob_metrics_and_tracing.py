@@ -118,3 +118,46 @@ async def test_only_the_counting_replica_recounts_the_state_gauge_the_others_hol
     finally:
         stop.set()
         await asyncio.wait_for(task, 5)
+
+
+async def test_the_gauge_is_recounted_only_when_the_snapshots_changed() -> None:
+    """An idle stack's status replica listed every TrainJob and runtime every 5 s to find the
+    same counts; with the snapshot bucket's version unchanged it lists nothing."""
+    import asyncio
+
+    version = {"now": 1}
+    lists: list[int] = []
+    counting = {"now": True}
+
+    async def list_trainjobs() -> list[dict]:
+        lists.append(version["now"])
+        return [job(runtime="version-rt")] * version["now"]
+
+    async def current() -> int:
+        return version["now"]
+
+    def gauge() -> float:
+        return metrics.TRAINJOBS.labels("Pending", "version-rt")._value.get()
+
+    async def until(predicate) -> None:
+        while not predicate():
+            await asyncio.sleep(0.01)
+
+    stop = asyncio.Event()
+    task = asyncio.create_task(trainjobs.keep_state_gauge(list_trainjobs, stop, interval_s=0.01, version=current,
+                                                          counting=lambda: counting["now"]))
+    try:
+        await asyncio.wait_for(until(lambda: gauge() == 1), 10)
+        await asyncio.sleep(0.2)  # about 20 rounds
+        assert lists == [1]
+        version["now"] = 2  # a snapshot written
+        await asyncio.wait_for(until(lambda: gauge() == 2), 10)
+        assert lists == [1, 2]
+        counting["now"] = False  # partition 0 handed over, then back: counted again at once
+        await asyncio.wait_for(until(lambda: gauge() == 0), 10)
+        counting["now"] = True
+        await asyncio.wait_for(until(lambda: gauge() == 2), 10)
+        assert lists == [1, 2, 2]
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 5)
