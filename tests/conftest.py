@@ -52,10 +52,11 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
 
 
 # -- where the suite's CPU goes (docs/performance.md, "The suite's CPU") -------------------------
-# With TRAINYARD_TEST_CPU_REPORT=FILE each test appends one JSON line: its wall time, the CPU of
-# the pytest process and the CPU of the processes it started and reaped meanwhile (the stacks,
-# their services and pods, kubectl: each level waits for its children, so their CPU rolls up).
-# A module-scoped stack's CPU lands on the test after which it is stopped.
+# With TRAINYARD_TEST_CPU_REPORT=FILE each test appends one JSON line: when it began, in which
+# pytest process, its wall time, the CPU of the pytest process and the CPU of the processes it
+# started and reaped meanwhile (the stacks, their services and pods, kubectl: each level waits
+# for its children, so their CPU rolls up). A module-scoped stack's CPU lands on the test after
+# which it is stopped; the data plane's session-wide cluster on the last test of its process.
 CPU_REPORT_ENV = "TRAINYARD_TEST_CPU_REPORT"
 
 
@@ -65,10 +66,11 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     if not report:
         yield
         return
-    before, started = os.times(), time.monotonic()
+    before, started, began_at = os.times(), time.monotonic(), time.time()
     yield
     after = os.times()
-    line = {"test": item.nodeid, "wall_s": round(time.monotonic() - started, 3),
+    line = {"test": item.nodeid, "began_at": round(began_at, 3),
+            "worker": os.environ.get("PYTEST_XDIST_WORKER", ""), "wall_s": round(time.monotonic() - started, 3),
             "pytest_cpu_s": round(after.user - before.user + after.system - before.system, 3),
             "children_cpu_s": round(after.children_user - before.children_user
                                     + after.children_system - before.children_system, 3)}
