@@ -16,11 +16,17 @@ service (``trainyard.telemetry.service.run_service``) run their main coroutine t
 - **``freeze_startup``**: what the server built before it serves (the registry, the schemas
   of the built-in kinds, compiled rules) is moved out of the collector's generations, so the
   rare full collections do not walk it again and again.
+- **``exit_process``**: a service that has stopped gracefully ends without the interpreter's
+  teardown of its heap.
 """
 from __future__ import annotations
 
+import atexit
 import gc
-from typing import Any, Coroutine, TypeVar
+import logging
+import os
+import sys
+from typing import Any, Coroutine, NoReturn, TypeVar
 
 import uvloop
 
@@ -51,3 +57,23 @@ def freeze_startup() -> None:
     if _owns_process:
         gc.collect()
         gc.freeze()
+
+
+def exit_process(code: int) -> NoReturn:
+    """Ends a service process whose own stop is complete (its work handed over, its connections
+    closed), skipping the interpreter's teardown: freeing every module and object of a service's
+    heap (the API models, compiled admission rules, the bus client) one by one took 0.3-0.6 s of
+    CPU per process, at every `trainyard down` and every restart, for memory the kernel takes
+    back at once anyway. What teardown does that matters runs first: the atexit callbacks
+    (logging flushes and closes its handlers, OpenTelemetry flushes its spans) and the flush of
+    the standard streams."""
+    try:
+        atexit._run_exitfuncs()  # what normal interpreter exit runs first
+    finally:
+        logging.shutdown()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):  # closed, or the reader went away
+                pass
+        os._exit(code)

@@ -27,7 +27,7 @@ import os
 import signal
 import sys
 from dataclasses import dataclass
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, NoReturn
 
 from trainyard.errortext import describe
 
@@ -135,11 +135,18 @@ def port_or_off(value: object, flag: str) -> int | None:
     return port
 
 
-def run_service(config: ServiceConfig, main: Callable[[asyncio.Event], Awaitable[None]]) -> int:
-    """Runs ``main(stop)`` with logging and tracing set up; SIGTERM/SIGINT set ``stop``.
+def run_service(config: ServiceConfig, main: Callable[[asyncio.Event], Awaitable[None]]) -> NoReturn:
+    """Runs ``main(stop)`` with logging and tracing set up; SIGTERM/SIGINT set ``stop``; then
+    ends the process with its exit status (``trainyard.eventloop.exit_process``).
 
     ``main`` should return once it has finished or handed back its in-flight work.
     """
+    from trainyard.eventloop import exit_process
+
+    exit_process(_run_to_the_end(config, main))
+
+
+def _run_to_the_end(config: ServiceConfig, main: Callable[[asyncio.Event], Awaitable[None]]) -> int:
     from trainyard.telemetry.logging import configure_logging
     from trainyard.telemetry.tracing import configure_tracing
 
