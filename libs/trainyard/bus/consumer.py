@@ -41,9 +41,9 @@ log = logging.getLogger(__name__)
 # (docs/bus.md, "Pulling").
 PULL_EXPIRES_S = 60.0
 PULL_HEARTBEAT_S = 10.0
-# With nothing arriving, the pull loop wakes this often to check that its request is alive (a
-# lapse needs two missed heartbeats and 5 s more): an idle replica holding 16 partitions woke
-# 16 times a second at 1 s.
+# With nothing arriving, the pull loop of a consumer run on its own wakes this often to check
+# that its request is alive (a lapse needs two missed heartbeats and 5 s more). A replica's
+# consumers have no such timer: its heartbeat checks them all (check_alive).
 LIVENESS_CHECK_S = 5.0
 # An idle consumer's backlog is known without asking (see Consumer._known_idle); it is still
 # read this often, in case a pull request was lost without the server saying so.
