@@ -92,10 +92,7 @@ async def keep_state_gauge(list_trainjobs: Lister, stop: asyncio.Event, interval
             for runtime in runtimes:
                 for state in metrics.TRAINJOB_STATES:
                     metrics.TRAINJOBS.labels(state, runtime).set(0)
-            try:
-                await asyncio.wait_for(stop.wait(), timeout=interval_s)
-            except asyncio.TimeoutError:
-                pass
+            await _pause(stop, interval_s)
             continue
         try:
             now_at = await version() if version is not None else None
