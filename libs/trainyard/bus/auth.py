@@ -125,11 +125,15 @@ def _kv_write(grants: Grants, bucket: str, prefix: str) -> None:
 
 
 def _consumer(grants: Grants, stream: str, durable: str, legacy: str | None = None) -> None:
-    """Create/update, inspect and pull from one named durable consumer, and ack its messages."""
+    """Create/update, inspect and pull from one named durable consumer, and ack its messages;
+    delete it (an earlier release's file-held one is created again in memory) and read its
+    stream's info (a consumer created again checks that its position is in the stream:
+    topology.ensure_consumer)."""
     grants.publish += [
         f"{API}.CONSUMER.CREATE.{stream}.{durable}", f"{API}.CONSUMER.CREATE.{stream}.{durable}.>",
         f"{API}.CONSUMER.DURABLE.CREATE.{stream}.{durable}",
         f"{API}.CONSUMER.INFO.{stream}.{durable}", f"{API}.CONSUMER.MSG.NEXT.{stream}.{durable}",
+        f"{API}.CONSUMER.DELETE.{stream}.{durable}", f"{API}.STREAM.INFO.{stream}",
         f"$JS.ACK.{stream}.{durable}.>",
     ]
     if legacy:  # the name of an earlier release, retired by the service (topology.retire_consumers)

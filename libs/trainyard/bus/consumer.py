@@ -140,6 +140,17 @@ class Consumer:
         self._next_subject = ""
         self._backlog_interval_s = backlog_interval_s
         self._started: dict[int, float] = {}  # id(msg) -> monotonic start of its handler
+        # Where to resume should nats-server forget the consumer (its state is held in memory:
+        # topology.WORK_QUEUE_STREAMS's comment): the stream sequences delivered here and not
+        # yet acknowledged or terminated, the highest delivered, and the server's own
+        # acknowledged floor. ``_sole`` once the server showed nothing pending outside this
+        # reader (no previous holder's message still unacknowledged): from then on what was
+        # delivered here is all that was delivered.
+        self._unfinished: set[int] = set()
+        self._highest = 0
+        self._server_floor = 0
+        self._sole = False
+        self._bound: Any = None  # the consumer info the bind got
         # Metrics and spans carry ``label`` (a role's one name, e.g. planner_<cluster>, for all its
         # partitions' consumers), the backlog gauges the durable itself.
         self._label = label or spec.durable
@@ -167,6 +178,25 @@ class Consumer:
     @property
     def batch(self) -> int:
         return self._batch
+
+    def resume_after(self) -> int:
+        """The stream sequence up to which every message of this consumer is acknowledged, as
+        far as this reader knows: a consumer created again to deliver after it skips nothing
+        (it may deliver again what was acknowledged since the server's floor was last read)."""
+        if not self._sole:
+            return self._server_floor
+        if self._unfinished:
+            return min(self._unfinished) - 1
+        return max(self._highest, self._server_floor)
+
+    def _note_server_floor(self, info: Any) -> None:
+        floor = info.ack_floor.stream_seq if info.ack_floor else 0
+        self._server_floor = max(self._server_floor, floor or 0)
+        if not info.num_ack_pending:
+            self._sole = True
+
+    def _finished(self, msg: Msg) -> None:
+        self._unfinished.discard(msg.metadata.sequence.stream)
 
     @batch.setter
     def batch(self, batch: int) -> None:
@@ -286,6 +316,10 @@ class Consumer:
             return
         self._credit -= 1
         self._arrivals += 1
+        sequence = msg.metadata.sequence.stream
+        self._unfinished.add(sequence)
+        if sequence > self._highest:
+            self._highest = sequence
         if self._credit <= self._batch // 2:
             self._wake.set()
         self._enqueue(msg)
@@ -296,7 +330,8 @@ class Consumer:
         while not stop.is_set():
             try:
                 await retire_consumers(self._js, self._spec)
-                await ensure_consumer(self._js, self._spec)
+                self._bound = await ensure_consumer(self._js, self._spec)
+                self._note_server_floor(self._bound)
                 return True
             except (ConnectionClosedError, asyncio.CancelledError):
                 raise
@@ -308,7 +343,7 @@ class Consumer:
 
     async def _recreate(self, stop: asyncio.Event) -> None:
         try:
-            await ensure_consumer(self._js, self._spec)
+            self._note_server_floor(await ensure_consumer(self._js, self._spec, self.resume_after()))
         except (ConnectionClosedError, asyncio.CancelledError):
             raise
         except Exception as err:  # still away: the next round asks again
@@ -325,9 +360,12 @@ class Consumer:
 
     async def _watch_backlog(self, stop: asyncio.Event) -> None:
         """The real backlog: JetStream's consumer info (pending, ack-pending, redelivered), and
-        the work in progress here, every ``backlog_interval_s`` (less often when idle)."""
-        labels = (self._spec.stream, self.name)
+        the work in progress here, every ``backlog_interval_s`` (less often when idle). The
+        first reading is the one the bind got."""
         arrived, last_info, last_backlog = -1, float("-inf"), -1
+        if self._bound is not None:
+            arrived, last_info, last_backlog = self._arrivals, time.monotonic(), self._show_backlog(self._bound)
+            await _sleep_or_stop(stop, self._backlog_interval_s)
         while not stop.is_set():
             now = time.monotonic()
             running = [now - began for began in self._started.values()]
@@ -345,15 +383,20 @@ class Consumer:
                 log.debug("consumer info of %s failed: %s", self.name, describe(err))
                 last_backlog = -1
             else:
-                pending, ack_pending = info.num_pending or 0, info.num_ack_pending or 0
-                last_info, last_backlog = now, pending + ack_pending
-                metrics.JETSTREAM_PENDING.labels(*labels).set(pending)
-                metrics.JETSTREAM_ACK_PENDING.labels(*labels).set(ack_pending)
-                metrics.JETSTREAM_REDELIVERED.labels(*labels).set(info.num_redelivered or 0)
-                metrics.JETSTREAM_DELIVERED.labels(*labels).set(
-                    (info.delivered.stream_seq if info.delivered else 0) or 0)
-                metrics.WORKQUEUE_DEPTH.labels(self.name).set(pending + ack_pending)
+                self._note_server_floor(info)
+                last_info, last_backlog = now, self._show_backlog(info)
             await _sleep_or_stop(stop, self._backlog_interval_s)
+
+    def _show_backlog(self, info: Any) -> int:
+        """Sets the backlog gauges from a consumer info; returns pending + ack-pending."""
+        labels = (self._spec.stream, self.name)
+        pending, ack_pending = info.num_pending or 0, info.num_ack_pending or 0
+        metrics.JETSTREAM_PENDING.labels(*labels).set(pending)
+        metrics.JETSTREAM_ACK_PENDING.labels(*labels).set(ack_pending)
+        metrics.JETSTREAM_REDELIVERED.labels(*labels).set(info.num_redelivered or 0)
+        metrics.JETSTREAM_DELIVERED.labels(*labels).set((info.delivered.stream_seq if info.delivered else 0) or 0)
+        metrics.WORKQUEUE_DEPTH.labels(self.name).set(pending + ack_pending)
+        return pending + ack_pending
 
     async def drain(self, grace_s: float = 10.0) -> None:
         """Graceful stop: running handlers finish; queued, unstarted messages are nak'ed."""
@@ -389,6 +432,7 @@ class Consumer:
             msg_id = (queued.headers or {}).get("Nats-Msg-Id", "")
             if queued.subject == subject and not msg_id.endswith(":DELETED"):
                 asyncio.get_running_loop().create_task(_quietly(queued.ack()))
+                self._finished(queued)
                 self._coalesced.inc()
                 self._done_one()
                 continue
@@ -465,6 +509,7 @@ class Consumer:
         finally:
             self._started.pop(id(msg), None)
         await _quietly(msg.ack())
+        self._finished(msg)
         self._record("success", started)
 
     def _record(self, result: str, started: float) -> None:
@@ -506,6 +551,7 @@ class Consumer:
             return
         metrics.DEAD_LETTERS.labels(self._service, self._label).inc()
         await _quietly(msg.term())
+        self._finished(msg)
 
 
 async def _quietly(awaitable: Awaitable[None]) -> None:

@@ -12,13 +12,14 @@ from nats.js import JetStreamContext
 from nats.js.api import (
     AckPolicy,
     ConsumerConfig,
+    ConsumerInfo,
     DeliverPolicy,
     KeyValueConfig,
     RetentionPolicy,
     StorageType,
     StreamConfig,
 )
-from nats.js.errors import APIError, BadRequestError
+from nats.js.errors import BadRequestError, NotFoundError
 
 from trainyard.bus import subjects
 from trainyard.errortext import describe
@@ -46,16 +47,17 @@ SLOTS_BUCKET = "ty_slots"
 
 DEDUP_WINDOW_S = 120.0
 
-# Streams whose messages are removed once acknowledged: a consumer's position on one of them is
-# the stream itself (whatever is stored is not yet acknowledged), so the consumer keeps its
-# state in memory (ConsumerSpec.config). nats-server writes a file-held consumer's state up to
-# ten times a second while it is busy; with one durable per partition that was a third of its
-# CPU under load (docs/performance.md, "One replica: where the CPU per TrainJob went"). A
-# memory-held consumer lost with a restart of nats-server is created again by its reader
-# (consumer.py) and delivers exactly what the stream still holds.
+# Every partition consumer keeps its state (delivered and acknowledged positions) in memory:
+# nats-server writes a file-held consumer's state up to ten times a second while it is busy, and
+# with one durable per partition and stream that was a third of its CPU under load
+# (docs/performance.md, "One replica: where the CPU per TrainJob went"). A restart of
+# nats-server loses such a consumer; its reader creates it again (consumer.py). On a work-queue
+# stream the stream is the position (what it holds is exactly what was not acknowledged), so the
+# consumer is created as it was; on the other streams, whose messages stay after they are read,
+# the reader creates it from the last position it knows everything up to was acknowledged
+# (Consumer.resume_after), so nothing is skipped and what is handled again is handled by
+# level-triggered handlers.
 WORK_QUEUE_STREAMS = frozenset({PLANS_STREAM})
-# JetStream's error code for "storage type can not be updated" (a consumer's or a stream's).
-STORAGE_NOT_UPDATABLE = 10012
 
 # The progress history kept per TrainJob (docs/bus.md): its last PROGRESS_POINTS reports (the
 # oldest go first), for PROGRESS_MAX_AGE_S at most, and PROGRESS_MAX_BYTES for all TrainJobs.
@@ -219,8 +221,13 @@ class ConsumerSpec:
     retires: tuple[tuple[str, tuple[str, ...]], ...] = ()
     extra: dict = field(default_factory=dict)
 
-    def config(self) -> ConsumerConfig:
+    def config(self, resume_after: int | None = None) -> ConsumerConfig:
+        """The consumer's configuration; ``resume_after``: create it to deliver from the next
+        stream sequence (not on a work-queue stream, where the stream is the position)."""
         many = len(self.filter_subjects) > 1
+        deliver, start = (DeliverPolicy.NEW if self.deliver_new_only else DeliverPolicy.ALL), None
+        if resume_after is not None and self.stream not in WORK_QUEUE_STREAMS:
+            deliver, start = DeliverPolicy.BY_START_SEQUENCE, resume_after + 1
         return ConsumerConfig(
             durable_name=self.durable,
             name=self.durable,
@@ -231,10 +238,11 @@ class ConsumerSpec:
             # a server limit would silently drop a message whose last delivery was in flight.
             max_deliver=-1,
             max_ack_pending=self.max_ack_pending,
-            deliver_policy=DeliverPolicy.NEW if self.deliver_new_only else DeliverPolicy.ALL,
+            deliver_policy=deliver,
+            opt_start_seq=start,
             filter_subject=None if many else self.filter_subjects[0],
             filter_subjects=self.filter_subjects if many else None,
-            mem_storage=True if self.stream in WORK_QUEUE_STREAMS else None,
+            mem_storage=True,
             **self.extra,
         )
 
@@ -303,24 +311,46 @@ async def retire_consumers(js: JetStreamContext, spec: ConsumerSpec) -> None:
                 log.warning("could not retire consumer %s: %s", legacy, describe(err))
 
 
-async def ensure_consumer(js: JetStreamContext, spec: ConsumerSpec) -> None:
-    """Creates the durable consumer (the server updates it in place when it exists).
+async def ensure_consumer(js: JetStreamContext, spec: ConsumerSpec,
+                          resume_after: int | None = None) -> ConsumerInfo:
+    """Creates the durable consumer, or brings an existing one to ``spec`` in place.
 
-    A change the server refuses to apply in place keeps the existing consumer (and its
-    position): losing acknowledged state would be worse than running with the old limits.
-    The one exception is a file-held consumer of a work-queue stream (an earlier release's):
-    the server cannot change a consumer's storage in place, and there its state can be dropped,
-    since what it had not acknowledged is still in the stream, so it is created again in memory.
+    A missing consumer is created to deliver after ``resume_after`` when given (its reader's
+    known position, after nats-server forgot the consumer in a restart), else from the start
+    (or new messages only). An existing consumer keeps its position and how it was created; a
+    change the server refuses to apply in place keeps the existing consumer: losing its position
+    would be worse than running with the old limits. A file-held consumer of an earlier release
+    is created again in memory (the server cannot change the storage in place) from its
+    acknowledged floor: nothing it had not acknowledged is skipped.
     """
-    config = spec.config()
     try:
-        await js.add_consumer(spec.stream, config=config)
+        info = await js.consumer_info(spec.stream, spec.durable)
+    except NotFoundError:
+        return await _create_consumer(js, spec, resume_after)
+    existing = info.config
+    if not existing.mem_storage:
+        floor = info.ack_floor.stream_seq if info.ack_floor else 0
+        log.info("consumer %s moves its state to memory, resuming after stream sequence %d",
+                 spec.durable, floor)
+        await js.delete_consumer(spec.stream, spec.durable)
+        return await _create_consumer(js, spec, floor or None)
+    config = spec.config()
+    # The position lives in the consumer: keep where it was created to start.
+    config.deliver_policy, config.opt_start_seq = existing.deliver_policy, existing.opt_start_seq
+    try:
+        return await js.add_consumer(spec.stream, config=config)
     except BadRequestError as err:
         log.warning("consumer %s kept with its existing config: %s", spec.durable, describe(err))
-    except APIError as err:
-        if err.err_code != STORAGE_NOT_UPDATABLE or not config.mem_storage:
-            raise
-        log.info("consumer %s moves its state to memory (stream %s removes what was acknowledged)",
-                 spec.durable, spec.stream)
-        await js.delete_consumer(spec.stream, spec.durable)
-        await js.add_consumer(spec.stream, config=config)
+        return info
+
+
+async def _create_consumer(js: JetStreamContext, spec: ConsumerSpec, resume_after: int | None) -> ConsumerInfo:
+    if resume_after is not None and spec.stream not in WORK_QUEUE_STREAMS:
+        last = (await js.stream_info(spec.stream)).state.last_seq
+        if resume_after > last:
+            # The stream itself is younger than the position (deleted and created again by
+            # hand): its sequences started over, so everything it holds is new to this reader.
+            log.warning("stream %s restarts below consumer %s's position %d (last sequence %d); "
+                        "reading it from the start", spec.stream, spec.durable, resume_after, last)
+            resume_after = None
+    return await js.add_consumer(spec.stream, config=spec.config(resume_after))

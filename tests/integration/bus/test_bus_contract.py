@@ -480,6 +480,77 @@ async def test_an_earlier_releases_file_held_plans_consumer_moves_to_memory_with
     assert (await bus.js.consumer_info(PLANS_STREAM, spec.durable)).config.mem_storage is True
 
 
+async def test_an_events_consumer_held_in_memory_resumes_where_its_reader_was_after_a_restart(nats_server, bus):
+    """The events stream keeps what was read, so a consumer created again after nats-server
+    forgot it must start where its reader was: what was acknowledged is not handled again, what
+    was delivered but not finished and what came while it was gone are handled."""
+    release = asyncio.Event()
+    recorder = Recorder()
+
+    async def handler(delivery: Delivery) -> None:
+        await recorder(delivery)
+        if decode(ObjectEvent, delivery.data).name.startswith("slow") and not release.is_set():
+            await release.wait()  # in hand when the server goes away: never acknowledged
+
+    spec = ConsumerSpec(EVENTS_STREAM, "status-p0_c1", ["ty.events.>"], ack_wait_s=30, max_deliver=3)
+    stop, task = await run_consumer(bus, handler, spec=spec)
+    await publish_events(bus, [event(f"done-{i}") for i in range(5)])
+    await recorder.wait_for(lambda seen: len(seen) == 5)
+    await publish_events(bus, [event("slow")])
+    await recorder.wait_for(lambda seen: ("slow", 1) in seen)
+    assert (await bus.js.consumer_info(EVENTS_STREAM, spec.durable)).config.mem_storage is True
+
+    await asyncio.to_thread(nats_server.restart)
+    await publish_once_reconnected(lambda: publish_events(bus, [event("after")]))
+    await recorder.wait_for(lambda seen: ("after", 1) in seen, timeout=30)  # created again by now
+    release.set()
+    await recorder.wait_for(lambda seen: seen.count(("slow", 1)) == 2)
+    await stop_consumer(stop, task)
+    assert all(recorder.seen.count((f"done-{i}", 1)) == 1 for i in range(5)), recorder.seen
+
+
+async def test_a_consumer_bound_behind_another_readers_unacknowledged_messages_skips_none_after_a_restart(
+        nats_server, bus):
+    """A partition taken over from a replica that died holding messages: those are still
+    unacknowledged on the server, so a restart before they come back must not resume past them."""
+    spec = ConsumerSpec(EVENTS_STREAM, "planner-p0_c1", ["ty.events.>"], ack_wait_s=2, max_deliver=3)
+    from trainyard.bus.topology import ensure_consumer
+
+    await ensure_consumer(bus.js, spec)
+    await publish_events(bus, [event("held-by-the-dead")])
+    dead = await bus.js.pull_subscribe_bind(spec.durable, EVENTS_STREAM)
+    assert len(await dead.fetch(1, timeout=5)) == 1  # fetched, never acknowledged
+
+    recorder = Recorder()
+    stop, task = await run_consumer(bus, recorder, spec=spec)
+    await publish_events(bus, [event("newer")])
+    await recorder.wait_for(lambda seen: ("newer", 1) in seen)
+    await asyncio.to_thread(nats_server.restart)
+    await recorder.wait_for(lambda seen: ("held-by-the-dead", 1) in seen, timeout=30)
+    await stop_consumer(stop, task)
+
+
+async def test_an_earlier_releases_file_held_events_consumer_moves_to_memory_after_its_acknowledged_floor(bus):
+    """Upgrading from a release whose events consumers kept their state in files: created again
+    in memory, the consumer delivers after the old one's acknowledged floor, not from the start."""
+    from dataclasses import replace
+
+    spec = ConsumerSpec(EVENTS_STREAM, "status-p1_c1", ["ty.events.>"], ack_wait_s=5)
+    await bus.js.add_consumer(EVENTS_STREAM, config=replace(spec.config(), mem_storage=None))
+    await publish_events(bus, [event("handled-before-the-upgrade")])
+    old = await bus.js.pull_subscribe_bind(spec.durable, EVENTS_STREAM)
+    for msg in await old.fetch(1, timeout=5):
+        await msg.ack_sync()
+    await publish_events(bus, [event("waiting")])
+
+    recorder = Recorder()
+    stop, task = await run_consumer(bus, recorder, spec=spec)
+    await recorder.wait_for(lambda seen: ("waiting", 1) in seen)
+    await stop_consumer(stop, task)
+    assert recorder.seen == [("waiting", 1)]
+    assert (await bus.js.consumer_info(EVENTS_STREAM, spec.durable)).config.mem_storage is True
+
+
 async def test_a_last_delivery_waits_for_an_unavailable_backend_instead_of_dead_lettering(bus):
     """Found by the soak (bench/soak.py): while a worker's API server restarted (~10 s), its
     status service dead-lettered every TrainJob event it handled, since the redelivery schedule
