@@ -18,8 +18,9 @@ the sustained run (and the devcluster during the raw phase) and prints its top f
 replicas of those services; ``--table planner,applier`` runs the sustained (and raw) phases with
 1, 2, 4 and 8 replicas (``--counts``) of the named services and prints a table: throughput, CPU
 per TrainJob of each service, KV round trips and NATS messages per TrainJob, the busiest
-process, and the target (CPU per TrainJob of each service at 4 replicas <= 1.2x its 1-replica
-figure). Before the sustained run it waits until every replica holds its share of the bus
+process, and the targets (TrainJobs/s at 2, 4 and 8 replicas >= 1.9x, 3.6x and 6.5x one;
+net CPU per TrainJob of each service at 4 and 8 replicas <= 1.1x and 1.2x its 1-replica figure;
+devcluster, nats-server and watcher each below 70 % of a core). Before the sustained run it waits until every replica holds its share of the bus
 partitions (docs/bus.md), then measures each process's idle CPU per second (``--idle``, 5 s) and
 prints per service the fixed part (idle ms/s x the run's seconds, per TrainJob) and the rest.
 ``--nats-cluster 3`` runs the bus on a local 3-node JetStream cluster
@@ -1279,38 +1280,72 @@ def print_table(services: list[str], rows: list[tuple[int, dict]], args) -> None
         print(line)
 
 
+# Issue #33's targets for a --table of limited replicas: TrainJobs/s at N replicas over one,
+# and net CPU per TrainJob (idle work subtracted) at N over one, each count's median.
+SCALE_TARGETS = {2: 1.9, 4: 3.6, 8: 6.5}
+CPU_GROWTH_TARGETS = {4: 1.1, 8: 1.2}
+# The processes that are not limited must not be the limit: each below this share of a core.
+UNLIMITED_CEILING_PERCENT = 70.0
+
+
 def target_lines(services: list[str], rows: list[tuple[int, dict]]) -> list[str]:
-    """CPU per TrainJob at 4 replicas over 1 replica, per service (each count's median over its
-    rows), and the same ratio for the devcluster: its work per TrainJob is the same in every row
-    (the same requests, the same watchers), so its ratio is how much the machine alone moved the
-    CPU figures between the rows."""
-    def median_of(count: int, section: str, name: str) -> float | None:
-        values = sorted(fig[section].get(name, 0.0) for c, fig in rows if c == count)
+    """The table's targets, each count's median over its rows: throughput at 2, 4 and 8
+    replicas over 1; net CPU per TrainJob of each service at 4 and 8 over 1; the busiest of
+    the processes not replicated (devcluster, nats-server, watcher); and, as a control, the
+    devcluster's CPU per TrainJob at 4 over 1: its work per TrainJob is the same in every row,
+    so its ratio is how much the machine alone moved the CPU figures between the rows."""
+    def median(values: list[float]) -> float | None:
+        values = sorted(values)
         if not values:
             return None
         middle = len(values) // 2
         return values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
 
-    def ratios(section: str, names: list[str]) -> dict[str, float]:
+    def median_of(count: int, section: str, name: str) -> float | None:
+        return median([fig[section].get(name, 0.0) for c, fig in rows if c == count])
+
+    def ratios(section: str, names: list[str], count: int) -> dict[str, float]:
         found = {}
         for name in names:
-            one, four = median_of(1, section, name), median_of(4, section, name)
-            if one and four is not None:
-                found[name] = four / one
+            one, other = median_of(1, section, name), median_of(count, section, name)
+            if one and other is not None:
+                found[name] = other / one
         return found
 
-    if not any(c == 1 for c, _ in rows) or not any(c == 4 for c, _ in rows):
+    counts = {c for c, _ in rows}
+    if 1 not in counts:
         return []
     runs = sum(1 for c, _ in rows if c == 1)
     of = f" (median of {runs} rows each)" if runs > 1 else ""
-    lines = ["target: CPU per TrainJob at 4 replicas <= 1.2x at 1" + of + ": " + ", ".join(
-        f"{s} {r:.2f}x {'met' if r <= 1.2 else 'NOT met'}" for s, r in ratios("cpu", services).items()),
-             "the same for the per-TrainJob work less the idle work: " + ", ".join(
-        f"{s} {r:.2f}x" for s, r in ratios("net", services).items())]
-    control = ratios("cpu", ["devcluster"]).get("devcluster")
-    if control is not None:
-        lines.append(f"control: the devcluster's CPU per TrainJob (the same work in every row) at 4 over 1: "
-                     f"{control:.2f}x")
+    one = median([fig["sustained"] for c, fig in rows if c == 1]) or 0.0
+    lines = []
+    scale = [(n, (median([fig["sustained"] for c, fig in rows if c == n]) or 0.0) / one, goal)
+             for n, goal in SCALE_TARGETS.items() if n in counts and one]
+    if scale:
+        lines.append(f"target: TrainJobs/s over 1 replica{of}: " + ", ".join(
+            f"{n} replicas {x:.2f}x (>= {goal}x {'met' if x >= goal else 'NOT met'})" for n, x, goal in scale))
+    for n, goal in CPU_GROWTH_TARGETS.items():
+        if n not in counts:
+            continue
+        net = ratios("net", services, n)
+        lines.append(f"target: net CPU per TrainJob at {n} replicas <= {goal}x at 1{of}: " + ", ".join(
+            f"{s} {r:.2f}x {'met' if r <= goal else 'NOT met'}" for s, r in net.items())
+            + "; with the idle work: " + ", ".join(f"{s} {r:.2f}x" for s, r in ratios("cpu", services, n).items()))
+    busiest = {}
+    for c, fig in rows:
+        for name, percent in fig["percent"].items():
+            if name.startswith(("devcluster", "nats-server", "watcher")):
+                busiest[name] = max(busiest.get(name, 0.0), percent)
+    if busiest:
+        top = max(busiest.values())
+        lines.append(f"target: devcluster, nats-server and watcher each below {UNLIMITED_CEILING_PERCENT:g}% of a core "
+                     f"in every row: " + ", ".join(f"{n} at most {p:.0f}%" for n, p in sorted(busiest.items()))
+                     + (" met" if top < UNLIMITED_CEILING_PERCENT else " NOT met"))
+    if 4 in counts:
+        control = ratios("cpu", ["devcluster"], 4).get("devcluster")
+        if control is not None:
+            lines.append(f"control: the devcluster's CPU per TrainJob (the same work in every row) at 4 over 1: "
+                         f"{control:.2f}x")
     return lines
 
 

@@ -83,18 +83,29 @@ def test_the_raw_phase_prints_the_devcluster_cpu_per_apply_of_each_round_and_the
         "devcluster CPU per JobSet apply, 4 API workers: 0.62 / 0.48 ms (median 0.55 ms)"
 
 
-def test_the_target_uses_each_counts_median_and_names_the_machines_own_drift() -> None:
+def test_the_targets_use_each_counts_median_and_name_the_machines_own_drift() -> None:
     target_lines = _e2e.target_lines
 
-    def row(planner: float, devcluster: float) -> dict:
-        return {"cpu": {"planner": planner, "devcluster": devcluster}, "net": {"planner": planner - 0.5}}
+    def row(rate: float, planner: float, devcluster: float, nats: float = 20.0) -> dict:
+        return {"sustained": rate, "cpu": {"planner": planner, "devcluster": devcluster},
+                "net": {"planner": planner - 0.5},
+                "percent": {"planner-1": 100.0, "devcluster": 30.0, "nats-server": nats, "watcher": 10.0}}
 
     # Interleaved 1,4,1,4,1,4: one slow 4-replica row (the machine stalled) does not decide.
-    rows = [(1, row(4.0, 5.0)), (4, row(4.4, 5.0)), (1, row(4.2, 5.2)), (4, row(9.0, 8.0)),
-            (1, row(3.9, 5.1)), (4, row(4.6, 5.3))]
+    rows = [(1, row(3.0, 4.0, 5.0)), (4, row(11.0, 4.4, 5.0)), (1, row(3.2, 4.2, 5.2)), (4, row(6.0, 9.0, 8.0)),
+            (1, row(2.9, 3.9, 5.1)), (4, row(11.2, 4.6, 5.3, nats=75.0))]
     lines = target_lines(["planner"], rows)
-    assert lines[0] == "target: CPU per TrainJob at 4 replicas <= 1.2x at 1 (median of 3 rows each): planner 1.15x met"
-    assert lines[1] == "the same for the per-TrainJob work less the idle work: planner 1.17x"
-    assert lines[2] == "control: the devcluster's CPU per TrainJob (the same work in every row) at 4 over 1: 1.04x"
-    assert target_lines(["planner"], [(1, row(4.0, 5.0)), (2, row(5.0, 5.0))]) == []
-    assert "NOT met" in target_lines(["planner"], [(1, row(4.0, 5.0)), (4, row(6.0, 5.0))])[0]
+    assert lines[0] == ("target: TrainJobs/s over 1 replica (median of 3 rows each): "
+                        "4 replicas 3.67x (>= 3.6x met)")
+    assert lines[1] == ("target: net CPU per TrainJob at 4 replicas <= 1.1x at 1 (median of 3 rows each): "
+                        "planner 1.17x NOT met; with the idle work: planner 1.15x")
+    assert lines[2] == ("target: devcluster, nats-server and watcher each below 70% of a core in every row: "
+                        "devcluster at most 30%, nats-server at most 75%, watcher at most 10% NOT met")
+    assert lines[3] == "control: the devcluster's CPU per TrainJob (the same work in every row) at 4 over 1: 1.04x"
+    two = target_lines(["planner"], [(1, row(4.0, 4.0, 5.0)), (2, row(7.8, 4.1, 5.0))])
+    assert two[0] == "target: TrainJobs/s over 1 replica: 2 replicas 1.95x (>= 1.9x met)"
+    assert not any("net CPU" in line for line in two)  # no 4- or 8-replica row
+    eight = target_lines(["planner"], [(1, row(2.0, 4.0, 5.0)), (8, row(12.0, 4.6, 5.0))])
+    assert "8 replicas 6.00x (>= 6.5x NOT met)" in eight[0]
+    assert eight[1].startswith("target: net CPU per TrainJob at 8 replicas <= 1.2x at 1: planner 1.17x met")
+    assert target_lines(["planner"], [(2, row(4.0, 4.0, 5.0))]) == []  # no 1-replica row to compare with
