@@ -266,6 +266,21 @@ def partitions_owned(port: int) -> int | None:
     return None
 
 
+def slot_write_conflicts(ports: list[int]) -> float:
+    """The dispatchers' slot-ledger writes that met another replica's write first, summed
+    (trainyard_dispatcher_slot_write_conflicts_total; 0 from a release without the counter)."""
+    total = 0.0
+    for port in ports:
+        try:
+            text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2).text
+        except httpx.HTTPError:
+            continue
+        for line in text.splitlines():
+            if line.startswith("trainyard_dispatcher_slot_write_conflicts_total "):
+                total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
 async def wait_split(ports: list[int], timeout_s: float = 60.0) -> None:
     """Until the dispatchers serve every partition between them, each its share (a joining
     replica takes its share within a few heartbeats), so a row measures the split, not the
@@ -310,7 +325,8 @@ async def replica_rows(args, stack, workdir: Path, limits: LimitedReplicas,
                 extras.append(await asyncio.to_thread(start_extra_dispatcher, stack, workdir, len(extras) + 1,
                                                       limit_extras))
             pids = [stack.state["children"]["dispatcher"]["pid"], *(p.pid for p, _ in extras)]
-            await wait_split([stack.state["ports"]["dispatcher"], *(port for _, port in extras)])
+            ports = [stack.state["ports"]["dispatcher"], *(port for _, port in extras)]
+            await wait_split(ports)
             if limit_extras is not None:
                 limits.apply(*(extra_label(i) for i in range(1, len(extras) + 1)))
             warm = [f"warm-r{count}-{i}" for i in range(2 * count)]  # each replica has placed
@@ -322,6 +338,7 @@ async def replica_rows(args, stack, workdir: Path, limits: LimitedReplicas,
             limits_before = limits.snapshot(labels)
             total_before = sum(cpu_seconds(pid) for pid in everything)
             cpu_before = sum(cpu_seconds(pid) for pid in pids)
+            conflicts_before = await asyncio.to_thread(slot_write_conflicts, ports)
             load_before = loadavg()
             names = [f"r{count}-{i}" for i in range(args.sustained)]
             start = time.perf_counter()
@@ -331,10 +348,13 @@ async def replica_rows(args, stack, workdir: Path, limits: LimitedReplicas,
             row = {"dispatchers": count, "rate": len(done) / wall, "created_s": created, "wall_s": wall,
                    "dispatcher_cpu_ms": (sum(cpu_seconds(pid) for pid in pids) - cpu_before) * 1000 / args.sustained,
                    "stack_cpu_pct": 100 * (sum(cpu_seconds(pid) for pid in everything) - total_before) / wall,
-                   "limits": limits.shares(limits_before, wall), "load_before": load_before}
+                   "limits": limits.shares(limits_before, wall), "load_before": load_before,
+                   "conflicts": (await asyncio.to_thread(slot_write_conflicts, ports) - conflicts_before)
+                   / args.sustained}
             rows.append(row)
             print(f"  {count} dispatcher(s): {row['rate']:.1f} delegated TrainJobs/s, dispatchers "
-                  f"{row['dispatcher_cpu_ms']:.1f} CPU ms per TrainJob, the stack {row['stack_cpu_pct']:.0f}% CPU "
+                  f"{row['dispatcher_cpu_ms']:.1f} CPU ms per TrainJob, {row['conflicts']:.2f} slot-ledger write "
+                  f"conflicts per TrainJob, the stack {row['stack_cpu_pct']:.0f}% CPU "
                   f"(load before {load_before}, after {loadavg()})", flush=True)
             for line in [offered_taken(args.sustained, created, wall), *limit_lines(row["limits"], args.cpu_limit)]:
                 print(f"    {line}", flush=True)
@@ -354,16 +374,18 @@ def dispatcher_table(rows: list[dict], sustained: int, cpu_limit: float, cores: 
     CPU ms per TrainJob, the whole stack's CPU % of one core, and with --cpu-limit each limited
     replica's CPU as a share of its limit (periods throttled) and the replicas at their limit;
     then the issue #33 target when the table has a 1 and a 4 row."""
-    head = f"{'dispatchers':>11} {'TJ/s':>7} {'x1':>5} {'offered/s':>9} {'disp ms':>8} {'stack CPU %':>11}"
+    head = (f"{'dispatchers':>11} {'TJ/s':>7} {'x1':>5} {'offered/s':>9} {'disp ms':>8} {'conflicts':>9} "
+            f"{'stack CPU %':>11}")
     lines = [head + ("   limited replicas: CPU % of the limit (periods throttled); at their limit" if cpu_limit else ""),
              f"  (TJ/s: delegated TrainJobs/s taken, {sustained} per row; offered: creates/s while they were sent; "
-             f"disp ms: all dispatchers' CPU ms per TrainJob; stack CPU: every process of the stack, % of one of "
+             f"disp ms: all dispatchers' CPU ms per TrainJob; conflicts: slot-ledger writes per TrainJob that met "
+             f"another replica's write first; stack CPU: every process of the stack, % of one of "
              f"{cores} cores)"]
     first = rows[0]["rate"] if rows else 0.0
     for row in rows:
         scale = row["rate"] / first if first else 0.0
         line = (f"{row['dispatchers']:>11} {row['rate']:>7.1f} {scale:>5.2f} {sustained / row['created_s']:>9.1f} "
-                f"{row['dispatcher_cpu_ms']:>8.1f} {row['stack_cpu_pct']:>11.0f}   ")
+                f"{row['dispatcher_cpu_ms']:>8.1f} {row.get('conflicts', 0.0):>9.2f} {row['stack_cpu_pct']:>11.0f}   ")
         if cpu_limit:
             busy = at_limit(row["limits"])
             line += share_list(row["limits"]) + "; at their limit: " + (", ".join(busy) if busy else "none")

@@ -28,6 +28,7 @@ from trainyard.bus.kv import _get, _is_cas_conflict, _write
 from trainyard.bus.subjects import encode_token
 from trainyard.bus.topology import SLOTS_BUCKET
 from trainyard.multicluster.placement import Amounts
+from trainyard.telemetry import metrics
 
 # A write that keeps meeting other replicas' writes gives up after this many tries (each try
 # means another replica made progress on the same worker).
@@ -132,6 +133,7 @@ class SlotLedger:
                     if not _is_cas_conflict(err):
                         raise
                     self.conflicts += 1
+                    metrics.SLOT_WRITE_CONFLICTS.inc()
                     entry = await self.read(worker)
                     continue
                 removed = any(key not in wanted for key in entry.holds)

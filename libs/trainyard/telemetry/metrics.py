@@ -52,6 +52,10 @@ LEASES_LOST = Counter(
     "trainyard_partition_leases_lost_total", "Partitions taken over from this replica while its heartbeat lapsed",
     ["role"],
 )
+SLOT_WRITE_CONFLICTS = Counter(
+    "trainyard_dispatcher_slot_write_conflicts_total",
+    "Writes of a worker's slot ledger that found another replica's write first (re-read and written again)",
+)
 DEAD_LETTERS = Counter(
     "trainyard_dead_letter_messages_total", "Poison messages moved to the dead letter",
     ["service", "consumer"],

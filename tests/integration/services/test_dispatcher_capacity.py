@@ -765,3 +765,22 @@ def test_a_lookup_that_answered_is_reused_by_callers_arriving_just_after(cluster
             setup.worker.request = real
 
     run(clusters, scenario)
+
+
+def test_a_slot_write_that_meets_another_replicas_write_first_is_counted_and_retried(clusters):
+    """Two replicas' views of one worker's ledger: the one whose view is stale loses its
+    compare-and-set, reads the entry again and writes its hold beside the other's, and
+    trainyard_dispatcher_slot_write_conflicts_total says so (the cost that grows with replicas)."""
+    from trainyard.telemetry import metrics
+
+    async def scenario(setup):
+        one, two = setup.slots(), setup.slots()
+        await two.read(WORKER)  # two's view, about to be stale
+        await one.reserve(WORKER, "default/first", {"pods": 1}, None)
+        before = metrics.SLOT_WRITE_CONFLICTS._value.get()
+        await two.reserve(WORKER, "default/second", {"pods": 1}, None)
+        assert two.conflicts == 1
+        assert metrics.SLOT_WRITE_CONFLICTS._value.get() == before + 1
+        assert set((await setup.slots().read(WORKER)).holds) == {"default/first", "default/second"}
+
+    run(clusters, scenario)

@@ -107,7 +107,7 @@ def test_a_replica_starts_unlimited_in_its_cgroup_and_a_replacement_reuses_it() 
 
 def _row(count: int, rate: float, shares: dict) -> dict:
     return {"dispatchers": count, "rate": rate, "created_s": 2.0, "wall_s": 100 / rate,
-            "dispatcher_cpu_ms": 9.5, "stack_cpu_pct": 150.0, "limits": shares}
+            "dispatcher_cpu_ms": 9.5, "stack_cpu_pct": 150.0, "limits": shares, "conflicts": 0.25 * (count - 1)}
 
 
 def test_the_dispatcher_table_shows_each_limited_replica_against_its_limit_and_the_target() -> None:
@@ -115,9 +115,9 @@ def test_the_dispatcher_table_shows_each_limited_replica_against_its_limit_and_t
             _row(4, 36.0, {f"dispatcher{suffix}": (0.95, 0.5) for suffix in ("", "-2", "-3")}
                  | {"dispatcher-4": (0.5, 0.0)})]
     lines = _multicluster.dispatcher_table(rows, 100, 0.1, 2)
-    assert lines[2].split()[:6] == ["1", "10.0", "1.00", "50.0", "9.5", "150"]
+    assert lines[2].split()[:7] == ["1", "10.0", "1.00", "50.0", "9.5", "0.00", "150"]
     assert lines[2].endswith("dispatcher 97% (80%); at their limit: dispatcher")
-    assert lines[3].split()[:3] == ["4", "36.0", "3.60"]
+    assert lines[3].split()[:6] == ["4", "36.0", "3.60", "50.0", "9.5", "0.75"]
     assert "dispatcher-4 50% (0%); at their limit: dispatcher, dispatcher-2, dispatcher-3" in lines[3]
     assert lines[-1] == ("target: delegated TrainJobs/s with 4 dispatchers >= 3.4x one (each limited to 0.1 CPU): "
                          "3.60x met")
