@@ -179,6 +179,12 @@ class Consumer:
     def batch(self) -> int:
         return self._batch
 
+    @batch.setter
+    def batch(self, batch: int) -> None:
+        """Messages each later pull request asks for (the replica resizes it to its share and
+        CPU limit); what is outstanding is kept."""
+        self._batch = max(1, batch)
+
     def resume_after(self) -> int:
         """The stream sequence up to which every message of this consumer is acknowledged, as
         far as this reader knows: a consumer created again to deliver after it skips nothing
@@ -197,12 +203,6 @@ class Consumer:
 
     def _finished(self, msg: Msg) -> None:
         self._unfinished.discard(msg.metadata.sequence.stream)
-
-    @batch.setter
-    def batch(self, batch: int) -> None:
-        """Messages each later pull request asks for (the replica resizes it to its share and
-        CPU limit); what is outstanding is kept."""
-        self._batch = max(1, batch)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Pulls and handles messages until ``stop`` is set, then drains (see :meth:`drain`).
