@@ -221,12 +221,18 @@ class ConsumerSpec:
     retires: tuple[tuple[str, tuple[str, ...]], ...] = ()
     extra: dict = field(default_factory=dict)
 
+    @property
+    def resumable(self) -> bool:
+        """Whether a position can be given at creation: not on a work-queue stream, where the
+        stream itself is the position (WORK_QUEUE_STREAMS)."""
+        return self.stream not in WORK_QUEUE_STREAMS
+
     def config(self, resume_after: int | None = None) -> ConsumerConfig:
         """The consumer's configuration; ``resume_after``: create it to deliver from the next
-        stream sequence (not on a work-queue stream, where the stream is the position)."""
+        stream sequence (when ``resumable``)."""
         many = len(self.filter_subjects) > 1
         deliver, start = (DeliverPolicy.NEW if self.deliver_new_only else DeliverPolicy.ALL), None
-        if resume_after is not None and self.stream not in WORK_QUEUE_STREAMS:
+        if resume_after is not None and self.resumable:
             deliver, start = DeliverPolicy.BY_START_SEQUENCE, resume_after + 1
         return ConsumerConfig(
             durable_name=self.durable,
@@ -345,7 +351,7 @@ async def ensure_consumer(js: JetStreamContext, spec: ConsumerSpec,
 
 
 async def _create_consumer(js: JetStreamContext, spec: ConsumerSpec, resume_after: int | None) -> ConsumerInfo:
-    if resume_after is not None and spec.stream not in WORK_QUEUE_STREAMS:
+    if resume_after is not None and spec.resumable:
         last = (await js.stream_info(spec.stream)).state.last_seq
         if resume_after > last:
             # The stream itself is younger than the position (deleted and created again by

@@ -393,6 +393,24 @@ async def test_applied_plan_compare_and_set(bus):
     assert (await bus.applied.read("k")).value.generation == 2
 
 
+async def add_file_held(bus: BusSession, spec: ConsumerSpec) -> None:
+    """``spec``'s durable as an earlier release made it: its state kept in a file."""
+    from dataclasses import replace
+
+    await bus.js.add_consumer(spec.stream, config=replace(spec.config(), mem_storage=None))
+
+
+async def read_after_the_upgrade(bus: BusSession, spec: ConsumerSpec) -> list[tuple[str, int]]:
+    """Runs ``spec``'s consumer until it has handled the event named "waiting"; checks that it
+    now keeps its state in memory and returns what it handled."""
+    recorder = Recorder()
+    stop, task = await run_consumer(bus, recorder, spec=spec)
+    await recorder.wait_for(lambda seen: ("waiting", 1) in seen)
+    await stop_consumer(stop, task)
+    assert (await bus.js.consumer_info(spec.stream, spec.durable)).config.mem_storage is True
+    return recorder.seen
+
+
 async def test_consumer_resumes_after_the_server_restarts(nats_server, bus):
     recorder = Recorder()
     stop, task = await run_consumer(bus, recorder)
@@ -464,20 +482,13 @@ async def test_an_earlier_releases_file_held_plans_consumer_moves_to_memory_with
     """Upgrading from a release whose plans consumers kept their state in files: the server
     cannot change the storage in place, so the consumer is created again in memory and still
     delivers what waited in the stream (nothing acknowledged is kept there)."""
-    from dataclasses import replace
-
     from trainyard.bus.topology import PLANS_STREAM
 
     spec = ConsumerSpec(PLANS_STREAM, "applier-p1_c1", ["ty.desired.c1.p1.>"], ack_wait_s=5)
-    await bus.js.add_consumer(PLANS_STREAM, config=replace(spec.config(), mem_storage=None))
+    await add_file_held(bus, spec)
     await bus.publisher.publish_many([plan("waiting", 1)])
 
-    recorder = Recorder()
-    stop, task = await run_consumer(bus, recorder, spec=spec)
-    await recorder.wait_for(lambda seen: ("waiting", 1) in seen)
-    await stop_consumer(stop, task)
-    assert recorder.seen == [("waiting", 1)]
-    assert (await bus.js.consumer_info(PLANS_STREAM, spec.durable)).config.mem_storage is True
+    assert await read_after_the_upgrade(bus, spec) == [("waiting", 1)]
 
 
 async def test_an_events_consumer_held_in_memory_resumes_where_its_reader_was_after_a_restart(nats_server, bus):
@@ -533,22 +544,15 @@ async def test_a_consumer_bound_behind_another_readers_unacknowledged_messages_s
 async def test_an_earlier_releases_file_held_events_consumer_moves_to_memory_after_its_acknowledged_floor(bus):
     """Upgrading from a release whose events consumers kept their state in files: created again
     in memory, the consumer delivers after the old one's acknowledged floor, not from the start."""
-    from dataclasses import replace
-
     spec = ConsumerSpec(EVENTS_STREAM, "status-p1_c1", ["ty.events.>"], ack_wait_s=5)
-    await bus.js.add_consumer(EVENTS_STREAM, config=replace(spec.config(), mem_storage=None))
+    await add_file_held(bus, spec)
     await publish_events(bus, [event("handled-before-the-upgrade")])
     old = await bus.js.pull_subscribe_bind(spec.durable, EVENTS_STREAM)
     for msg in await old.fetch(1, timeout=5):
         await msg.ack_sync()
     await publish_events(bus, [event("waiting")])
 
-    recorder = Recorder()
-    stop, task = await run_consumer(bus, recorder, spec=spec)
-    await recorder.wait_for(lambda seen: ("waiting", 1) in seen)
-    await stop_consumer(stop, task)
-    assert recorder.seen == [("waiting", 1)]
-    assert (await bus.js.consumer_info(EVENTS_STREAM, spec.durable)).config.mem_storage is True
+    assert await read_after_the_upgrade(bus, spec) == [("waiting", 1)]
 
 
 async def test_a_last_delivery_waits_for_an_unavailable_backend_instead_of_dead_lettering(bus):
