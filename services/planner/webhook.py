@@ -1,12 +1,15 @@
 """The validating admission webhooks (TrainJob, TrainingRuntime, ClusterTrainingRuntime).
 
-FastAPI over HTTPS. The verdict comes from the pipeline's validation (spec §6); the objects the
+aiohttp's server over HTTPS: an admission is one POST of JSON in and out, so the request
+passes through two small middlewares (metrics; a server span when spans leave the process) and
+its handler, nothing else. FastAPI and uvicorn's pure-Python HTTP parser spent more of the
+planner's CPU per admission than the validation itself, and their import half a second of every
+planner start (issue #33: admission must stay cheap at 0.03 CPU). The verdict comes from the pipeline's validation (spec §6); the objects the
 rules read (runtime, existing JobSet, PriorityClasses) come from the KV snapshots, like
 upstream's informer cache, with a direct GET when a runtime is not there yet.
 """
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import logging
@@ -18,8 +21,7 @@ import time
 from datetime import datetime, timezone
 from typing import Any, Awaitable, Callable
 
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from aiohttp import web
 
 from trainyard.pipeline.errors import aggregate_message
 from trainyard.compat import DEFAULT_COMPAT, TrainerCompat
@@ -65,23 +67,30 @@ def review_response(uid: str, result: ValidationResult) -> dict[str, Any]:
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
 
 
-def bad_review(detail: str) -> JSONResponse:
-    return JSONResponse({"error": detail}, status_code=400)
+def json_response(body: dict[str, Any], status: int = 200) -> web.Response:
+    return web.Response(body=json.dumps(body, separators=(",", ":")).encode(), status=status,
+                        content_type="application/json")
+
+
+def bad_review(detail: str) -> web.Response:
+    return json_response({"error": detail}, status=400)
 
 
 REVIEW_API_VERSION = "admission.k8s.io/v1"
+# Requests in flight when the server stops get this long to finish.
+SHUTDOWN_S = 5.0
 # An AdmissionReview holds the object and the old object, each at most the API server's 3 MiB
 # request limit: anything much larger is not from an API server, and is refused unread.
 MAX_REVIEW_BYTES = 8 * 1024 * 1024
 
 
-async def _read_limited(request: Request) -> bytes | None:
+async def _read_limited(request: web.Request) -> bytes | None:
     """The body, or None when it is larger than MAX_REVIEW_BYTES (read no further)."""
-    length = request.headers.get("content-length", "")
-    if length.isdigit() and int(length) > MAX_REVIEW_BYTES:
+    length = request.content_length
+    if length is not None and length > MAX_REVIEW_BYTES:
         return None
     chunks, size = [], 0
-    async for chunk in request.stream():
+    async for chunk in request.content.iter_any():
         size += len(chunk)
         if size > MAX_REVIEW_BYTES:
             return None
@@ -93,52 +102,58 @@ def _named_kind(value: Any) -> str:
     return repr(value.get("kind")) if isinstance(value, dict) else f"a {type(value).__name__}"
 
 
-class WebhookMetrics:
-    """controller-runtime's webhook metrics: by path and HTTP code, latency, in flight.
+PATHS = frozenset(path for _, path, _ in WEBHOOKS) | {DEFAULTER_PATH}
 
-    Plain ASGI middleware: Starlette's ``@app.middleware("http")`` (``BaseHTTPMiddleware``)
-    runs every request through a task group and a memory stream, which was a tenth of the
-    planner's samples under load."""
 
-    PATHS = frozenset(path for _, path, _ in WEBHOOKS)
+@web.middleware
+async def webhook_metrics(request: web.Request, handler: Any) -> web.StreamResponse:
+    """controller-runtime's webhook metrics: by path and HTTP code, latency, in flight."""
+    path = request.path
+    if path not in PATHS:
+        return await handler(request)
+    started = time.perf_counter()
+    in_flight = metrics.WEBHOOK_IN_FLIGHT.labels(path)
+    in_flight.inc()
+    code = "500"
+    try:
+        response = await handler(request)
+        code = str(response.status)
+        return response
+    except web.HTTPException as err:
+        code = str(err.status)
+        raise
+    finally:
+        in_flight.dec()
+        metrics.WEBHOOK_LATENCY.labels(path).observe(time.perf_counter() - started)
+        metrics.WEBHOOK_REQUESTS_BY_CODE.labels(path, code).inc()
 
-    def __init__(self, app: Any) -> None:
-        self.app = app
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        path = scope.get("path", "")
-        if scope.get("type") != "http" or path not in self.PATHS:
-            await self.app(scope, receive, send)
-            return
-        started = time.perf_counter()
-        in_flight = metrics.WEBHOOK_IN_FLIGHT.labels(path)
-        in_flight.inc()
-        code = "500"
+@web.middleware
+async def server_span(request: web.Request, handler: Any) -> web.StreamResponse:
+    """A server span per admission request, a child of the caller's when the API server sends
+    a ``traceparent`` (made only when spans leave the process: trainyard.telemetry.detail)."""
+    from trainyard.telemetry import detail
 
-        async def send_noting_code(message: dict[str, Any]) -> None:
-            nonlocal code
-            if message.get("type") == "http.response.start":
-                code = str(message.get("status", 500))
-            await send(message)
+    if not detail.enabled():
+        return await handler(request)
+    from opentelemetry import propagate, trace
 
-        try:
-            await self.app(scope, receive, send_noting_code)
-        finally:
-            in_flight.dec()
-            metrics.WEBHOOK_LATENCY.labels(path).observe(time.perf_counter() - started)
-            metrics.WEBHOOK_REQUESTS_BY_CODE.labels(path, code).inc()
+    tracer = trace.get_tracer("trainyard.planner.webhook")
+    with tracer.start_as_current_span(f"{request.method} {request.path}", context=propagate.extract(request.headers),
+                                      kind=trace.SpanKind.SERVER,
+                                      attributes={"http.request.method": request.method,
+                                                  "url.path": request.path}) as span:
+        response = await handler(request)
+        span.set_attribute("http.response.status_code", response.status)
+        return response
 
 
 def build_app(observed_for: ObservedLookup, trainjob_for: TrainJobLookup | None = None,
-              compat: TrainerCompat = DEFAULT_COMPAT) -> FastAPI:
+              compat: TrainerCompat = DEFAULT_COMPAT) -> web.Application:
     """``compat``: which release's admission rules apply where v2.1.0 and v2.3.0 differ."""
-    # FastAPI's own OpenTelemetry (a server span, metrics and logs per request) turns itself on
-    # whenever a tracer provider is set, which every service does: it is kept only when spans
-    # leave the process (the admission request's span then joins the API server's trace).
-    from trainyard.telemetry import detail
-
-    app = FastAPI(title="trainyard planner webhooks", docs_url=None, redoc_url=None, openapi_url=None,
-                  telemetry={"tracing": detail.enabled(), "metrics": False, "logs": False})
+    # The body is read by _read_limited, which has its own limit; aiohttp's (1 MiB) applies only
+    # to request.read(), which no handler calls.
+    app = web.Application(middlewares=[server_span, webhook_metrics], client_max_size=MAX_REVIEW_BYTES)
     for _, path, resource in WEBHOOKS:
         metrics.WEBHOOK_LATENCY.labels(path)
         metrics.WEBHOOK_IN_FLIGHT.labels(path)
@@ -147,9 +162,7 @@ def build_app(observed_for: ObservedLookup, trainjob_for: TrainJobLookup | None 
         for allowed in ("true", "false"):
             metrics.WEBHOOK_REQUESTS.labels(resource, allowed)
 
-    app.add_middleware(WebhookMetrics)
-
-    async def read_review(request: Request, kind: str) -> tuple[dict[str, Any], str] | JSONResponse:
+    async def read_review(request: web.Request, kind: str) -> tuple[dict[str, Any], str] | web.Response:
         """The review's request, or a 400 naming what is wrong: the review itself
         (admission.k8s.io/v1 AdmissionReview), its uid, or an object or oldObject that is not
         of the kind this webhook admits (a Scale on the scale subresource)."""
@@ -182,12 +195,9 @@ def build_app(observed_for: ObservedLookup, trainjob_for: TrainJobLookup | None 
                               f"{str(body.get('apiVersion'))[:60]!r} {str(body.get('kind'))[:60]!r}")
         return review, uid
 
-    # The handlers answer with a ready JSONResponse: a returned dict would go through
-    # FastAPI's jsonable_encoder first, a walk of the whole answer for nothing.
-    @app.post(WEBHOOKS[2][1])
-    async def trainjob(request: Request):
+    async def trainjob(request: web.Request) -> web.Response:
         parsed = await read_review(request, "TrainJob")
-        if isinstance(parsed, JSONResponse):
+        if isinstance(parsed, web.Response):
             return parsed
         review, uid = parsed
         new, old = review["object"], review.get("oldObject") or None
@@ -197,9 +207,9 @@ def build_app(observed_for: ObservedLookup, trainjob_for: TrainJobLookup | None 
         observed = await observed_for(new, jobset=update)
         result = validate_trainjob(new, old if update else None, None, observed, compat=compat)
         metrics.WEBHOOK_REQUESTS.labels("trainjobs", str(result.allowed).lower()).inc()
-        return JSONResponse(review_response(uid, result))
+        return json_response(review_response(uid, result))
 
-    async def scale(review: dict[str, Any], uid: str) -> JSONResponse:
+    async def scale(review: dict[str, Any], uid: str) -> web.Response:
         """kubectl scale / an HPA: the TrainJob's numNodes set to the Scale's replicas (#17)."""
         meta = review["object"].get("metadata")
         meta = meta if isinstance(meta, dict) else {}
@@ -213,25 +223,24 @@ def build_app(observed_for: ObservedLookup, trainjob_for: TrainJobLookup | None 
             result = validate_trainjob_scale(review["object"], review.get("oldObject") or None, trainjob,
                                              None, observed, compat)
         metrics.WEBHOOK_REQUESTS.labels("trainjobs", str(result.allowed).lower()).inc()
-        return JSONResponse(review_response(uid, result))
+        return json_response(review_response(uid, result))
 
-    async def runtime(request: Request, resource: str):
+    async def runtime(request: web.Request, resource: str) -> web.Response:
         kind = "ClusterTrainingRuntime" if resource == "clustertrainingruntimes" else "TrainingRuntime"
         parsed = await read_review(request, kind)
-        if isinstance(parsed, JSONResponse):
+        if isinstance(parsed, web.Response):
             return parsed
         review, uid = parsed
         old = review.get("oldObject") if review.get("operation") == "UPDATE" else None
         result = validate_runtime(review["object"], old or None)
         metrics.WEBHOOK_REQUESTS.labels(resource, str(result.allowed).lower()).inc()
-        return JSONResponse(review_response(uid, result))
+        return json_response(review_response(uid, result))
 
-    @app.post(DEFAULTER_PATH)
-    async def trainjob_defaulter(request: Request):
+    async def trainjob_defaulter(request: web.Request) -> web.Response:
         """v2.3.0's TrainJob mutating webhook: ``runtimePatches[].time`` (registered only at the
         v2.3 level; at v2.1 it answers without a patch, as if it were not there)."""
         parsed = await read_review(request, "TrainJob")
-        if isinstance(parsed, JSONResponse):
+        if isinstance(parsed, web.Response):
             return parsed
         review, uid = parsed
         response: dict[str, Any] = {"uid": uid, "allowed": True}
@@ -242,16 +251,18 @@ def build_app(observed_for: ObservedLookup, trainjob_for: TrainJobLookup | None 
             if operations:
                 response["patchType"] = "JSONPatch"
                 response["patch"] = base64.b64encode(json.dumps(operations).encode()).decode("ascii")
-        return JSONResponse({"apiVersion": REVIEW_API_VERSION, "kind": "AdmissionReview", "response": response})
+        return json_response({"apiVersion": REVIEW_API_VERSION, "kind": "AdmissionReview", "response": response})
 
-    @app.post(WEBHOOKS[0][1])
-    async def cluster_training_runtime(request: Request):
+    async def cluster_training_runtime(request: web.Request) -> web.Response:
         return await runtime(request, "clustertrainingruntimes")
 
-    @app.post(WEBHOOKS[1][1])
-    async def training_runtime(request: Request):
+    async def training_runtime(request: web.Request) -> web.Response:
         return await runtime(request, "trainingruntimes")
 
+    app.router.add_post(WEBHOOKS[0][1], cluster_training_runtime)
+    app.router.add_post(WEBHOOKS[1][1], training_runtime)
+    app.router.add_post(WEBHOOKS[2][1], trainjob)
+    app.router.add_post(DEFAULTER_PATH, trainjob_defaulter)
     return app
 
 
@@ -301,7 +312,7 @@ def mutating_webhook_configuration(ca_bundle: bytes, *, url_base: str | None, se
 
 
 class TlsFiles:
-    """Cert and key written to a private temp dir (uvicorn/ssl read files), reloadable."""
+    """Cert and key written to a private temp dir (ssl loads files), reloadable."""
 
     def __init__(self) -> None:
         self.dir = tempfile.mkdtemp(prefix="trainyard-webhook-")
@@ -331,20 +342,17 @@ class TlsFiles:
 
 
 class WebhookServer:
-    def __init__(self, app: FastAPI, host: str, port: int, tls: TlsFiles) -> None:
+    """Serves ``app`` over HTTPS with ``tls``'s certificate (reloaded in place by TlsFiles.write)."""
+
+    def __init__(self, app: web.Application, host: str, port: int, tls: TlsFiles) -> None:
         self._app = app
         self._host = host
         self._port = port
         self._tls = tls
-        self._server = None
-        self._task: asyncio.Task | None = None
+        self._runner: web.AppRunner | None = None
         self.bound_port: int | None = None
 
     async def start(self) -> int:
-        import uvicorn
-
-        from trainyard.telemetry.asgi_server import QuietServer
-
         # IPPROTO_TCP, not the default 0: asyncio turns on TCP_NODELAY only for sockets whose
         # proto says TCP, and without it each answer waited ~40 ms for the API server's delayed ACK.
         sock = socket.socket(socket.AF_INET6 if ":" in self._host else socket.AF_INET, socket.SOCK_STREAM,
@@ -352,21 +360,19 @@ class WebhookServer:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((self._host, self._port))
         self.bound_port = sock.getsockname()[1]
-        config = uvicorn.Config(self._app, ssl_certfile=self._tls.cert, ssl_keyfile=self._tls.key,
-                                log_level="warning", access_log=False, lifespan="off")
-        config.load()
-        self._tls.context = config.ssl
-        self._server = QuietServer(config)
-        # _serve, not serve: serve() swaps the process's signal handlers, which belong to the
-        # service's own graceful shutdown.
-        self._task = asyncio.create_task(self._server._serve(sockets=[sock]))
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(self._tls.cert, self._tls.key)
+        self._tls.context = context
+        # The requests in flight at a stop get SHUTDOWN_S to finish; the process's signals stay
+        # with the service's own graceful shutdown (handle_signals=False).
+        self._runner = web.AppRunner(self._app, access_log=None, handle_signals=False,
+                                     shutdown_timeout=SHUTDOWN_S)
+        await self._runner.setup()
+        await web.SockSite(self._runner, sock, ssl_context=context).start()
         return self.bound_port
 
     async def stop(self) -> None:
-        if self._server is not None:
-            self._server.should_exit = True
-        if self._task is not None:
-            try:
-                await asyncio.wait_for(self._task, timeout=5)
-            except (asyncio.TimeoutError, Exception):
-                self._task.cancel()
+        """Stops accepting, then lets the requests in flight finish (up to SHUTDOWN_S)."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None

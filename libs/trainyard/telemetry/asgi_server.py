@@ -1,4 +1,4 @@
-"""uvicorn's server for the services that serve an ASGI app (the planner's webhooks, the dashboard),
+"""uvicorn's server for the service that serves an ASGI app (the dashboard),
 without its ten wake-ups a second.
 
 uvicorn's ``Server.main_loop`` sleeps 0.1 s at a time to refresh the ``Date`` header (every tenth

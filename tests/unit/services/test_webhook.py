@@ -1,10 +1,51 @@
-"""The admission endpoints, through FastAPI's test client (no TLS, no cluster)."""
+"""The admission endpoints over real HTTP (aiohttp's test server: no TLS, no cluster)."""
 from __future__ import annotations
 
+import asyncio
+import json as jsonlib
+from typing import Any
+
 import pytest
-from fastapi.testclient import TestClient
+from aiohttp.test_utils import TestClient as AioClient
+from aiohttp.test_utils import TestServer
 
 from trainyard_services.planner.webhook import WEBHOOKS, build_app
+
+
+class Answer:
+    def __init__(self, status: int, body: bytes) -> None:
+        self.status_code, self.body = status, body
+
+    def json(self) -> Any:
+        return jsonlib.loads(self.body)
+
+
+class TestClient:
+    """Posts to the app over HTTP from plain test functions (the server runs on a loop of its own)."""
+
+    __test__ = False
+
+    def __init__(self, app) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._client = AioClient(TestServer(app), loop=self._loop)
+        self._loop.run_until_complete(self._client.start_server())
+
+    def post(self, path: str, *, json: Any = None, content: str | bytes | None = None) -> Answer:
+        async def send() -> Answer:
+            data = jsonlib.dumps(json) if content is None else content
+            async with self._client.post(path, data=data, headers={"Content-Type": "application/json"}) as answer:
+                return Answer(answer.status, await answer.read())
+        return self._loop.run_until_complete(send())
+
+    def close(self) -> None:
+        self._loop.run_until_complete(self._client.close())
+        self._loop.close()
+
+    def __enter__(self) -> "TestClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 RUNTIME = {
     "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
@@ -32,7 +73,9 @@ def client():
     async def observed(_, **__):
         return [RUNTIME]
 
-    return TestClient(build_app(observed))
+    client = TestClient(build_app(observed))
+    yield client
+    client.close()
 
 
 def test_valid_trainjob_is_allowed(client):
@@ -120,7 +163,8 @@ def scale_client(runtime):
                  "torch-distributed has no torch elasticPolicy"),
 ])
 def test_scale_subresource_requests_are_checked_against_the_bounds(runtime, replicas, message):
-    body = scale_client(runtime).post(WEBHOOKS[2][1], json=scale_review(replicas)).json()["response"]
+    with scale_client(runtime) as client:
+        body = client.post(WEBHOOKS[2][1], json=scale_review(replicas)).json()["response"]
     assert body["allowed"] is (message is None)
     if message is not None:
         assert body["status"]["code"] == 403
@@ -136,6 +180,18 @@ def test_webhook_configuration_matches_trainjob_scale():
     assert rules["validator.trainingruntime.trainer.kubeflow.org"] == ["trainingruntimes"]
 
 
+def suspended() -> dict:
+    job = trainjob(numNodes=2)
+    job["spec"]["suspend"] = True
+    return job
+
+
+def changed_overrides() -> dict:
+    job = suspended()
+    job["spec"]["podTemplateOverrides"] = [{"targetJobs": [{"name": "node"}], "spec": {"nodeSelector": {"a": "b"}}}]
+    return job
+
+
 def test_only_an_update_reads_the_existing_jobset_and_its_active_jobs_still_refuse_overrides():
     """A create's admission skips the JobSet read (no create rule reads it); an update reads it,
     and a suspended TrainJob whose JobSet still has active Jobs cannot change its overrides."""
@@ -148,14 +204,10 @@ def test_only_an_update_reads_the_existing_jobset_and_its_active_jobs_still_refu
         asked.append(jobset)
         return [RUNTIME, running] if jobset else [RUNTIME]
 
-    client = TestClient(build_app(observed))
-    assert client.post(WEBHOOKS[2][1], json=review(trainjob(numNodes=2))).json()["response"]["allowed"]
-    old = trainjob(numNodes=2)
-    old["spec"]["suspend"] = True
-    new = trainjob(numNodes=2)
-    new["spec"]["suspend"] = True
-    new["spec"]["podTemplateOverrides"] = [{"targetJobs": [{"name": "node"}], "spec": {"nodeSelector": {"a": "b"}}}]
-    answer = client.post(WEBHOOKS[2][1], json=review(new, "UPDATE", old)).json()["response"]
+    with TestClient(build_app(observed)) as client:
+        first = client.post(WEBHOOKS[2][1], json=review(trainjob(numNodes=2))).json()["response"]
+        answer = client.post(WEBHOOKS[2][1], json=review(changed_overrides(), "UPDATE", suspended())).json()["response"]
+    assert first["allowed"]
     assert asked == [False, True]
     assert not answer["allowed"]
     assert "PodTemplateOverrides cannot be modified when the JobSet's ReplicatedJob node is still active" \
@@ -256,6 +308,6 @@ def test_without_patches_nothing_changes_and_v2_1_never_stamps(client):
     async def observed(_, **__):
         return [RUNTIME]
 
-    v21 = TestClient(build_app(observed, compat=TrainerCompat.V2_1))
-    job, _ = stamped(v21, patched({"manager": "acme.io/one"}))
+    with TestClient(build_app(observed, compat=TrainerCompat.V2_1)) as v21:
+        job, _ = stamped(v21, patched({"manager": "acme.io/one"}))
     assert times(job) == [None]
