@@ -129,6 +129,7 @@ class Consumer:
         self._stopping = False
         self._credit = 0  # messages the outstanding pull requests may still deliver
         self._arrivals = 0  # messages delivered so far (the backlog watch compares it)
+        self._delivered = asyncio.Event()  # set by each delivery: wakes an idle backlog watch
         self._heard = time.monotonic()  # last message or heartbeat of a pull request
         self._wake = asyncio.Event()
         # None: whoever runs this consumer calls check_alive() (a replica's heartbeat does, for
@@ -316,6 +317,7 @@ class Consumer:
             return
         self._credit -= 1
         self._arrivals += 1
+        self._delivered.set()
         sequence = msg.metadata.sequence.stream
         self._unfinished.add(sequence)
         if sequence > self._highest:
@@ -360,8 +362,11 @@ class Consumer:
 
     async def _watch_backlog(self, stop: asyncio.Event) -> None:
         """The real backlog: JetStream's consumer info (pending, ack-pending, redelivered), and
-        the work in progress here, every ``backlog_interval_s`` (less often when idle). The
-        first reading is the one the bind got."""
+        the work in progress here, every ``backlog_interval_s``. The first reading is the one
+        the bind got. While nothing can be waiting (``_known_idle``) it sleeps until a delivery
+        or ``IDLE_BACKLOG_REFRESH_S``: a replica holds a consumer per partition and stream (32
+        for a status replica at 16 partitions), and their watches woke it twice a second for
+        nothing (issue #33: an idle replica should cost almost nothing)."""
         arrived, last_info, last_backlog = -1, float("-inf"), -1
         if self._bound is not None:
             arrived, last_info, last_backlog = self._arrivals, time.monotonic(), self._show_backlog(self._bound)
@@ -372,7 +377,8 @@ class Consumer:
             metrics.WORKQUEUE_UNFINISHED_WORK.labels(self.name).set(sum(running))
             metrics.WORKQUEUE_LONGEST_RUNNING.labels(self.name).set(max(running, default=0.0))
             if self._known_idle(arrived, last_info, last_backlog, now):
-                await _sleep_or_stop(stop, self._backlog_interval_s)
+                self._delivered.clear()
+                await _wait_either(stop, self._delivered, IDLE_BACKLOG_REFRESH_S - (now - last_info))
                 continue
             arrived = self._arrivals
             try:
@@ -559,6 +565,16 @@ async def _quietly(awaitable: Awaitable[None]) -> None:
         await awaitable
     except Exception as err:  # an ack lost to a disconnect means a harmless redelivery
         log.debug("ack/nak failed: %s", describe(err))
+
+
+async def _wait_either(stop: asyncio.Event, event: asyncio.Event, seconds: float) -> None:
+    """Until ``stop`` or ``event`` is set, or ``seconds`` have passed."""
+    waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(event.wait())]
+    try:
+        await asyncio.wait(waiters, timeout=max(seconds, 0.0), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
 
 
 async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:

@@ -161,3 +161,37 @@ async def test_an_idle_consumer_reads_its_backlog_only_when_something_may_wait(b
         stop.set()
         await asyncio.wait_for(task, 15)
         await observer.close()
+
+
+async def test_an_idle_consumers_backlog_watch_sleeps_until_a_delivery(bus: BusSession, nats_server) -> None:
+    """Idle, the backlog watch neither asks nor wakes: a replica holds a consumer per partition
+    and stream, and each watch woke every interval to find it had nothing to do. A delivery
+    wakes it at once, and the backlog is read again."""
+    handled: list[str] = []
+
+    async def handler(delivery: Delivery) -> None:
+        handled.append(decode(ObjectEvent, delivery.data).name)
+
+    spec = ConsumerSpec(EVENTS_STREAM, "backlog-sleeps", ["ty.events.>"], ack_wait_s=30, max_deliver=3)
+    consumer = Consumer(bus.js, spec, handler, service="test", publisher=bus.publisher, backlog_interval_s=0.05)
+    looks: list[bool] = []
+    known_idle = consumer._known_idle
+
+    def counted(*args) -> bool:
+        looks.append(known_idle(*args))
+        return looks[-1]
+
+    consumer._known_idle = counted  # type: ignore[method-assign]
+    stop = asyncio.Event()
+    task = asyncio.create_task(consumer.run(stop))
+    try:
+        await until(lambda: looks and looks[-1], state=lambda: f"looks: {looks}")  # idle, and known to be
+        seen = len(looks)
+        await asyncio.sleep(1.0)  # 20 intervals
+        assert len(looks) == seen, f"the idle watch woke {len(looks) - seen} times in 1 s"
+        await publish(bus, "wakes-it")
+        await until(lambda: handled == ["wakes-it"] and len(looks) > seen)
+        await until(lambda: looks[-1], state=lambda: f"looks since the delivery: {looks[seen:]}")
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 15)
