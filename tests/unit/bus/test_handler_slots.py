@@ -86,3 +86,56 @@ async def test_a_cancelled_waiter_gives_its_slot_on() -> None:
     with pytest.raises(asyncio.CancelledError):
         await cancelled
     assert order == ["kept"] and slots.busy == 0
+
+
+async def test_an_admission_goes_first_handlers_start_when_it_is_answered() -> None:
+    """While a request holds the slots, no waiting handler starts, even with slots free; the
+    handlers already running go on. They start as soon as the request is answered."""
+    slots = HandlerSlots(4)
+    started: list[int] = []
+    finish = asyncio.Event()
+
+    async def handler(n: int) -> None:
+        async with slots:
+            started.append(n)
+            await finish.wait()
+
+    running = asyncio.create_task(handler(0))
+    await asyncio.sleep(0)
+    with slots.first():
+        waiting = [asyncio.create_task(handler(n)) for n in (1, 2)]
+        await asyncio.sleep(0.05)
+        assert started == [0] and slots.busy == 1  # two slots free, and yet they wait
+    await asyncio.sleep(0)
+    assert sorted(started) == [0, 1, 2]
+    finish.set()
+    await asyncio.gather(running, *waiting)
+    assert slots.busy == 0
+
+
+async def test_a_stream_of_requests_defers_the_handlers_by_at_most_max_hold() -> None:
+    """Requests that overlap without a gap hold the slots as one stretch: after max_hold_s the
+    handlers start anyway (the bus work is deferred, never starved); a new stretch holds again."""
+    slots = HandlerSlots(2, max_hold_s=0.2)
+    started: list[float] = []
+
+    async def handler() -> None:
+        async with slots:
+            started.append(asyncio.get_running_loop().time())
+
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    with slots.first():
+        task = asyncio.create_task(handler())
+        with slots.first():  # an overlapping request: the same stretch
+            await asyncio.sleep(0.1)
+            assert started == []
+        with slots.first():
+            await task  # released by the deadline while both requests are still in flight
+    assert 0.18 <= started[0] - began < 0.5
+    with slots.first():  # a new stretch defers again
+        later = asyncio.create_task(handler())
+        await asyncio.sleep(0.05)
+        assert len(started) == 1
+    await later
+    assert len(started) == 2
