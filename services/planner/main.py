@@ -90,7 +90,6 @@ def run(args: argparse.Namespace) -> int:
         try:
             await runtime.start(stop)
             planner = Planner(runtime.bus, config.cluster, config.ack_wait_s, plugins, compat)
-            subscriber = planner.subscriber()
             if webhook_port is not None:
                 from trainyard.pipeline.validation import prepare_admission
 
@@ -103,8 +102,7 @@ def run(args: argparse.Namespace) -> int:
 
                 tls = TlsFiles()
                 app = build_app(webhook_observed(runtime.bus, runtime.kube, config.cluster),
-                                webhook_trainjob(runtime.bus, runtime.kube, config.cluster), compat,
-                                first=subscriber.slots.first)
+                                webhook_trainjob(runtime.bus, runtime.kube, config.cluster), compat)
                 host = args.webhook_host
                 service = (args.webhook_service, args.webhook_namespace) if args.webhook_service else None
                 hosts = [f"{args.webhook_service}.{args.webhook_namespace}.svc",
@@ -123,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
                 log.info("webhook server listening", extra={"webhook_port": bound})
                 await _retry_until(stop, manager.ensure, log)
                 tasks.append(asyncio.create_task(manager.run(stop)))
-            await subscriber.run(stop)
+            await planner.subscriber().run(stop)
         finally:
             if webhook is not None:
                 if stop.is_set() and drain_s:

@@ -19,7 +19,7 @@ import ssl
 import tempfile
 import time
 from datetime import datetime, timezone
-from typing import Any, Awaitable, Callable, ContextManager
+from typing import Any, Awaitable, Callable
 
 from aiohttp import web
 
@@ -148,28 +148,12 @@ async def server_span(request: web.Request, handler: Any) -> web.StreamResponse:
         return response
 
 
-def answered_first(first: Callable[[], ContextManager[None]]) -> Any:
-    """A middleware that runs each admission request inside ``first()``: the replica's bus
-    handlers wait to start until it is answered (trainyard.bus.partitions.HandlerSlots.first)."""
-    @web.middleware
-    async def middleware(request: web.Request, handler: Any) -> web.StreamResponse:
-        if request.path not in PATHS:
-            return await handler(request)
-        with first():
-            return await handler(request)
-    return middleware
-
-
 def build_app(observed_for: ObservedLookup, trainjob_for: TrainJobLookup | None = None,
-              compat: TrainerCompat = DEFAULT_COMPAT,
-              first: Callable[[], ContextManager[None]] | None = None) -> web.Application:
-    """``compat``: which release's admission rules apply where v2.1.0 and v2.3.0 differ;
-    ``first``: held while each request is answered, so that it goes before the replica's other
-    work (issue #33: a planner at its CPU limit with a backlog answered in seconds)."""
-    middlewares = [server_span, webhook_metrics] + ([answered_first(first)] if first is not None else [])
+              compat: TrainerCompat = DEFAULT_COMPAT) -> web.Application:
+    """``compat``: which release's admission rules apply where v2.1.0 and v2.3.0 differ."""
     # The body is read by _read_limited, which has its own limit; aiohttp's (1 MiB) applies only
     # to request.read(), which no handler calls.
-    app = web.Application(middlewares=middlewares, client_max_size=MAX_REVIEW_BYTES)
+    app = web.Application(middlewares=[server_span, webhook_metrics], client_max_size=MAX_REVIEW_BYTES)
     for _, path, resource in WEBHOOKS:
         metrics.WEBHOOK_LATENCY.labels(path)
         metrics.WEBHOOK_IN_FLIGHT.labels(path)

@@ -33,9 +33,8 @@ import math
 import time
 import uuid
 from collections import deque
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from typing import Callable
 
 from nats.js.errors import KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
@@ -70,8 +69,6 @@ REPLICA_CONCURRENCY = 32
 REPLICA_CREDIT = 256
 MIN_BATCH, MAX_BATCH = 16, 128
 MIN_SLOTS = 2
-# The longest an unbroken stretch of admission requests defers the handlers (HandlerSlots.first).
-MAX_HOLD_S = 1.0
 LIMIT_CHECK_S = 5.0
 # The heartbeat is written from a thread of its own (trainyard.bus.heartbeat) while the event
 # loop has ticked within this many seconds: a busy loop keeps its leases, a hung one loses them.
@@ -100,43 +97,12 @@ def pull_batch(target_share: int, subscriptions: int, cpu_limit: float | None = 
 class HandlerSlots:
     """The handlers a replica runs at once, shared by all its consumers. Unlike a semaphore its
     capacity can change while handlers run (it follows the CPU limit): a smaller capacity takes
-    effect as running handlers finish, a larger one wakes waiters at once.
+    effect as running handlers finish, a larger one wakes waiters at once."""
 
-    Work that must answer first (an admission request, which the API server waits on with a
-    10-s timeout) holds the slots (:meth:`first`): while a hold is on, no waiting handler starts,
-    so the request shares the replica's CPU only with the handlers already running. A hold
-    defers handlers by at most ``max_hold_s`` at a stretch, so a stream of requests cannot starve
-    the bus work."""
-
-    def __init__(self, capacity: int, max_hold_s: float = MAX_HOLD_S) -> None:
+    def __init__(self, capacity: int) -> None:
         self._capacity = max(1, capacity)
         self._busy = 0
         self._waiting: deque[asyncio.Future[None]] = deque()
-        self._holds = 0
-        self._max_hold_s = max_hold_s
-        self._held_since = 0.0  # when the current stretch of holds began
-        self._deadline: asyncio.TimerHandle | None = None
-
-    @contextmanager
-    def first(self) -> Iterator[None]:
-        """While inside, handlers that wait for a slot keep waiting (up to ``max_hold_s`` from
-        the start of an unbroken stretch of holds)."""
-        if self._holds == 0:
-            self._held_since = time.monotonic()
-            self._deadline = asyncio.get_running_loop().call_later(self._max_hold_s, self._hand_over)
-        self._holds += 1
-        try:
-            yield
-        finally:
-            self._holds -= 1
-            if self._holds == 0:
-                if self._deadline is not None:
-                    self._deadline.cancel()
-                    self._deadline = None
-                self._hand_over()
-
-    def _held(self) -> bool:
-        return self._holds > 0 and time.monotonic() - self._held_since < self._max_hold_s
 
     @property
     def capacity(self) -> int:
@@ -151,7 +117,7 @@ class HandlerSlots:
         self._hand_over()
 
     async def __aenter__(self) -> None:
-        if self._busy < self._capacity and not self._waiting and not self._held():
+        if self._busy < self._capacity and not self._waiting:
             self._busy += 1
             return
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -169,8 +135,6 @@ class HandlerSlots:
         self._hand_over()
 
     def _hand_over(self) -> None:
-        if self._held():
-            return
         while self._waiting and self._busy < self._capacity:
             future = self._waiting.popleft()
             if not future.done():  # (a cancelled waiter is skipped)
@@ -263,12 +227,6 @@ class PartitionedSubscriber:
         self._writer: HeartbeatWriter | None = None
         self._progress = time.monotonic()  # the event loop's last tick (read by the writer)
         metrics.LEASES_LOST.labels(self.role)  # at zero: a healthy run has the series too
-
-    @property
-    def slots(self) -> HandlerSlots:
-        """The handler slots every consumer of this replica shares (an admission webhook holds
-        them while it answers: HandlerSlots.first)."""
-        return self._slots
 
     @property
     def owned(self) -> set[int]:

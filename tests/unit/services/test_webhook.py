@@ -311,29 +311,3 @@ def test_without_patches_nothing_changes_and_v2_1_never_stamps(client):
     with TestClient(build_app(observed, compat=TrainerCompat.V2_1)) as v21:
         job, _ = stamped(v21, patched({"manager": "acme.io/one"}))
     assert times(job) == [None]
-
-
-def test_each_admission_is_answered_inside_first():
-    """The planner passes its handler slots' ``first``: the bus handlers wait while a request is
-    answered (the rules' reads included)."""
-    from contextlib import contextmanager
-
-    inside: list[bool] = []
-    depth = 0
-
-    @contextmanager
-    def first():
-        nonlocal depth
-        depth += 1
-        try:
-            yield
-        finally:
-            depth -= 1
-
-    async def observed(_, **__):
-        inside.append(depth == 1)
-        return [RUNTIME]
-
-    with TestClient(build_app(observed, first=first)) as client:
-        assert client.post(WEBHOOKS[2][1], json=review(trainjob(numNodes=2))).json()["response"]["allowed"]
-    assert inside == [True] and depth == 0
