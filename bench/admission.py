@@ -11,7 +11,12 @@ TrainJob's plan).
 
 Target (issue #33): at 0.03 CPU, each create answered within 1 s on an idle stack.
 
-Usage: .venv/bin/python bench/admission.py [--cpu-limit 0.03] [--creates 20] [--idle 5]
+``--backlog N`` measures the same creates while the planner has work waiting: N TrainJobs are
+created first (16 at a time, in a namespace of their own), and the one-at-a-time creates begin
+once those are answered, while their plans are still being made; it prints how many of the N had
+no JobSet yet when the measured creates began and when they ended (the backlog they competed with).
+
+Usage: .venv/bin/python bench/admission.py [--cpu-limit 0.03] [--creates 20] [--idle 5] [--backlog N]
 Prints figures; asserts nothing.
 """
 from __future__ import annotations
@@ -36,6 +41,8 @@ from e2e import RUNTIME, Stack, loadavg, percentile, trainjob  # noqa: E402  (be
 RUNTIMES = "/apis/trainer.kubeflow.org/v1alpha1/clustertrainingruntimes"
 TRAINJOBS = "/apis/trainer.kubeflow.org/v1alpha1/namespaces/{ns}/trainjobs"
 NAMESPACE = "bench-admission"
+BACKLOG_NAMESPACE = "bench-admission-backlog"
+JOBSETS = "/apis/jobset.x-k8s.io/v1alpha2/namespaces/{ns}/jobsets"
 
 
 def runtime(name: str) -> dict:
@@ -65,6 +72,29 @@ async def creates(client: httpx.AsyncClient, path: str, docs: list[dict], planne
     return latencies, (planner_cpu() - cpu_before) * 1000
 
 
+async def fill_backlog(client: httpx.AsyncClient, count: int, concurrency: int = 16) -> float:
+    """Creates ``count`` TrainJobs, ``concurrency`` at a time; returns the seconds it took."""
+    gate = asyncio.Semaphore(concurrency)
+
+    async def create(i: int) -> None:
+        async with gate:
+            response = await client.post(TRAINJOBS.format(ns=BACKLOG_NAMESPACE),
+                                         json=trainjob(BACKLOG_NAMESPACE, f"backlog-{i}"))
+            if response.status_code != 201:
+                raise SystemExit(f"backlog create {i}: HTTP {response.status_code} {response.text[:300]}")
+
+    began = time.perf_counter()
+    await asyncio.gather(*(create(i) for i in range(count)))
+    return time.perf_counter() - began
+
+
+async def unplanned(client: httpx.AsyncClient, count: int) -> int:
+    """The backlog's TrainJobs that have no JobSet yet."""
+    response = await client.get(JOBSETS.format(ns=BACKLOG_NAMESPACE))
+    response.raise_for_status()
+    return count - len(response.json()["items"])
+
+
 async def measure(stack: Stack, args) -> None:
     cluster = stack.cluster
     group = stack.limited().get("planner")
@@ -78,20 +108,32 @@ async def measure(stack: Stack, args) -> None:
     context = ssl.create_default_context(cafile=str(cluster.ca_cert))
     async with httpx.AsyncClient(base_url=cluster.url, verify=context, timeout=60,
                                  headers={"Authorization": f"Bearer {cluster.token}"}) as client:
-        await client.post("/api/v1/namespaces", json={"apiVersion": "v1", "kind": "Namespace",
-                                                      "metadata": {"name": NAMESPACE}})
+        for namespace in (NAMESPACE, BACKLOG_NAMESPACE):
+            await client.post("/api/v1/namespaces", json={"apiVersion": "v1", "kind": "Namespace",
+                                                          "metadata": {"name": namespace}})
         (await client.post(RUNTIMES, json=RUNTIME)).raise_for_status()  # the one the TrainJobs use
         await asyncio.sleep(args.idle)
+        backlog_line = ""
+        if args.backlog:
+            filled_s = await fill_backlog(client, args.backlog)
+            waiting_before = await unplanned(client, args.backlog)
         runtime_ms, runtime_cpu = await creates(
             client, RUNTIMES, [runtime(f"bench-admission-{i}") for i in range(args.creates)], planner_cpu)
-        await asyncio.sleep(args.idle)
+        if not args.backlog:
+            await asyncio.sleep(args.idle)
         trainjob_ms, trainjob_cpu = await creates(
             client, TRAINJOBS.format(ns=NAMESPACE), [trainjob(NAMESPACE, f"adm-{i}") for i in range(args.creates)],
             planner_cpu)
+        if args.backlog:
+            backlog_line = (f"backlog: {args.backlog} TrainJobs created in {filled_s:.1f} s; without a JobSet when "
+                            f"the measured creates began: {waiting_before}, when they ended: "
+                            f"{await unplanned(client, args.backlog)}")
     limit = f"planner limited to {args.cpu_limit:g} CPU" if args.cpu_limit else "planner unlimited"
     print(f"machine: {os.cpu_count()} CPUs, /proc/loadavg {loadavg()}; {limit}")
     print(summary("ClusterTrainingRuntime", runtime_ms, runtime_cpu))
     print(summary("TrainJob", trainjob_ms, trainjob_cpu))
+    if backlog_line:
+        print(backlog_line)
 
 
 def main() -> int:
@@ -100,10 +142,14 @@ def main() -> int:
                         help="the planner's CPU quota in cores (0: unlimited); needs root and a cgroup cpu controller")
     parser.add_argument("--creates", type=int, default=20, help="creates of each kind, one at a time")
     parser.add_argument("--idle", type=float, default=5.0, help="seconds of idle before each kind's creates")
+    parser.add_argument("--backlog", type=int, default=0, metavar="N",
+                        help="create N TrainJobs first (16 at a time) and measure while their plans are made")
     args = parser.parse_args()
     parse_limit(args.cpu_limit, "planner", ("planner",))
     if args.creates < 1:
         raise SystemExit("error: --creates: at least 1")
+    if args.backlog < 0:
+        raise SystemExit("error: --backlog: 0 or more")
     workdir = Path(tempfile.mkdtemp(prefix="trainyard-bench-admission-"))
     replicas = {"watcher": 1, "planner": 1, "applier": 1, "status": 1}
     roles = ("planner",) if args.cpu_limit else ()
