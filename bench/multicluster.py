@@ -253,32 +253,30 @@ def start_extra_dispatcher(stack, workdir: Path, index: int, limits: LimitedRepl
         time.sleep(0.2)
 
 
-def partitions_owned(port: int) -> int | None:
-    """The partitions a dispatcher serves now (its trainyard_partitions_owned gauge); None
-    when it does not say (a release before home replicas)."""
+def metric_value(port: int, sample: str) -> float | None:
+    """The value of the sample ``sample`` (name and labels, as exposed) on the service's
+    /metrics at ``port``; None when it is not there or the service does not answer."""
     try:
         text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2).text
     except httpx.HTTPError:
         return None
     for line in text.splitlines():
-        if line.startswith('trainyard_partitions_owned{role="dispatcher"}'):
-            return int(float(line.rsplit(" ", 1)[1]))
+        if line.startswith(sample + " "):
+            return float(line.rsplit(" ", 1)[1])
     return None
+
+
+def partitions_owned(port: int) -> int | None:
+    """The partitions a dispatcher serves now (its trainyard_partitions_owned gauge); None
+    when it does not say (a release before home replicas)."""
+    value = metric_value(port, 'trainyard_partitions_owned{role="dispatcher"}')
+    return None if value is None else int(value)
 
 
 def slot_write_conflicts(ports: list[int]) -> float:
     """The dispatchers' slot-ledger writes that met another replica's write first, summed
     (trainyard_dispatcher_slot_write_conflicts_total; 0 from a release without the counter)."""
-    total = 0.0
-    for port in ports:
-        try:
-            text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2).text
-        except httpx.HTTPError:
-            continue
-        for line in text.splitlines():
-            if line.startswith("trainyard_dispatcher_slot_write_conflicts_total "):
-                total += float(line.rsplit(" ", 1)[1])
-    return total
+    return sum(metric_value(port, "trainyard_dispatcher_slot_write_conflicts_total") or 0.0 for port in ports)
 
 
 async def wait_split(ports: list[int], timeout_s: float = 60.0) -> None:

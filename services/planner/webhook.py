@@ -1,10 +1,10 @@
 """The validating admission webhooks (TrainJob, TrainingRuntime, ClusterTrainingRuntime).
 
-aiohttp's server over HTTPS: an admission is one POST of JSON in and out, so the request
-passes through two small middlewares (metrics; a server span when spans leave the process) and
-its handler, nothing else. FastAPI and uvicorn's pure-Python HTTP parser spent more of the
-planner's CPU per admission than the validation itself, and their import half a second of every
-planner start (issue #33: admission must stay cheap at 0.03 CPU). The verdict comes from the pipeline's validation (spec §6); the objects the
+aiohttp's server over HTTPS (aiohttp is already the health server's and the kube client's
+library): an admission is one POST of JSON in and out, through two small middlewares (metrics;
+a server span when spans leave the process) and its handler. FastAPI and uvicorn, which served
+it before, were imported by every planner start for nothing else (issue #33).
+The verdict comes from the pipeline's validation (spec §6); the objects the
 rules read (runtime, existing JobSet, PriorityClasses) come from the KV snapshots, like
 upstream's informer cache, with a direct GET when a runtime is not there yet.
 """
@@ -151,14 +151,14 @@ async def server_span(request: web.Request, handler: Any) -> web.StreamResponse:
 def build_app(observed_for: ObservedLookup, trainjob_for: TrainJobLookup | None = None,
               compat: TrainerCompat = DEFAULT_COMPAT) -> web.Application:
     """``compat``: which release's admission rules apply where v2.1.0 and v2.3.0 differ."""
-    # The body is read by _read_limited, which has its own limit; aiohttp's (1 MiB) applies only
-    # to request.read(), which no handler calls.
-    app = web.Application(middlewares=[server_span, webhook_metrics], client_max_size=MAX_REVIEW_BYTES)
-    for _, path, resource in WEBHOOKS:
+    # The body's size limit is _read_limited's (aiohttp's own applies to request.read() only).
+    app = web.Application(middlewares=[server_span, webhook_metrics])
+    for path in PATHS:
         metrics.WEBHOOK_LATENCY.labels(path)
         metrics.WEBHOOK_IN_FLIGHT.labels(path)
         for code in ("200", "400", "500"):
             metrics.WEBHOOK_REQUESTS_BY_CODE.labels(path, code)
+    for _, _, resource in WEBHOOKS:
         for allowed in ("true", "false"):
             metrics.WEBHOOK_REQUESTS.labels(resource, allowed)
 
