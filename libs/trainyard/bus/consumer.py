@@ -38,9 +38,14 @@ from trainyard.telemetry import metrics
 log = logging.getLogger(__name__)
 
 # A pull request waits this long on the server for messages, and says it is alive this often
-# (docs/bus.md, "Pulling").
+# (docs/bus.md, "Pulling"; the server takes at most half the expiry). The heartbeat is the last
+# resort for a request lost without a word: a reconnect is seen at once, and a request open on a
+# consumer leader that dies with its NATS node is served by the leader elected next
+# (tests/integration/bus/test_consumer_leader.py). An idle replica holds a consumer per partition
+# and stream (32 for a status replica at 16 partitions): at 10 s these heartbeats were most of its
+# wake-ups (issue #33).
 PULL_EXPIRES_S = 60.0
-PULL_HEARTBEAT_S = 10.0
+PULL_HEARTBEAT_S = 30.0
 # With nothing arriving, the pull loop of a consumer run on its own wakes this often to check
 # that its request is alive (a lapse needs two missed heartbeats and 5 s more). A replica's
 # consumers have no such timer: its heartbeat checks them all (check_alive).
