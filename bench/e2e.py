@@ -790,8 +790,8 @@ def saturation(percent: dict[str, float], cores: int, others_pct: float = 0.0, l
 
 
 async def lease_health(client: httpx.AsyncClient, stack: Stack) -> dict[str, tuple[float, float]]:
-    """Per replica of a partitioned role: partitions lost while its heartbeat lapsed, and its
-    heartbeats that came more than 2.5 s after the one before (the lease lapses at 3 s)."""
+    """Per replica of a partitioned role: partitions taken from it while its presence was gone,
+    and how often it withdrew its presence because its event loop stalled (docs/bus.md)."""
     out = {}
     for name, ports in stack.ports.items():
         if name == "watcher":
@@ -800,10 +800,8 @@ async def lease_health(client: httpx.AsyncClient, stack: Stack) -> dict[str, tup
             label = name if len(ports) == 1 else f"{name}-{index + 1}"
             text = (await client.get(f"http://127.0.0.1:{port}/metrics")).text
             lost = sum(prometheus_samples(text, "trainyard_partition_leases_lost_total").values())
-            count = sum(prometheus_samples(text, "trainyard_partition_heartbeat_interval_seconds_count").values())
-            on_time = sum(v for labels, v in prometheus_samples(
-                text, "trainyard_partition_heartbeat_interval_seconds_bucket").items() if ("le", "2.5") in labels)
-            out[label] = (lost, count - on_time)
+            withdrawn = sum(prometheus_samples(text, "trainyard_partition_presence_withdrawn_total").values())
+            out[label] = (lost, withdrawn)
     return out
 
 
@@ -811,11 +809,11 @@ def lease_lines(health: dict[str, tuple[float, float]]) -> list[str]:
     if not health:
         return []
     lost = sum(v[0] for v in health.values())
-    late = {name: v[1] for name, v in health.items() if v[1]}
-    return [f"leases lost while a heartbeat lapsed: {lost:.0f}" + (" (" + ", ".join(
+    withdrawn = {name: v[1] for name, v in health.items() if v[1]}
+    return [f"leases lost while a presence was gone: {lost:.0f}" + (" (" + ", ".join(
         f"{name} {v[0]:.0f}" for name, v in health.items() if v[0]) + ")" if lost else "") +
-        "; heartbeats more than 2.5 s apart: " + (", ".join(f"{name} {n:.0f}" for name, n in late.items())
-                                                   if late else "none")]
+        "; presences withdrawn (a stalled event loop): " + (", ".join(f"{name} {n:.0f}" for name, n in withdrawn.items())
+                                                            if withdrawn else "none")]
 
 
 def offered_taken(count: int, created: float, wall: float) -> str:

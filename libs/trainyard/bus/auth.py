@@ -151,9 +151,17 @@ def _partitioned(grants: Grants, role: str, cluster: str, streams: list[tuple[st
             _consumer(grants, stream, partition_durable(name, cluster, partition))
         for legacy in (durable_name(name, cluster), name):
             grants.publish += [f"{API}.CONSUMER.INFO.{stream}.{legacy}", f"{API}.CONSUMER.DELETE.{stream}.{legacy}"]
-    for bucket in (LEASES_BUCKET, MEMBERS_BUCKET):
-        grants.publish.append(f"{API}.STREAM.INFO.KV_{bucket}")
-        _kv_write(grants, bucket, f"{encode_token(role)}.{encode_token(cluster)}.>")
+    keys = f"{encode_token(role)}.{encode_token(cluster)}.>"
+    grants.publish.append(f"{API}.STREAM.INFO.KV_{LEASES_BUCKET}")
+    _kv_write(grants, LEASES_BUCKET, keys)
+    # Presence (trainyard.bus.presence): a consumer on the members stream filtered on its own
+    # role's keys, made and deleted; the listing of every presence's name, and their creations
+    # and deletions announced. Nothing is written to the members bucket.
+    from trainyard.bus.presence import ADVISORIES, PRESENCE_STREAM
+
+    grants.publish += [f"{API}.STREAM.INFO.{PRESENCE_STREAM}", f"{API}.CONSUMER.CREATE.{PRESENCE_STREAM}.*.$KV.{MEMBERS_BUCKET}.{keys}",
+                       f"{API}.CONSUMER.DELETE.{PRESENCE_STREAM}.*", f"{API}.CONSUMER.NAMES.{PRESENCE_STREAM}"]
+    grants.subscribe += list(ADVISORIES)
 
 
 def grants_for(role: str, cluster: str, clusters: list[str] | None = None, partitions: int | None = None) -> Grants:

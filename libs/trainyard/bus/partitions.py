@@ -5,24 +5,26 @@ hash of the TrainJob's namespace/name). Each partition has one durable pull cons
 role and stream (``<role>-p<N>_<cluster>``), so its position survives any change of the
 replica that reads it. Which replica reads it is decided on the bus:
 
-* ``ty_members`` ``<role>.<cluster>.m.<replica>``: a replica's heartbeat, written every
-  ``heartbeat_s``; the bucket drops an entry ``LEASE_TTL_S`` after its last write.
+* a replica's presence (trainyard.bus.presence): a consumer that nats-server deletes
+  ``LEASE_TTL_S`` after the replica's connection closed; the live replicas are the presences
+  listed, and every join and loss is announced to all of them.
 * ``ty_leases`` ``<role>.<cluster>.p.<N>``: who holds partition N, written with compare-and-set
-  (on "no entry", or on the revision of a lease whose holder's heartbeat has lapsed). A lease
-  is live while its holder's heartbeat is: a steady replica writes one entry per heartbeat,
-  whatever the number of partitions it holds.
+  (on "no entry", or on the revision of a lease whose holder has no presence). A lease is live
+  while its holder's presence is: a steady replica writes nothing to keep its leases.
 
-Each heartbeat a replica reads the role's heartbeats (one batched direct get), and the leases
-(another) when the live replicas changed, its share is not reached, it stalled, or every
-``LEASE_CHECK_EVERY`` heartbeats; it counts the live replicas and aims at its share (partitions / replicas, the first ones in name
-order taking one more of the remainder): above it, it releases partitions (stop pulling, let
-the running handlers finish, ``nak`` what was received and not started, then delete the lease);
-below it, it takes free partitions. A replica that stops deletes its leases and heartbeat; a
-crashed one's heartbeat lapses after ``LEASE_TTL_S`` and its partitions are taken at the next
-heartbeat. A replica that finds its lease held by another (its heartbeat lapsed while it
-stalled) stops serving that partition. A lease is a performance property: the ``ty_applied``
-compare-and-set claims and resourceVersion preconditions keep two replicas that both think they
-own a partition correct (docs/bus.md, "Partitions and home replicas").
+A replica ticks when a presence of the bus is made or deleted, every ``tick_s`` while its share
+is not reached or a hand-over is under way, and every ``STEADY_TICK_S`` otherwise. A tick lists
+the live replicas, and reads the leases when the live replicas changed, its share is not
+reached, its own presence was made again, or every ``LEASE_CHECK_EVERY`` ticks; it aims at its
+share (partitions / replicas, the first ones in name order taking one more of the remainder):
+above it, it releases partitions (stop pulling, let the running handlers finish, ``nak`` what
+was received and not started, then delete the lease); below it, it takes free partitions. A
+replica that stops deletes its leases and its presence; a crashed one's presence is deleted by
+nats-server ``LEASE_TTL_S`` later and its partitions are taken at once. A replica that finds its
+lease held by another (its presence was gone while it stalled) stops serving that partition. A
+lease is a performance property: the ``ty_applied`` compare-and-set claims and resourceVersion
+preconditions keep two replicas that both think they own a partition correct (docs/bus.md,
+"Partitions and home replicas").
 """
 from __future__ import annotations
 
@@ -40,24 +42,29 @@ from nats.js.errors import KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
 from trainyard.bus.consumer import Consumer, Handler, subject_key
-from trainyard.bus.heartbeat import HeartbeatWriter
 from trainyard.bus.kv import BucketRequests, BucketRequestError, _put
+from trainyard.bus.presence import ADVISORIES, Presence, live_replicas
 from trainyard.bus.session import BusSession
 from trainyard.bus.subjects import encode_token, partitions_setting
-from trainyard.bus.topology import (LEASE_TTL_S, LEASES_BUCKET, MEMBERS_BUCKET, ConsumerSpec, durable_name,
+from trainyard.bus.topology import (LEASES_BUCKET, ConsumerSpec, durable_name,
                                     partition_durable)
+from trainyard.errortext import describe
 from trainyard.telemetry import metrics
 from trainyard.telemetry.cpu_limit import cpu_limit_cores
 
 log = logging.getLogger(__name__)
 
-# A steady replica reads the leases every this many heartbeats (else only when the live
-# replicas or its share changed, or it stalled).
+# A replica whose share is held and that hands nothing over ticks this often (its consumers'
+# pull requests checked, its CPU limit re-read, the live replicas listed); a presence made or
+# deleted anywhere on the bus wakes it at once.
+STEADY_TICK_S = 5.0
+# A steady replica reads the leases every this many ticks (else only when the live replicas or
+# its share changed, or its own presence was made again).
 LEASE_CHECK_EVERY = 10
 # Work in flight is bounded per replica, not per partition. A replica holding all 16 partitions
 # used to run up to 16 x 32 handlers at once and buffer up to 16 x 256 pulled messages: its event
-# loop's queue of ready tasks was hundreds long, so on a replica at its CPU limit a heartbeat (the
-# leases) or an admission request waited seconds behind it, and buffered messages outlived their
+# loop's queue of ready tasks was hundreds long, so on a replica at its CPU limit the lease view
+# or an admission request waited seconds behind it, and buffered messages outlived their
 # ack wait and came again (issue #33). Handlers share REPLICA_CONCURRENCY slots, and each
 # partition's pull asks for its share of REPLICA_CREDIT messages.
 #
@@ -70,9 +77,11 @@ REPLICA_CREDIT = 256
 MIN_BATCH, MAX_BATCH = 16, 128
 MIN_SLOTS = 2
 LIMIT_CHECK_S = 5.0
-# The heartbeat is written from a thread of its own (trainyard.bus.heartbeat) while the event
-# loop has ticked within this many seconds: a busy loop keeps its leases, a hung one loses them.
-HEARTBEAT_STALL_S = 30.0
+# The presence is kept from a thread of its own (trainyard.bus.presence) while the event loop
+# runs a probe within PROGRESS_STALL_S: a busy loop keeps its leases, a hung one loses them. The
+# thread probes the loop every PRESENCE_CHECK_S (or half the stall time, if shorter).
+PROGRESS_STALL_S = 30.0
+PRESENCE_CHECK_S = 5.0
 
 
 def handler_slots(cpu_limit: float | None) -> int:
@@ -200,32 +209,29 @@ class PartitionedSubscriber:
     service: str = ""
     partitions: int = field(default_factory=partitions_setting)
     replica: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
-    heartbeat_s: float = LEASE_TTL_S / 3
+    tick_s: float = 1.0  # the tick while the share is not reached or a hand-over is under way
     # Called when a partition comes or goes: per-partition state is dropped on release.
     on_acquire: Callable[[int], None] | None = None
     on_release: Callable[[int], None] | None = None
     consumer_options: dict = field(default_factory=dict)
-    # Write the heartbeat from a thread with its own connection (trainyard.bus.heartbeat); the
-    # event loop writes it itself whenever that writer's last write is not recent.
-    heartbeat_thread: bool = True
 
     def __post_init__(self) -> None:
         self._held: dict[int, _Held] = {}
         self._kv: KeyValue | None = None
-        self._members: KeyValue | None = None
         self._prefix = f"{encode_token(self.role)}.{encode_token(self.cluster)}"
         self.changes = 0  # acquisitions and releases (tests and benchmarks read it)
-        self._last_beat = time.monotonic()
-        self._beats = 0
+        self._ticks = 0
         self._seen_members: set[str] = set()
-        self._recheck = False  # a stall: the next beat reads the leases whatever else
+        self._recheck = False  # our presence was made again: the next tick reads the leases
         self._cpu_limit = cpu_limit_cores()
         self._limit_checked = time.monotonic()
         self._slots = HandlerSlots(handler_slots(self._cpu_limit))  # shared by every consumer of the replica
         metrics.HANDLER_SLOTS.labels(self.role).set(self._slots.capacity)
-        self._target = self.partitions  # the share aimed at (set each heartbeat)
-        self._writer: HeartbeatWriter | None = None
-        self._progress = time.monotonic()  # the event loop's last tick (read by the writer)
+        self._target = self.partitions  # the share aimed at (set each tick)
+        self._presence: Presence | None = None
+        self._presence_seen = 0  # the presence's generation the leases were last read at
+        self._wake = asyncio.Event()  # a presence made or deleted: tick now
+        self._reconnects = 0
         metrics.LEASES_LOST.labels(self.role)  # at zero: a healthy run has the series too
 
     @property
@@ -236,35 +242,56 @@ class PartitionedSubscriber:
     def _lease_key(self, partition: int) -> str:
         return f"{self._prefix}.p.{partition}"
 
-    def _member_key(self) -> str:
-        return f"{self._prefix}.m.{encode_token(self.replica)}"
-
     async def run(self, stop: asyncio.Event) -> None:
         """Holds a share of the partitions until ``stop``, then hands every one over."""
-        self._kv = await self._open(stop, LEASES_BUCKET)
-        self._members = await self._open(stop, MEMBERS_BUCKET)
-        if self._kv is None or self._members is None:
-            return
-        if self.heartbeat_thread and self.bus.url:
-            self._writer = HeartbeatWriter(
-                self.bus.url, f"{self.bus.name or self.role}-heartbeat", MEMBERS_BUCKET, self._member_key(),
-                self.replica.encode(), interval_s=self.heartbeat_s, role=self.role,
-                alive=lambda: time.monotonic() - self._progress < HEARTBEAT_STALL_S)
-            self._writer.start()
+        advisories = []
+        stopping = asyncio.create_task(_set_when(stop, self._wake))
         try:
+            if not await self._join(stop):
+                return
+            for subject in ADVISORIES:
+                advisories.append(await self.bus.nc.subscribe(subject, cb=self._on_advisory))
             while not stop.is_set():
+                self._wake.clear()  # what sets it from here on is seen by this tick or wakes the next
                 try:
                     await self._tick()
                 except asyncio.CancelledError:
                     raise
-                except Exception as err:  # NATS away: the leases lapse; next heartbeat retries
-                    log.warning("partition heartbeat of %s failed: %s", self.role, err or type(err).__name__)
+                except Exception as err:  # NATS away: the next tick retries
+                    log.warning("partition tick of %s failed: %s", self.role, describe(err))
                 try:
-                    await asyncio.wait_for(stop.wait(), timeout=self.heartbeat_s)
+                    await asyncio.wait_for(self._wake.wait(), timeout=self._next_tick_s())
                 except asyncio.TimeoutError:
                     pass
         finally:
+            stopping.cancel()
+            for subscription in advisories:
+                try:
+                    await subscription.unsubscribe()
+                except Exception:  # noqa: BLE001 - the connection is closing
+                    pass
             await self._release_all()
+
+    async def _join(self, stop: asyncio.Event) -> bool:
+        """Opens the lease bucket and makes this replica's presence; False on ``stop``."""
+        self._kv = await self._open(stop, LEASES_BUCKET)
+        if self._kv is None:
+            return False
+        self._presence = Presence(
+            self.bus.url, f"{self.bus.name or self.role}-presence", self.role, self.cluster, self.replica,
+            check_s=min(PRESENCE_CHECK_S, PROGRESS_STALL_S / 2), stall_s=PROGRESS_STALL_S, on_change=self._wake.set)
+        self._presence.start()
+        # Present before any lease is taken: a replica that reads a lease and then the live
+        # replicas finds every live holder among them (see _tick).
+        return await self._presence.wait_registered(stop)
+
+    async def _on_advisory(self, msg) -> None:
+        self._wake.set()
+
+    def _next_tick_s(self) -> float:
+        settled = (len(self.owned) == self._target and len(self._held) == len(self.owned) and not self._recheck
+                   and self._presence is not None and self._presence.generation == self._presence_seen)
+        return STEADY_TICK_S if settled else self.tick_s
 
     async def _open(self, stop: asyncio.Event, bucket: str) -> KeyValue | None:
         attempt = 0
@@ -290,10 +317,8 @@ class PartitionedSubscriber:
         return found
 
     async def _live(self) -> list[str]:
-        """The live replicas of the role (their heartbeats)."""
-        assert self._members is not None
-        return [value.decode() for key, (value, _) in (await self._entries(self._members)).items()
-                if key.startswith(self._prefix + ".m.")]
+        """The live replicas of the role (their presences)."""
+        return await live_replicas(self.bus.nc, self.role, self.cluster)
 
     async def _leases(self) -> dict[int, tuple[str, int]]:
         """Every recorded lease of the role (partition -> holder, revision)."""
@@ -306,46 +331,50 @@ class PartitionedSubscriber:
         return leases
 
     async def _tick(self) -> None:
-        assert self._kv is not None and self._members is not None
-        # The heartbeat is the only write of a steady replica: it keeps every lease it holds. The
-        # writer thread writes it; the loop does when the writer has not lately (or there is none).
+        assert self._kv is not None and self._presence is not None
+        # A steady replica writes nothing: its presence keeps every lease it holds.
         now = time.monotonic()
         for held in self._held.values():  # first: what follows may fail while NATS is away
             for consumer in held.consumers:
                 consumer.check_alive(now)
-        last = max(self._last_beat, self._writer.last_write if self._writer is not None else 0.0)
-        await self._beat(now, observe=bool(self._beats))
         self._follow_cpu_limit(now)
-        # Our heartbeat had lapsed (a stall): another replica may have taken our leases.
-        self._recheck = self._recheck or now - last >= LEASE_TTL_S
+        # Our presence was made again (withdrawn while our event loop stalled, or forgotten by a
+        # restarted nats-server): another replica may have taken our leases meanwhile.
+        generation = self._presence.generation
+        self._recheck = self._recheck or generation != self._presence_seen
         try:
             members = await self._live()
+            if self.replica not in members:
+                # Our presence is gone (nats-server restarted and forgot it, or the thread is
+                # making it again): take nothing until it is back, then read the leases.
+                self._presence.refresh()
+                self._recheck = True
+                return
             target = share(self.partitions, members, self.replica)
             # The leases (one message per partition) are read only when something may have
             # changed: the live replicas (a join, a stop, a crash), our share not reached yet (a
-            # hand-over under way), a stall of ours, and every LEASE_CHECK_EVERY beats anyway.
-            # A steady replica's beat is one put and one read of the heartbeats.
-            self._beats += 1
+            # hand-over under way), our presence made again, and every LEASE_CHECK_EVERY ticks.
+            self._ticks += 1
             if (set(members) == self._seen_members and len(self.owned) == target and not self._recheck
-                    and self._beats % LEASE_CHECK_EVERY):
+                    and self._ticks % LEASE_CHECK_EVERY):
                 return
             leases = await self._leases()
-            # The live replicas again, read after the leases: a replica writes its heartbeat
-            # before it takes a lease, so every live holder of a lease read above is in this
-            # view. Read only before, a replica that had just joined looked like a dead holder,
-            # and both replicas starting at once took the same partitions (the loser later found
-            # its lease record deleted and kept serving partitions that no lease named).
+            # The live replicas again, read after the leases: a replica is present before it
+            # takes a lease, so every live holder of a lease read above is in this view. Read
+            # only before, a replica that had just joined looked like a dead holder, and both
+            # replicas starting at once took the same partitions (the loser later found its lease
+            # record deleted and kept serving partitions that no lease named).
             members = await self._live()
             target = share(self.partitions, members, self.replica)
         except BucketRequestError as err:
             log.debug("lease view of %s: %s", self.role, err)
             return
-        self._seen_members, self._recheck = set(members), False
+        self._seen_members, self._recheck, self._presence_seen = set(members), False, generation
         for partition, held in list(self._held.items()):
             holder = leases.get(partition, ("", 0))[0]
             # (No lease at all is a copy of a replicated bucket that lags our own write.)
             if holder and holder != self.replica and not held.releasing:
-                # Taken over while our heartbeat had lapsed (a stalled process): stop serving it.
+                # Taken over while our presence was gone (a stalled process): stop serving it.
                 log.warning("lease of partition %d of %s lost; stopping it", partition, self.role)
                 metrics.LEASES_LOST.labels(self.role).inc()
                 self._stop(partition, delete_lease=False)
@@ -360,7 +389,7 @@ class PartitionedSubscriber:
             for partition in owned[: len(owned) - target]:  # the ones it ranks last
                 self._stop(partition, delete_lease=True)
             return
-        # Free: no lease, or one whose holder's heartbeat has lapsed.
+        # Free: no lease, or one whose holder has no presence.
         free = [p for p in range(self.partitions)
                 if p not in self._held and (p not in leases or leases[p][0] not in live)]
         free.sort(key=lambda p: preference(self.replica, p))
@@ -435,7 +464,7 @@ class PartitionedSubscriber:
 
     async def _finish_release(self, partition: int, held: _Held, delete_lease: bool) -> None:
         """After the partition's consumers drained: forget its state, then free the lease
-        (renewed meanwhile by the heartbeat, so it does not lapse while handlers finish)."""
+        (live meanwhile with the replica's presence, so it does not lapse while handlers finish)."""
         await asyncio.gather(*held.tasks, return_exceptions=True)
         if self.on_release is not None:
             self.on_release(partition)
@@ -449,42 +478,17 @@ class PartitionedSubscriber:
         log.info("partition released", extra={"role": self.role, "partition": partition, "replica": self.replica})
 
     async def _release_all(self) -> None:
-        """Graceful stop: every partition handed over, then the heartbeat removed, so the
-        other replicas take the partitions at their next heartbeat."""
+        """Graceful stop: every partition handed over, then the presence withdrawn, so the
+        other replicas, woken by its deletion, take the partitions at once."""
         for partition in [p for p, held in self._held.items() if not held.releasing]:
             self._stop(partition, delete_lease=True)
         # Every hand-over, also those a rebalance began: each deletes its lease when drained.
         pending = [held.finisher for held in self._held.values() if held.finisher is not None]
-        heartbeat = asyncio.create_task(self._beat_while(pending))
         await asyncio.gather(*pending, return_exceptions=True)
-        heartbeat.cancel()
-        await asyncio.gather(heartbeat, return_exceptions=True)
-        if self._writer is not None:
-            await asyncio.to_thread(self._writer.stop)  # before the entry goes: it would write it again
-        if self._members is not None:
-            try:
-                await self._members.delete(self._member_key())
-            except Exception as err:
-                log.debug("removing heartbeat of %s: %s", self.role, err)
+        if self._presence is not None:
+            await asyncio.to_thread(self._presence.stop)
 
-    async def _beat(self, now: float, *, observe: bool) -> None:
-        """The event loop made progress: the writer thread may go on beating, and the loop writes
-        the heartbeat itself when the writer has not lately (or there is none)."""
-        assert self._members is not None
-        self._progress = now
-        if self._writer is not None and self._writer.fresh():
-            return
-        last = max(self._last_beat, self._writer.last_write if self._writer is not None else 0.0)
-        await self._members.put(self._member_key(), self.replica.encode())
-        if observe:
-            metrics.HEARTBEAT_INTERVAL.labels(self.role).observe(now - last)
-        self._last_beat = now
 
-    async def _beat_while(self, tasks: list[asyncio.Task]) -> None:
-        """Keeps the heartbeat, hence the leases, of partitions still draining at shutdown."""
-        while any(not t.done() for t in tasks):
-            await asyncio.sleep(self.heartbeat_s)
-            try:
-                await self._beat(time.monotonic(), observe=False)
-            except Exception:  # NATS away: the leases lapse, the next holder takes over
-                pass
+async def _set_when(stop: asyncio.Event, wake: asyncio.Event) -> None:
+    await stop.wait()
+    wake.set()

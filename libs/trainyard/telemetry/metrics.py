@@ -38,18 +38,18 @@ COALESCED = Counter(
 PARTITIONS_OWNED = Gauge(
     "trainyard_partitions_owned", "Bus partitions this replica serves (docs/bus.md)", ["role"],
 )
-# A replica's heartbeat is what keeps its leases: how late each beat came (a replica starved of
-# CPU, e.g. at its cgroup limit, beats late) and the leases taken from it while it lapsed.
-HEARTBEAT_INTERVAL = Histogram(
-    "trainyard_partition_heartbeat_interval_seconds", "Time between two heartbeats of a replica (docs/bus.md)",
-    ["role"], buckets=(0.5, 1, 1.5, 2, 2.5, 3, 4, 5, 10, 30),
+# A replica's presence is what keeps its leases (trainyard.bus.presence): how often it was
+# withdrawn because the replica's event loop stalled, and the leases taken from it meanwhile.
+PRESENCE_WITHDRAWN = Counter(
+    "trainyard_partition_presence_withdrawn_total",
+    "Times a replica withdrew its presence because its event loop stalled (docs/bus.md)", ["role"],
 )
 HANDLER_SLOTS = Gauge(
     "trainyard_replica_handler_slots", "Handlers a replica runs at once, sized to its CPU limit (docs/bus.md)",
     ["role"],
 )
 LEASES_LOST = Counter(
-    "trainyard_partition_leases_lost_total", "Partitions taken over from this replica while its heartbeat lapsed",
+    "trainyard_partition_leases_lost_total", "Partitions taken over from this replica while its presence was gone",
     ["role"],
 )
 SLOT_WRITE_CONFLICTS = Counter(

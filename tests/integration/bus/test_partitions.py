@@ -56,7 +56,7 @@ class Replica:
             # would come back as a second delivery while the test runs.
             session, "t", "c1", [Subscription(EVENTS_STREAM, "t", lambda p: [event_filter("c1", None, p)], handle,
                                               ack_wait_s=2.0)],
-            partitions=PARTITIONS, replica=name, heartbeat_s=0.25)
+            partitions=PARTITIONS, replica=name, tick_s=0.25)
         self.task = asyncio.create_task(self.subscriber.run(self.stop))
 
     def releasing(self) -> set[int]:
@@ -142,78 +142,84 @@ async def test_replicas_split_hand_over_on_stop_and_a_joiner_takes_a_share(nats_
         await observer.close()
 
 
-async def test_a_replica_whose_heartbeat_lapsed_gives_up_the_partitions_taken_over(nats_server, monkeypatch) -> None:
-    """A replica whose event loop stalls stops heartbeating (its heartbeat thread writes only
-    while the loop ticks), so its leases lapse and another replica takes them. A steady replica
-    reads the leases only when something changed: the stall of its own heartbeat is such a
-    change. Its periodic check is off here, so only that can make it notice."""
-    monkeypatch.setattr(partitions, "LEASE_CHECK_EVERY", 10**6)
-    monkeypatch.setattr(partitions, "HEARTBEAT_STALL_S", 0.5)
-    handled: list[tuple[str, str, int]] = []
-    sessions = [await BusSession.open(nats_server.url, f"s{i}") for i in range(2)]
-    first, second = Replica(sessions[0], "s1", handled), Replica(sessions[1], "s2", handled)
-    try:
-        await until(lambda: balanced([first, second]))
-        role = first.subscriber.role
-        lost_before = REGISTRY.get_sample_value("trainyard_partition_leases_lost_total", {"role": role})
-        late_before = REGISTRY.get_sample_value("trainyard_partition_heartbeat_interval_seconds_bucket",
-                                                {"role": role, "le": "2.5"})
-        beats_before = REGISTRY.get_sample_value("trainyard_partition_heartbeat_interval_seconds_count",
-                                                 {"role": role})
-        held = len(first.subscriber.owned)
-        real_tick = first.subscriber._tick
+def in_a_thread(url: str, name: str, state: dict, done: threading.Event, handler=None) -> threading.Thread:
+    """Replica ``name`` of role t on an event loop of its own (a thread), so that it runs on
+    while the test's event loop is held up; ``state`` follows what it owns and its changes."""
+    state.setdefault("changes", [])
+    state.setdefault("owned", set())
 
-        async def stalled() -> None:  # s1's event loop makes no progress: its heartbeat lapses (3 s)
-            return None
-
-        monkeypatch.setattr(first.subscriber, "_tick", stalled)
-        await until(lambda: len(second.subscriber.owned) == PARTITIONS)  # s2 took s1's partitions
-        monkeypatch.setattr(first.subscriber, "_tick", real_tick)
-        # s1 finds its leases held by s2 and stops serving them; they share again.
-        await until(lambda: balanced([first, second]))
-        # ... and says so: the leases it lost, and a heartbeat that came after the lease lapsed.
-        lost = REGISTRY.get_sample_value("trainyard_partition_leases_lost_total", {"role": role})
-        assert lost - lost_before == held
-        late = REGISTRY.get_sample_value("trainyard_partition_heartbeat_interval_seconds_count", {"role": role}) \
-            - beats_before - (REGISTRY.get_sample_value("trainyard_partition_heartbeat_interval_seconds_bucket",
-                                                        {"role": role, "le": "2.5"}) - late_before)
-        assert late >= 1
-    finally:
-        for replica in (first, second):
-            await replica.close()
-
-
-async def test_a_busy_event_loop_keeps_its_leases(nats_server) -> None:
-    """The heartbeat is written from a thread of its own (issue #33): a replica whose event loop
-    is held up for longer than the lease's 3 s between ticks (a replica at its CPU limit with a
-    backlog) keeps every partition; the other replica, on an event loop of its own, takes none."""
-    handled: list[tuple[str, str, int]] = []
-    session = await BusSession.open(nats_server.url, "b1")
-    first = Replica(session, "b1", handled)
-    other: dict = {"changes": [], "owned": set()}
-    done = threading.Event()
-
-    async def second_replica() -> None:
-        own = await BusSession.open(nats_server.url, "b2")
+    async def main() -> None:
+        own = await BusSession.open(url, name)
 
         async def handle(delivery: Delivery) -> None:
-            return None
+            if handler is not None:
+                handler(delivery)
 
         subscriber = PartitionedSubscriber(
             own, "t", "c1", [Subscription(EVENTS_STREAM, "t", lambda p: [event_filter("c1", None, p)], handle)],
-            partitions=PARTITIONS, replica="b2", heartbeat_s=0.25)
+            partitions=PARTITIONS, replica=name, tick_s=0.25)
         stop = asyncio.Event()
         task = asyncio.create_task(subscriber.run(stop))
         while not done.is_set():
-            other["changes"].append(subscriber.changes)
-            other["owned"] = set(subscriber.owned)
+            state["changes"].append(subscriber.changes)
+            state["owned"] = set(subscriber.owned)
             await asyncio.sleep(0.05)
         stop.set()
         await task
         await own.close()
 
-    thread = threading.Thread(target=lambda: asyncio.run(second_replica()))
+    thread = threading.Thread(target=lambda: asyncio.run(main()))
     thread.start()
+    return thread
+
+
+async def test_a_replica_whose_event_loop_stalls_gives_up_the_partitions_taken_over(nats_server, monkeypatch) -> None:
+    """A replica whose event loop stalls loses its presence (its presence thread withdraws it
+    when the loop runs no probe for PROGRESS_STALL_S), so another replica takes its leases. When
+    its loop runs again it is present again, finds its leases held by the other replica, stops
+    serving them and says so; then they share again."""
+    monkeypatch.setattr(partitions, "PROGRESS_STALL_S", 1.0)
+    handled: list[tuple[str, str, int]] = []
+    first = Replica(await BusSession.open(nats_server.url, "s1"), "s1", handled)
+    other: dict = {}
+    done = threading.Event()
+    thread = in_a_thread(nats_server.url, "s2", other, done)
+    try:
+        await until(lambda: len(first.subscriber.owned) == PARTITIONS // 2 and len(other["owned"]) == PARTITIONS // 2
+                    and first.subscriber.owned.isdisjoint(other["owned"]))
+        role = first.subscriber.role
+        lost_before = REGISTRY.get_sample_value("trainyard_partition_leases_lost_total", {"role": role})
+        withdrawn_before = REGISTRY.get_sample_value("trainyard_partition_presence_withdrawn_total", {"role": role}) or 0
+        held = len(first.subscriber.owned)
+        # s1's event loop makes no progress for 8 s: s2 must take every partition meanwhile.
+        started = time.monotonic()
+        while time.monotonic() - started < 8.0 and len(other["owned"]) < PARTITIONS:
+            time.sleep(0.1)
+        assert len(other["owned"]) == PARTITIONS, "s2 did not take the stalled replica's partitions"
+        # s1 runs again: present again, it finds its leases held by s2 and stops serving them.
+        await until(lambda: len(other["owned"]) == PARTITIONS // 2 and len(first.subscriber.owned) == PARTITIONS // 2
+                    and first.subscriber.owned.isdisjoint(other["owned"]))
+        lost = REGISTRY.get_sample_value("trainyard_partition_leases_lost_total", {"role": role})
+        assert lost - lost_before == held
+        withdrawn = REGISTRY.get_sample_value("trainyard_partition_presence_withdrawn_total", {"role": role})
+        assert withdrawn - withdrawn_before >= 1
+    finally:
+        done.set()
+        await asyncio.to_thread(thread.join, 30)
+        await first.close()
+
+
+async def test_a_busy_event_loop_keeps_its_leases(nats_server) -> None:
+    """The presence is kept from a thread of its own (issue #33): a replica whose event loop is
+    held up for longer than a presence outlives its connection (3 s) between ticks (a replica
+    at its CPU limit with a backlog) keeps every partition; the other replica, on an event loop
+    of its own, takes none."""
+    handled: list[tuple[str, str, int]] = []
+    session = await BusSession.open(nats_server.url, "b1")
+    first = Replica(session, "b1", handled)
+    other: dict = {}
+    done = threading.Event()
+    thread = in_a_thread(nats_server.url, "b2", other, done)
     try:
         await until(lambda: len(first.subscriber.owned) == PARTITIONS // 2 and len(other["owned"]) == PARTITIONS // 2
                     and first.subscriber.owned.isdisjoint(other["owned"]))
@@ -231,8 +237,8 @@ async def test_a_busy_event_loop_keeps_its_leases(nats_server) -> None:
 
 
 async def test_replicas_starting_at_once_never_take_each_others_partitions(nats_server) -> None:
-    """Two replicas whose first heartbeats interleave: r2 writes its heartbeat and takes its
-    leases after r1 read the live replicas and before r1 reads the leases. r1 must see r2's
+    """Two replicas whose first ticks interleave: r2 takes its leases after r1 listed the live
+    replicas and before r1 reads the leases. r1 must see r2's
     leases as a live replica's, not a dead holder's (ciR17: both took the same partitions, and
     the loser went on serving two whose lease records the winner had deleted)."""
     handled: list[tuple[str, str, int]] = []
@@ -243,16 +249,16 @@ async def test_replicas_starting_at_once_never_take_each_others_partitions(nats_
             handled.append((name, delivery.subject, partition_of_subject(delivery.subject)))
         return PartitionedSubscriber(
             session, "t", "c1", [Subscription(EVENTS_STREAM, "t", lambda p: [event_filter("c1", None, p)], handle)],
-            partitions=PARTITIONS, replica=name, heartbeat_s=0.25)
+            partitions=PARTITIONS, replica=name, tick_s=0.25)
 
     first, second = subscriber(sessions[0], "r1"), subscriber(sessions[1], "r2")
-    for replica, session in ((first, sessions[0]), (second, sessions[1])):
-        replica._kv = await session.js.key_value(LEASES_BUCKET)
-        replica._members = await session.js.key_value(partitions.MEMBERS_BUCKET)
+    running = asyncio.Event()
+    for replica in (first, second):
+        assert await replica._join(running)  # present, nothing taken yet
     first_leases = first._leases
 
     async def leases_after_the_other_replica_joined():
-        await second._tick()  # r2: heartbeat, sees r1 and itself, takes its half
+        await second._tick()  # r2: sees r1 and itself, takes its half
         return await first_leases()
 
     first._leases = leases_after_the_other_replica_joined  # type: ignore[method-assign]
@@ -296,7 +302,7 @@ async def one_replica_holding_every_partition(url: str, handler: InFlight):
     observer = await BusSession.open(url, "observer")
     subscriber = PartitionedSubscriber(
         session, "w", "c1", [Subscription(EVENTS_STREAM, "w", lambda p: [event_filter("c1", None, p)], handler.handle)],
-        partitions=PARTITIONS, replica="w1", heartbeat_s=0.25)
+        partitions=PARTITIONS, replica="w1", tick_s=0.25)
     stop = asyncio.Event()
     task = asyncio.create_task(subscriber.run(stop))
     try:

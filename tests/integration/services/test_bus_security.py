@@ -65,7 +65,8 @@ FORBIDDEN_PUBLISH = [
     ("planner", "default", "$KV.ty_objects.default.TrainJob.default.x"),
     ("planner", "default", "$JS.API.CONSUMER.CREATE.TY_PLANS.applier-p0_default"),
     ("planner", "default", "$KV.ty_leases.applier.default.p.0"),  # another role's lease
-    ("planner", "default", "$KV.ty_members.applier.default.m.x"),  # another role's heartbeat
+    ("planner", "default", "$KV.ty_members.planner.default.m.x"),  # the members bucket: presences only
+    ("planner", "default", "$JS.API.CONSUMER.CREATE.KV_ty_members.m-x.$KV.ty_members.applier.default.m.x"),
     ("planner", "default", "$JS.API.CONSUMER.MSG.NEXT.TY_EVENTS.status-p0_default"),
     ("applier", "default", "ty.desired.default.p0.TrainJob.default.x"),
     ("applier", "default", "ty.desired.other.p0.TrainJob.default.x"),

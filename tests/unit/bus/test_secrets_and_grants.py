@@ -67,7 +67,13 @@ def test_grants_follow_the_code() -> None:
     # One durable per partition, its own leases, nothing of another cluster or role.
     assert {f"$JS.API.CONSUMER.MSG.NEXT.TY_PLANS.applier-p{p}_c1" for p in range(4)} <= set(applier)
     assert "$JS.API.CONSUMER.MSG.NEXT.TY_PLANS.applier-p4_c1" not in applier
-    assert "$KV.ty_leases.applier.c1.>" in applier and "$KV.ty_members.applier.c1.>" in applier
+    assert "$KV.ty_leases.applier.c1.>" in applier
+    # Its presence: a consumer on its own role's member keys; nothing written to the bucket.
+    assert "$JS.API.CONSUMER.CREATE.KV_ty_members.*.$KV.ty_members.applier.c1.>" in applier
+    assert "$JS.API.CONSUMER.NAMES.KV_ty_members" in applier
+    assert not any(s.startswith("$KV.ty_members.") for s in applier)
+    applier_subscribe = grants_for("applier", "c1", partitions=4).as_config()["subscribe"]["allow"]
+    assert "$JS.EVENT.ADVISORY.CONSUMER.DELETED.KV_ty_members.*" in applier_subscribe
     assert not any(s.startswith("$KV.ty_leases.") and not s.startswith("$KV.ty_leases.applier.c1.") for s in applier)
     assert not any("applier_c2" in s or ".c2." in s for s in applier)
     assert not any(s.startswith("$JS.API.STREAM.CREATE") or s == "$JS.API.>" for s in applier)
