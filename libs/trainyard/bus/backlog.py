@@ -37,7 +37,7 @@ SERVICE_OF: dict[str, str] = {"status-results": "status"}
 ROLES = ("planner", "applier", "status", "dispatcher")
 BUS_WIDE_ROLES = frozenset({"dispatcher"})
 LIST_PAGE = 256  # nats-server's page of a consumer listing (JSApiListLimit)
-EXPORT_INTERVAL_S = 5.0
+EXPORT_MIN_INTERVAL_S = 1.0  # scrapes closer together than this share one reading
 
 
 @dataclass(frozen=True)
@@ -128,26 +128,56 @@ def role_backlogs(backlogs: list[ConsumerBacklog], cluster: str) -> dict[tuple[s
     return out
 
 
-async def export_role_backlogs(js: Any, cluster: str, stop: asyncio.Event,
-                               interval_s: float = EXPORT_INTERVAL_S) -> None:
-    """Keeps ``trainyard_role_backlog_messages`` current until ``stop``: one listing per stream
-    every ``interval_s``. A role whose figure cannot be read any more loses its series (an
-    autoscaler then sees no value, and holds, instead of a stale one)."""
-    exported: set[tuple[str, str]] = set()
-    while not stop.is_set():
+class RoleBacklogExport:
+    """``trainyard_role_backlog_messages`` of ``cluster``, read when it is asked for (a scrape of
+    ``/metrics``), at most once every ``min_interval_s``: scrapes that come together share one
+    reading. A role whose figure cannot be read any more loses its series (an autoscaler then
+    sees no value, and holds, instead of a stale one)."""
+
+    def __init__(self, js: Any, cluster: str, min_interval_s: float = EXPORT_MIN_INTERVAL_S) -> None:
+        self.js, self.cluster, self.min_interval_s = js, cluster, min_interval_s
+        self._exported: set[tuple[str, str]] = set()
+        self._read_at = float("-inf")
+        self._reading: asyncio.Future[None] | None = None
+
+    async def refresh(self) -> None:
+        if self._reading is not None:
+            return await asyncio.shield(self._reading)
+        if asyncio.get_running_loop().time() - self._read_at < self.min_interval_s:
+            return None
+        self._reading = asyncio.ensure_future(self._read())
         try:
-            current = role_backlogs(await read_backlogs(js), cluster)
+            await asyncio.shield(self._reading)
+        finally:
+            self._reading = None
+
+    async def _read(self) -> None:
+        try:
+            current = role_backlogs(await read_backlogs(self.js), self.cluster)
         except asyncio.CancelledError:
             raise
         except Exception as err:  # noqa: BLE001 - the watcher's main work goes on
             log.warning("role backlogs not read: %s", describe(err))
             current = {}
-        for key in exported - current.keys():
+        self._read_at = asyncio.get_running_loop().time()
+        for key in self._exported - current.keys():
             metrics.ROLE_BACKLOG.remove(*key)
         for key, messages in current.items():
             metrics.ROLE_BACKLOG.labels(*key).set(messages)
-        exported = set(current)
-        try:
-            await asyncio.wait_for(stop.wait(), timeout=interval_s)
-        except asyncio.TimeoutError:
-            pass
+        self._exported = set(current)
+
+
+async def export_role_backlogs(js: Any, cluster: str, stop: asyncio.Event,
+                               min_interval_s: float = EXPORT_MIN_INTERVAL_S) -> None:
+    """Serves ``trainyard_role_backlog_messages`` on every scrape of this process's ``/metrics``
+    until ``stop``: one listing per stream per scrape (at most one every ``min_interval_s``).
+    An idle watcher that nobody scrapes lists nothing (it listed every 5 s: three replies of
+    about 16 KB each to parse, most of an idle watcher's CPU)."""
+    from trainyard.telemetry.health import on_scrape
+
+    export = RoleBacklogExport(js, cluster, min_interval_s)
+    remove = on_scrape(export.refresh)
+    try:
+        await stop.wait()
+    finally:
+        remove()
