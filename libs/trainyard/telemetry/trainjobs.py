@@ -69,12 +69,11 @@ def count_states(trainjobs: list[dict[str, Any]]) -> dict[tuple[str, str], int]:
 Lister = Callable[[], Awaitable[list[dict[str, Any]]]]
 
 
-async def keep_state_gauge(list_trainjobs: Lister, stop: asyncio.Event, interval_s: float = 5.0,
-                           list_runtimes: Lister | None = None, counting: Callable[[], bool] | None = None,
-                           version: Callable[[], Awaitable[Any]] | None = None) -> None:
-    """Recounts ``trainyard_trainjobs`` every ``interval_s`` until ``stop``. Every runtime
-    (``list_runtimes``) has its series from the start, at zero, so rates and increases count
-    its first TrainJobs.
+class StateGauge:
+    """``trainyard_trainjobs``, recounted when ``/metrics`` is scraped (at most every
+    ``min_interval_s``, and at least 20 times as long as the last recount took, so counting
+    10,000 TrainJobs stays under 5 % of a core). Every runtime (``list_runtimes``) has its series
+    from the start, at zero, so rates and increases count its first TrainJobs.
 
     ``counting``: whether this replica is the one that counts (a recount reads every TrainJob's
     snapshot, so N replicas each recounting cost N times the work for one figure); the others
@@ -83,45 +82,60 @@ async def keep_state_gauge(list_trainjobs: Lister, stop: asyncio.Event, interval
     ``version``: what the listings are read from, as a value that changes with any change (the
     snapshot bucket's last sequence); while it is unchanged the recount is skipped (an idle
     stack's status replica listed every TrainJob and runtime every 5 s to find the same counts)."""
-    runtimes: set[str] = set()
-    counted_at: Any = None  # the version the figures were counted at (None: not counted)
-    while not stop.is_set():
-        started = time.monotonic()
-        if counting is not None and not counting():
-            counted_at = None
-            for runtime in runtimes:
-                for state in metrics.TRAINJOB_STATES:
-                    metrics.TRAINJOBS.labels(state, runtime).set(0)
-            await _pause(stop, interval_s)
-            continue
-        try:
-            now_at = await version() if version is not None else None
-            if now_at is not None and now_at == counted_at:
-                await _pause(stop, interval_s)
-                continue
-            counts = count_states(await list_trainjobs())
-            known = [str((r.get("metadata") or {}).get("name") or "") for r in
-                     (await list_runtimes() if list_runtimes is not None else [])]
-        except asyncio.CancelledError:
-            raise
-        except Exception as err:  # NATS away: keep the last figures
-            log.debug("counting TrainJobs failed: %s", describe(err))
-        else:
-            counted_at = now_at
+
+    def __init__(self, list_trainjobs: Lister, min_interval_s: float = 1.0, list_runtimes: Lister | None = None,
+                 counting: Callable[[], bool] | None = None, version: Callable[[], Awaitable[Any]] | None = None) -> None:
+        self.list_trainjobs, self.list_runtimes = list_trainjobs, list_runtimes
+        self.min_interval_s, self.counting, self.version = min_interval_s, counting, version
+        self.runtimes: set[str] = set()
+        self.counted_at: Any = None  # the version the figures were counted at (None: not counted)
+        self._next = float("-inf")  # monotonic time before which no recount starts
+        self._lock = asyncio.Lock()
+
+    async def refresh(self) -> None:
+        async with self._lock:  # scrapes that come together share one recount
+            if self.counting is not None and not self.counting():
+                self.counted_at = None
+                for runtime in self.runtimes:
+                    for state in metrics.TRAINJOB_STATES:
+                        metrics.TRAINJOBS.labels(state, runtime).set(0)
+                return
+            started = time.monotonic()
+            if started < self._next:
+                return
+            try:
+                now_at = await self.version() if self.version is not None else None
+                if now_at is not None and now_at == self.counted_at:
+                    return
+                counts = count_states(await self.list_trainjobs())
+                known = [str((r.get("metadata") or {}).get("name") or "") for r in
+                         (await self.list_runtimes() if self.list_runtimes is not None else [])]
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:  # NATS away: keep the last figures
+                log.debug("counting TrainJobs failed: %s", describe(err))
+                return
+            self.counted_at = now_at
             for runtime in [runtime for _, runtime in counts] + known:
-                if runtime not in runtimes:
-                    runtimes.add(runtime)
+                if runtime not in self.runtimes:
+                    self.runtimes.add(runtime)
                     metrics.init_runtime_series(runtime)
-            for runtime in runtimes:
+            for runtime in self.runtimes:
                 for state in metrics.TRAINJOB_STATES:
                     metrics.TRAINJOBS.labels(state, runtime).set(counts.get((state, runtime), 0))
-        # With many TrainJobs a recount takes a while: wait at least 20 times as long as it took,
-        # so that counting stays under 5 % of a core.
-        await _pause(stop, max(interval_s, 20 * (time.monotonic() - started)))
+            self._next = started + max(self.min_interval_s, 20 * (time.monotonic() - started))
 
 
-async def _pause(stop: asyncio.Event, seconds: float) -> None:
+async def keep_state_gauge(list_trainjobs: Lister, stop: asyncio.Event, min_interval_s: float = 1.0,
+                           list_runtimes: Lister | None = None, counting: Callable[[], bool] | None = None,
+                           version: Callable[[], Awaitable[Any]] | None = None) -> None:
+    """Serves ``trainyard_trainjobs`` (:class:`StateGauge`) on every scrape of this process's
+    ``/metrics`` until ``stop``: nothing is read while nobody scrapes."""
+    from trainyard.telemetry.health import on_scrape
+
+    gauge = StateGauge(list_trainjobs, min_interval_s, list_runtimes, counting, version)
+    remove = on_scrape(gauge.refresh)
     try:
-        await asyncio.wait_for(stop.wait(), timeout=seconds)
-    except asyncio.TimeoutError:
-        pass
+        await stop.wait()
+    finally:
+        remove()

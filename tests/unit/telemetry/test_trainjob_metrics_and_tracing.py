@@ -7,6 +7,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from trainyard.telemetry import metrics, trainjobs
+from trainyard.telemetry.health import refresh_metrics
 from trainyard.telemetry.tracing import TRAINJOB_UID, TrainJobUidProcessor, link_to, trainjob_span
 
 
@@ -102,10 +103,12 @@ async def test_only_the_counting_replica_recounts_the_state_gauge_the_others_hol
         return metrics.TRAINJOBS.labels("Pending", "gauge-rt")._value.get()
 
     stop = asyncio.Event()
-    task = asyncio.create_task(trainjobs.keep_state_gauge(list_trainjobs, stop, interval_s=0.01,
+    task = asyncio.create_task(trainjobs.keep_state_gauge(list_trainjobs, stop, min_interval_s=0.01,
                                                           counting=lambda: counting["now"]))
+
     async def until(value: float) -> None:
         while gauge() != value:
+            await refresh_metrics()  # (a scrape of /metrics)
             await asyncio.sleep(0.01)
 
     try:
@@ -113,7 +116,8 @@ async def test_only_the_counting_replica_recounts_the_state_gauge_the_others_hol
         counting["now"] = False  # partition 0 handed to another replica
         await asyncio.wait_for(until(0), 10)
         seen = len(lists)
-        await asyncio.sleep(0.1)
+        for _ in range(5):
+            await refresh_metrics()
         assert len(lists) == seen and all(lists), "a replica that does not count listed the TrainJobs"
     finally:
         stop.set()
@@ -141,14 +145,17 @@ async def test_the_gauge_is_recounted_only_when_the_snapshots_changed() -> None:
 
     async def until(predicate) -> None:
         while not predicate():
+            await refresh_metrics()  # (a scrape of /metrics)
             await asyncio.sleep(0.01)
 
     stop = asyncio.Event()
-    task = asyncio.create_task(trainjobs.keep_state_gauge(list_trainjobs, stop, interval_s=0.01, version=current,
+    task = asyncio.create_task(trainjobs.keep_state_gauge(list_trainjobs, stop, min_interval_s=0.01, version=current,
                                                           counting=lambda: counting["now"]))
     try:
         await asyncio.wait_for(until(lambda: gauge() == 1), 10)
-        await asyncio.sleep(0.2)  # about 20 rounds
+        for _ in range(20):  # scrapes with nothing changed
+            await asyncio.sleep(0.01)
+            await refresh_metrics()
         assert lists == [1]
         version["now"] = 2  # a snapshot written
         await asyncio.wait_for(until(lambda: gauge() == 2), 10)
