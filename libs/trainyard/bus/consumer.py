@@ -52,7 +52,7 @@ PULL_HEARTBEAT_S = 30.0
 LIVENESS_CHECK_S = 5.0
 # An idle consumer's backlog is known without asking (see Consumer._known_idle); it is still
 # read this often, in case a pull request was lost without the server saying so.
-IDLE_BACKLOG_REFRESH_S = 60.0
+IDLE_BACKLOG_REFRESH_S = 300.0
 
 
 class PermanentError(Exception):

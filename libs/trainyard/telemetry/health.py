@@ -10,6 +10,7 @@ all, and one scraped every 15 s reads it every 15 s (:func:`on_scrape`).
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 from typing import Awaitable, Callable
 
@@ -18,7 +19,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 log = logging.getLogger(__name__)
 
-ReadinessCheck = Callable[[], bool]
+ReadinessCheck = Callable[[], "bool | Awaitable[bool]"]  # a check that must ask something is a coroutine
 Refresh = Callable[[], Awaitable[None]]
 REFRESH_TIMEOUT_S = 5.0
 
@@ -53,8 +54,13 @@ class HealthServer:
     def add_check(self, name: str, check: ReadinessCheck) -> None:
         self._checks[name] = check
 
-    def failing_checks(self) -> list[str]:
-        return [name for name, check in self._checks.items() if not check()]
+    async def failing_checks(self) -> list[str]:
+        failing = []
+        for name, check in self._checks.items():
+            result = check()
+            if not (await result if inspect.isawaitable(result) else result):
+                failing.append(name)
+        return failing
 
     async def start(self) -> int:
         app = web.Application()
@@ -77,7 +83,7 @@ class HealthServer:
         return web.Response(text="ok\n" if self.live else "stopping\n", status=200 if self.live else 503)
 
     async def _readyz(self, _: web.Request) -> web.Response:
-        failing = self.failing_checks()
+        failing = await self.failing_checks()
         if failing:
             return web.Response(text="".join(f"not ready: {name}\n" for name in failing), status=503)
         return web.Response(text="ok\n")

@@ -1,8 +1,8 @@
 """The process shell every service shares: health server, NATS session, Kubernetes client.
 
-``/readyz`` is true only while the NATS connection is up and the API server answers; both are
-re-checked continuously (NATS via the client's state, the API server by a ``/version`` probe
-every couple of seconds).
+``/readyz`` is true only while the NATS connection is up and the API server answers: NATS by
+the client's state, the API server by a ``/version`` probe made when readiness is asked (a
+kubelet's readinessProbe, the supervisor), not on a timer.
 """
 from __future__ import annotations
 
@@ -18,10 +18,11 @@ from trainyard.telemetry.service import ServiceConfig
 
 log = logging.getLogger(__name__)
 
-# /readyz includes "the API server answers". While it does, one GET /version every 10 s (as
-# often as a kubelet probes by default) is enough; while it does not, every 2 s, so that
-# readiness comes back soon after the API server does. (Every 2 s throughout was one HTTPS
-# request every 2 s from every replica to the API server, idle or not.)
+# /readyz includes "the API server answers", probed when /readyz is asked. A probe's answer is
+# kept for API_PROBE_INTERVAL_S while the API server answered (a kubelet asks every 10 s by
+# default), API_RETRY_INTERVAL_S while it did not. (A probe every 10 s on a timer, answered or
+# not asked for, was one HTTPS request every 10 s from every idle replica: about a tenth of an
+# idle status replica's CPU.)
 API_PROBE_INTERVAL_S = 10.0
 API_RETRY_INTERVAL_S = 2.0
 
@@ -34,9 +35,11 @@ class ServiceRuntime:
         self.kube: KubeClient | None = None
         self._nats_up = False
         self._api_up = False
+        self._api_probed = float("-inf")  # loop time of the last probe's answer
+        self._api_probe: asyncio.Future[bool] | None = None  # a probe under way, shared
         self._tasks: list[asyncio.Task] = []
         self.health.add_check("nats", lambda: self._nats_up)
-        self.health.add_check("apiserver", lambda: self._api_up)
+        self.health.add_check("apiserver", self._api_ready)
         metrics.init_service_metrics(config.service)
 
     def add_check(self, name: str, check) -> None:
@@ -49,7 +52,6 @@ class ServiceRuntime:
               flush=True)
         sys.stdout.flush()
         self.kube = await KubeClient.from_kubeconfig(self.config.kubeconfig, self.config.context)
-        self._tasks.append(asyncio.create_task(self._probe_api(stop)))
         self.bus = await BusSession.open(
             self.config.nats_url, f"trainyard-{self.config.service}",
             on_state=self._on_nats_state, stop=stop,
@@ -60,17 +62,29 @@ class ServiceRuntime:
     def _on_nats_state(self, connected: bool) -> None:
         self._nats_up = connected
 
-    async def _probe_api(self, stop: asyncio.Event) -> None:
+    async def _api_ready(self) -> bool:
+        """Whether the API server answers: the last probe's answer while it is fresh, else a
+        new probe (concurrent asks share it)."""
+        if self.kube is None:
+            return False
+        loop = asyncio.get_running_loop()
+        if loop.time() - self._api_probed < (API_PROBE_INTERVAL_S if self._api_up else API_RETRY_INTERVAL_S):
+            return self._api_up
+        if self._api_probe is None:
+            self._api_probe = asyncio.ensure_future(self._probe_api())
+        try:
+            return await asyncio.shield(self._api_probe)
+        finally:
+            if self._api_probe is not None and self._api_probe.done():
+                self._api_probe = None
+
+    async def _probe_api(self) -> bool:
         assert self.kube is not None
-        while not stop.is_set():
-            up = await self.kube.ping()
-            if up != self._api_up:
-                log.info("api server %s", "reachable" if up else "unreachable")
-            self._api_up = up
-            try:
-                await asyncio.wait_for(stop.wait(), timeout=API_PROBE_INTERVAL_S if up else API_RETRY_INTERVAL_S)
-            except asyncio.TimeoutError:
-                pass
+        up = await self.kube.ping()
+        if up != self._api_up:
+            log.info("api server %s", "reachable" if up else "unreachable")
+        self._api_up, self._api_probed = up, asyncio.get_running_loop().time()
+        return up
 
     async def close(self) -> None:
         self.health.live = False

@@ -64,6 +64,16 @@ async def test_readyz_follows_the_checks_and_metrics_are_served():
             assert (not_ready.status_code, not_ready.text) == (503, "not ready: nats\n")
             state["nats"] = True
             assert (await client.get("/readyz")).status_code == 200
+            # A check that must ask something (the API server) is asked when readiness is.
+            asked = []
+
+            async def api() -> bool:
+                asked.append(1)
+                return len(asked) > 1
+
+            server.add_check("apiserver", api)
+            assert (await client.get("/readyz")).text == "not ready: apiserver\n" and len(asked) == 1
+            assert (await client.get("/readyz")).status_code == 200 and len(asked) == 2
             assert "controller_runtime_reconcile_total" in (await client.get("/metrics")).text
     finally:
         await server.stop()
