@@ -94,8 +94,8 @@ def run(args: argparse.Namespace) -> int:
                 from trainyard.pipeline.validation import prepare_admission
 
                 # Before the webhook is registered or ready: its first answer must not carry
-                # the schema generation and CEL compilation (in a thread: the bus keeps its
-                # heartbeats meanwhile).
+                # the schema generation and CEL compilation (in a thread: the event loop keeps
+                # answering the bus meanwhile).
                 await asyncio.to_thread(prepare_admission, compat)
                 from trainyard_services.planner.certmanager import CertManager
                 from trainyard_services.planner.webhook import TlsFiles, WebhookServer, build_app

@@ -48,7 +48,7 @@ PULL_EXPIRES_S = 60.0
 PULL_HEARTBEAT_S = 30.0
 # With nothing arriving, the pull loop of a consumer run on its own wakes this often to check
 # that its request is alive (a lapse needs two missed heartbeats and 5 s more). A replica's
-# consumers have no such timer: its heartbeat checks them all (check_alive).
+# consumers have no such timer: its tick checks them all (check_alive).
 LIVENESS_CHECK_S = 5.0
 # An idle consumer's backlog is known without asking (see Consumer._known_idle); it is still
 # read this often, in case a pull request was lost without the server saying so.
@@ -137,7 +137,7 @@ class Consumer:
         self._delivered = asyncio.Event()  # set by each delivery: wakes an idle backlog watch
         self._heard = time.monotonic()  # last message or heartbeat of a pull request
         self._wake = asyncio.Event()
-        # None: whoever runs this consumer calls check_alive() (a replica's heartbeat does, for
+        # None: whoever runs this consumer calls check_alive() (a replica's tick does, for
         # all the consumers it holds, instead of a timer in each of them).
         self._liveness_check_s = liveness_check_s
         self._reconnects_seen = 0

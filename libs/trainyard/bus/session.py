@@ -34,7 +34,7 @@ class BusSession:
     snapshots: SnapshotStore
     applied: AppliedPlanStore
     outcomes: OutcomeStore
-    # Where and as whom it connected: a replica's heartbeat writer opens a connection of its own.
+    # Where and as whom it connected: a replica's presence opens a connection of its own.
     url: str = ""
     name: str = ""
 
