@@ -111,6 +111,7 @@ class Presence:
         self.on_change = on_change  # called on the event loop when the presence was made again
         self.generation = 0  # how many times the presence was made (read by the event loop)
         self.registered = threading.Event()
+        self._failures = 0  # registrations failed in a row
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop = threading.Event()
         self._refresh = threading.Event()
@@ -124,10 +125,16 @@ class Presence:
         self._thread.start()
 
     async def wait_registered(self, stop: asyncio.Event) -> bool:
-        """Waits until the presence exists (True) or ``stop`` (False)."""
+        """Waits until the presence exists (True) or ``stop`` (False); says every 10 s that it
+        still waits (the replica takes no partition meanwhile)."""
+        started = warned = time.monotonic()
         while not stop.is_set():
             if self.registered.is_set():
                 return True
+            if time.monotonic() - warned >= 10.0:
+                warned = time.monotonic()
+                log.warning("presence of %s not made after %.0f s; no partition is taken until it is",
+                            self.role, warned - started)
             try:
                 await asyncio.wait_for(stop.wait(), timeout=0.05)
             except asyncio.TimeoutError:
@@ -246,8 +253,11 @@ class Presence:
                 num_replicas=stream.config.num_replicas or 1,
                 description=f"presence of {self.role} replica {self.replica} on {self.cluster}"))
         except Exception as err:  # noqa: BLE001 - NATS away: retried at the next check
-            log.debug("presence of %s not made: %s", self.role, describe(err))
+            self._failures += 1
+            (log.warning if self._failures % 20 == 1 else log.debug)(
+                "presence of %s not made (%d tries): %s", self.role, self._failures, describe(err))
             return False
+        self._failures = 0
         self.generation += 1
         self.registered.set()
         if self.on_change is not None and self._loop is not None:
