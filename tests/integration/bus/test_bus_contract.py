@@ -429,7 +429,7 @@ async def test_consumer_resumes_after_the_server_restarts(nats_server, bus):
 
 async def test_a_consumer_without_a_timer_of_its_own_resumes_when_its_replica_checks_it(nats_server, bus):
     """A replica's consumers keep no liveness timer each (16 partitions x streams of them woke an
-    idle replica every few seconds): the replica's heartbeat calls check_alive() for all of them,
+    idle replica every few seconds): the replica's tick calls check_alive() for all of them,
     and that alone brings a consumer back after nats-server restarted under it."""
     recorder = Recorder()
     spec = ConsumerSpec(EVENTS_STREAM, "held", ["ty.events.>"], ack_wait_s=5, max_deliver=3)
@@ -443,12 +443,12 @@ async def test_a_consumer_without_a_timer_of_its_own_resumes_when_its_replica_ch
     await asyncio.sleep(3)
     assert ("after", 1) not in recorder.seen  # its request died with the server; nothing woke it
 
-    async def replica_heartbeat() -> None:
+    async def replica_tick() -> None:
         while True:
             consumer.check_alive(time.monotonic())
             await asyncio.sleep(1.0)
 
-    ticker = asyncio.create_task(replica_heartbeat())
+    ticker = asyncio.create_task(replica_tick())
     try:
         await recorder.wait_for(lambda seen: ("after", 1) in seen, timeout=10)
     finally:

@@ -319,7 +319,7 @@ async def test_a_replica_holding_every_partition_runs_at_most_its_share_of_handl
                                                                                           monkeypatch) -> None:
     """Handlers in flight are bounded per replica, not per partition (issue #33): one replica
     holding all the partitions with a burst on every one of them runs REPLICA_CONCURRENCY at
-    once (it ran 32 per partition, so a heartbeat or an admission request waited behind
+    once (it ran 32 per partition, so the lease view or an admission request waited behind
     hundreds of ready tasks on a replica at its CPU limit)."""
     monkeypatch.setattr(partitions, "REPLICA_CONCURRENCY", 3)
     handler = InFlight()

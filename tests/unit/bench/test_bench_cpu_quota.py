@@ -84,9 +84,10 @@ def test_each_limited_replica_is_reported_as_a_share_of_its_limit_and_the_busies
         _quota.limit_shares, _quota.limit_lines, _quota.limited_saturation)
 
 
-def test_leases_lost_and_late_heartbeats_are_reported_per_replica() -> None:
+def test_leases_lost_and_presences_withdrawn_are_reported_per_replica() -> None:
     assert _e2e.lease_lines({"planner-1": (2.0, 3.0), "planner-2": (0.0, 0.0)}) == [
-        "leases lost while a heartbeat lapsed: 2 (planner-1 2); heartbeats more than 2.5 s apart: planner-1 3"]
+        "leases lost while a presence was gone: 2 (planner-1 2); presences withdrawn (a stalled event loop): "
+        "planner-1 3"]
     assert _e2e.lease_lines({"planner": (0.0, 0.0)}) == [
-        "leases lost while a heartbeat lapsed: 0; heartbeats more than 2.5 s apart: none"]
+        "leases lost while a presence was gone: 0; presences withdrawn (a stalled event loop): none"]
     assert _e2e.lease_lines({}) == []
