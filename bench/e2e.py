@@ -905,10 +905,11 @@ async def bench(stack: Stack, args) -> dict:
         figures["idle"] = {name: sum(v for n, v in idle.items() if same_service(n, name)) for name in pids}
         before = await counters.snapshot()
         profiles = start_profiles(Path(args.profile), process_names(pids)) if args.profile else []
-        cpu_before = {name: cpu_seconds(pid) for name, pid in flat.items()}
         limited = stack.limited()
-        throttled_before = {name: group.throttled() for name, group in limited.items()}
+        # (Read before the CPU is: a scrape of every replica's /metrics is not a TrainJob's work.)
         leases_before = await lease_health(client, stack) if limited else {}
+        cpu_before = {name: cpu_seconds(pid) for name, pid in flat.items()}
+        throttled_before = {name: group.throttled() for name, group in limited.items()}
         load_before = loadavg()
         start = time.perf_counter()
         creators.go()
