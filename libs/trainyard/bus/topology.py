@@ -35,9 +35,10 @@ PROGRESS_STREAM = "TY_PROGRESS"
 SNAPSHOTS_BUCKET = "ty_objects"
 APPLIED_BUCKET = "ty_applied"
 OUTCOMES_BUCKET = "ty_outcomes"
-# Replica membership and partition leases (trainyard.bus.partitions): a replica's heartbeat lives
-# LEASE_TTL_S after its last write (ty_members' max age); a lease (ty_leases) is live while its
-# holder's heartbeat is, so a crashed replica's leases lapse with its heartbeat.
+# Replica membership and partition leases (trainyard.bus.partitions): a replica's presence is a
+# consumer on ty_members' stream that nats-server deletes LEASE_TTL_S after the replica's
+# connection closed (trainyard.bus.presence); a lease (ty_leases) is live while its holder's
+# presence is, so a crashed replica's leases lapse with its presence. Nothing writes ty_members.
 LEASES_BUCKET = "ty_leases"
 MEMBERS_BUCKET = "ty_members"
 LEASE_TTL_S = 3.0
