@@ -86,6 +86,26 @@ CONTROL_PLANE = (
     PanelSpec("Admission latency p95", "Time to answer one admission review",
               (Query(quantile(0.95, "controller_runtime_webhook_latency_seconds", "webhook"), "{{webhook}}"),),
               unit="s"),
+    PanelSpec("Role backlog (what autoscalers read)",
+              "trainyard_role_backlog_messages: pending plus ack-pending messages of each partitioned role's "
+              "durables, as the watcher exports it for KEDA (docs/deploy.md)",
+              (Query("max by (role, cluster) (trainyard_role_backlog_messages)", "{{role}} {{cluster}}"),),
+              unit="short"),
+    PanelSpec("Replicas and partitions per role",
+              "Replicas serving each partitioned role, and the partitions they hold between them (docs/bus.md)",
+              (Query("count by (role) (trainyard_partitions_owned)", "{{role}} replicas"),
+               Query("sum by (role) (trainyard_partitions_owned)", "{{role}} partitions held")), unit="short"),
+    PanelSpec("Handler slots per replica",
+              "Handlers a replica runs at once: 32 per core of its CPU limit, at least 2",
+              (Query("max by (role) (trainyard_replica_handler_slots)", "{{role}} most"),
+               Query("min by (role) (trainyard_replica_handler_slots)", "{{role}} least")), unit="short"),
+    PanelSpec("Leases lost and presences withdrawn",
+              "Partitions taken from a replica while its presence was gone, and presences withdrawn because a "
+              "replica's event loop stalled, in the time range",
+              (Query("sum by (role) (increase(trainyard_partition_leases_lost_total[$__range]))",
+                     "{{role}} leases lost"),
+               Query("sum by (role) (increase(trainyard_partition_presence_withdrawn_total[$__range]))",
+                     "{{role}} presences withdrawn")), kind="stat"),
 )
 
 TRAINJOBS = (

@@ -233,6 +233,7 @@ class PartitionedSubscriber:
         self._wake = asyncio.Event()  # a presence made or deleted: tick now
         self._reconnects = 0
         metrics.LEASES_LOST.labels(self.role)  # at zero: a healthy run has the series too
+        metrics.PRESENCE_WITHDRAWN.labels(self.role)
 
     @property
     def owned(self) -> set[int]:
