@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -137,19 +138,13 @@ class RoleBacklogExport:
     def __init__(self, js: Any, cluster: str, min_interval_s: float = EXPORT_MIN_INTERVAL_S) -> None:
         self.js, self.cluster, self.min_interval_s = js, cluster, min_interval_s
         self._exported: set[tuple[str, str]] = set()
-        self._read_at = float("-inf")
-        self._reading: asyncio.Future[None] | None = None
+        self._read_at = float("-inf")  # monotonic time of the last reading
+        self._lock = asyncio.Lock()  # scrapes that come together share one reading
 
     async def refresh(self) -> None:
-        if self._reading is not None:
-            return await asyncio.shield(self._reading)
-        if asyncio.get_running_loop().time() - self._read_at < self.min_interval_s:
-            return None
-        self._reading = asyncio.ensure_future(self._read())
-        try:
-            await asyncio.shield(self._reading)
-        finally:
-            self._reading = None
+        async with self._lock:
+            if time.monotonic() - self._read_at >= self.min_interval_s:
+                await self._read()
 
     async def _read(self) -> None:
         try:
@@ -159,7 +154,7 @@ class RoleBacklogExport:
         except Exception as err:  # noqa: BLE001 - the watcher's main work goes on
             log.warning("role backlogs not read: %s", describe(err))
             current = {}
-        self._read_at = asyncio.get_running_loop().time()
+        self._read_at = time.monotonic()
         for key in self._exported - current.keys():
             metrics.ROLE_BACKLOG.remove(*key)
         for key, messages in current.items():

@@ -42,7 +42,6 @@ log = logging.getLogger(__name__)
 PRESENCE_STREAM = f"KV_{MEMBERS_BUCKET}"
 ADVISORIES = tuple(f"$JS.EVENT.ADVISORY.CONSUMER.{event}.{PRESENCE_STREAM}.*" for event in ("CREATED", "DELETED"))
 _SAFE = re.compile(r"[A-Za-z0-9_-]{1,64}")
-NAMES_PAGE = 1024  # nats-server's page of a consumer name listing (JSApiNamesLimit)
 
 
 def presence_prefix(role: str, cluster: str) -> str:

@@ -30,7 +30,11 @@ def on_scrape(refresh: Refresh) -> Callable[[], None]:
     """Runs ``refresh`` before each ``/metrics`` answer (at most REFRESH_TIMEOUT_S; a failure is
     logged and the last figures are served). Returns the function that removes it again."""
     _refreshes.append(refresh)
-    return lambda: _refreshes.remove(refresh) if refresh in _refreshes else None
+
+    def remove() -> None:
+        if refresh in _refreshes:
+            _refreshes.remove(refresh)
+    return remove
 
 
 async def refresh_metrics() -> None:

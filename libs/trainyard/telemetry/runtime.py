@@ -36,7 +36,7 @@ class ServiceRuntime:
         self._nats_up = False
         self._api_up = False
         self._api_probed = float("-inf")  # loop time of the last probe's answer
-        self._api_probe: asyncio.Future[bool] | None = None  # a probe under way, shared
+        self._api_lock = asyncio.Lock()  # readiness asked twice at once waits for one probe
         self._tasks: list[asyncio.Task] = []
         self.health.add_check("nats", lambda: self._nats_up)
         self.health.add_check("apiserver", self._api_ready)
@@ -67,16 +67,11 @@ class ServiceRuntime:
         new probe (concurrent asks share it)."""
         if self.kube is None:
             return False
-        loop = asyncio.get_running_loop()
-        if loop.time() - self._api_probed < (API_PROBE_INTERVAL_S if self._api_up else API_RETRY_INTERVAL_S):
-            return self._api_up
-        if self._api_probe is None:
-            self._api_probe = asyncio.ensure_future(self._probe_api())
-        try:
-            return await asyncio.shield(self._api_probe)
-        finally:
-            if self._api_probe is not None and self._api_probe.done():
-                self._api_probe = None
+        async with self._api_lock:
+            fresh_for = API_PROBE_INTERVAL_S if self._api_up else API_RETRY_INTERVAL_S
+            if asyncio.get_running_loop().time() - self._api_probed < fresh_for:
+                return self._api_up
+            return await self._probe_api()
 
     async def _probe_api(self) -> bool:
         assert self.kube is not None

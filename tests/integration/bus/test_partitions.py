@@ -142,7 +142,13 @@ async def test_replicas_split_hand_over_on_stop_and_a_joiner_takes_a_share(nats_
         await observer.close()
 
 
-def in_a_thread(url: str, name: str, state: dict, done: threading.Event, handler=None) -> threading.Thread:
+def halves(first: Replica, other: dict) -> bool:
+    """Replica ``first`` and the one ``in_a_thread`` follows in ``other`` hold half each."""
+    return (len(first.subscriber.owned) == len(other["owned"]) == PARTITIONS // 2
+            and first.subscriber.owned.isdisjoint(other["owned"]))
+
+
+def in_a_thread(url: str, name: str, state: dict, done: threading.Event) -> threading.Thread:
     """Replica ``name`` of role t on an event loop of its own (a thread), so that it runs on
     while the test's event loop is held up; ``state`` follows what it owns and its changes."""
     state.setdefault("changes", [])
@@ -152,8 +158,7 @@ def in_a_thread(url: str, name: str, state: dict, done: threading.Event, handler
         own = await BusSession.open(url, name)
 
         async def handle(delivery: Delivery) -> None:
-            if handler is not None:
-                handler(delivery)
+            return None
 
         subscriber = PartitionedSubscriber(
             own, "t", "c1", [Subscription(EVENTS_STREAM, "t", lambda p: [event_filter("c1", None, p)], handle)],
@@ -185,11 +190,10 @@ async def test_a_replica_whose_event_loop_stalls_gives_up_the_partitions_taken_o
     done = threading.Event()
     thread = in_a_thread(nats_server.url, "s2", other, done)
     try:
-        await until(lambda: len(first.subscriber.owned) == PARTITIONS // 2 and len(other["owned"]) == PARTITIONS // 2
-                    and first.subscriber.owned.isdisjoint(other["owned"]))
+        await until(lambda: halves(first, other))
         role = first.subscriber.role
         lost_before = REGISTRY.get_sample_value("trainyard_partition_leases_lost_total", {"role": role})
-        withdrawn_before = REGISTRY.get_sample_value("trainyard_partition_presence_withdrawn_total", {"role": role}) or 0
+        withdrawn_before = REGISTRY.get_sample_value("trainyard_partition_presence_withdrawn_total", {"role": role})
         held = len(first.subscriber.owned)
         # s1's event loop makes no progress for 8 s: s2 must take every partition meanwhile.
         started = time.monotonic()
@@ -197,8 +201,7 @@ async def test_a_replica_whose_event_loop_stalls_gives_up_the_partitions_taken_o
             time.sleep(0.1)
         assert len(other["owned"]) == PARTITIONS, "s2 did not take the stalled replica's partitions"
         # s1 runs again: present again, it finds its leases held by s2 and stops serving them.
-        await until(lambda: len(other["owned"]) == PARTITIONS // 2 and len(first.subscriber.owned) == PARTITIONS // 2
-                    and first.subscriber.owned.isdisjoint(other["owned"]))
+        await until(lambda: halves(first, other))
         lost = REGISTRY.get_sample_value("trainyard_partition_leases_lost_total", {"role": role})
         assert lost - lost_before == held
         withdrawn = REGISTRY.get_sample_value("trainyard_partition_presence_withdrawn_total", {"role": role})
@@ -221,8 +224,7 @@ async def test_a_busy_event_loop_keeps_its_leases(nats_server) -> None:
     done = threading.Event()
     thread = in_a_thread(nats_server.url, "b2", other, done)
     try:
-        await until(lambda: len(first.subscriber.owned) == PARTITIONS // 2 and len(other["owned"]) == PARTITIONS // 2
-                    and first.subscriber.owned.isdisjoint(other["owned"]))
+        await until(lambda: halves(first, other))
         await asyncio.sleep(1.0)  # settled
         owned, changes = set(first.subscriber.owned), other["changes"][-1]
         for _ in range(2):
