@@ -1,6 +1,7 @@
 """Planning one TrainJob from the KV snapshots (level-triggered: the event is only a hint)."""
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
@@ -190,37 +191,98 @@ def inputs_already_applied(trainjob: dict[str, Any], applied: Any) -> bool:
         and applied.inputs == planning_inputs(trainjob)
 
 
-class RecentlyPublished:
-    """The inputs of the plans this process published in the last ``ttl_s`` seconds, per
-    TrainJob (bounded): until the applier records a plan, only the planner knows what it was
-    made from. Short-lived on purpose: a plan that fails to apply is planned again by the next
-    change after that, as without this memory."""
+@dataclass(frozen=True)
+class _Known:
+    expires: float  # time.monotonic()
+    uid: str
+    generation: int
+    inputs: str
+    suspended: bool
+    partition: int
 
-    def __init__(self, ttl_s: float = 10.0, size: int = 4096) -> None:
-        self._ttl_s = ttl_s
+
+class KnownPlans:
+    """What this process knows of each TrainJob's plan, bounded, per partition: the plan it
+    published in the last ``published_ttl_s`` seconds (until the applier records it, only the
+    planner knows what it was made from), or the plan a read of ``ty_applied`` showed applied
+    for the TrainJob as it was then (kept ``applied_ttl_s``).
+
+    Either answers, without a read, the two questions most events ask: whether a TrainJob event
+    changed the planning inputs (a status write does not), and whether a child's event can
+    change the plan (only a JobSet whose suspension is not the plan's can, or a deletion). A
+    newer generation of the TrainJob is not known here, and needs not be: it has an event of its
+    own, which is planned. A partition's entries go when the partition goes (another replica
+    may plan its TrainJobs meanwhile). A published plan is trusted only briefly: if it fails to
+    apply, a later child event plans it again, as without this memory."""
+
+    def __init__(self, published_ttl_s: float = 10.0, applied_ttl_s: float = 300.0, size: int = 16384) -> None:
+        self._published_ttl_s = published_ttl_s
+        self._applied_ttl_s = applied_ttl_s
         self._size = size
-        self._entries: OrderedDict[tuple[str, str], tuple[float, str, int, str]] = OrderedDict()
+        self._entries: OrderedDict[tuple[str, str], _Known] = OrderedDict()
 
-    def remember(self, namespace: str, name: str, message: PlanMessage) -> None:
+    def _keep(self, namespace: str, name: str, entry: _Known) -> None:
         key = (namespace, name)
-        self._entries[key] = (time.monotonic() + self._ttl_s, message.uid, message.generation, message.inputs)
+        self._entries[key] = entry
         self._entries.move_to_end(key)
         while len(self._entries) > self._size:
             self._entries.popitem(last=False)
 
-    def holds(self, namespace: str, name: str, trainjob: dict[str, Any]) -> bool:
+    def published(self, namespace: str, name: str, message: PlanMessage) -> None:
+        self._keep(namespace, name, _Known(time.monotonic() + self._published_ttl_s, message.uid, message.generation,
+                                           message.inputs, message.suspended, trainjob_partition(namespace, name)))
+
+    def applied(self, trainjob: dict[str, Any], applied: Any) -> None:
+        """``applied`` (the ``ty_applied`` record) was read and shows the plan of ``trainjob``'s
+        very inputs applied."""
+        meta = trainjob.get("metadata") or {}
+        if applied is None or applied.state != "applied" or not inputs_already_applied(trainjob, applied):
+            return
+        namespace, name = meta.get("namespace") or "", meta.get("name") or ""
+        self._keep(namespace, name, _Known(time.monotonic() + self._applied_ttl_s, applied.uid, applied.generation,
+                                           applied.inputs, (trainjob.get("spec") or {}).get("suspend") is True,
+                                           trainjob_partition(namespace, name)))
+
+    def _entry(self, namespace: str, name: str) -> _Known | None:
         entry = self._entries.get((namespace, name))
+        if entry is not None and entry.expires < time.monotonic():
+            del self._entries[(namespace, name)]
+            return None
+        return entry
+
+    def holds(self, namespace: str, name: str, trainjob: dict[str, Any]) -> bool:
+        """Whether ``trainjob`` (an event's copy) has the planning inputs of the known plan."""
+        entry = self._entry(namespace, name)
         if entry is None:
             return False
-        if entry[0] < time.monotonic():
-            del self._entries[(namespace, name)]
-            return False
         meta = trainjob.get("metadata") or {}
-        return bool(entry[3]) and entry[1] == meta.get("uid") and entry[2] == int(meta.get("generation") or 0) \
-            and entry[3] == planning_inputs(trainjob)
+        return bool(entry.inputs) and entry.uid == meta.get("uid") and entry.generation == int(
+            meta.get("generation") or 0) and entry.inputs == planning_inputs(trainjob)
+
+    def child_changes_nothing(self, event: ObjectEvent) -> bool:
+        """An ADDED/MODIFIED event of a child of a TrainJob whose plan is known: as
+        :func:`child_event_changes_nothing`, told from memory."""
+        if event.kind == "TrainJob" or event.type == "DELETED" or event.kind.endswith("Runtime"):
+            return False
+        owner = owner_reference(event.object)
+        if owner is None or not owner.get("name"):
+            return False
+        entry = self._entry(event.namespace, owner["name"])
+        if entry is None or entry.uid != owner.get("uid"):
+            return False
+        if event.kind == "JobSet":
+            return ((event.object.get("spec") or {}).get("suspend") is True) == entry.suspended
+        return True
+
+    def forget(self, namespace: str, name: str) -> None:
+        self._entries.pop((namespace, name), None)
+
+    def forget_partition(self, partition: int) -> None:
+        for key in [key for key, entry in self._entries.items() if entry.partition == partition]:
+            del self._entries[key]
 
 
-_RECENTLY_PUBLISHED = RecentlyPublished()
+_KNOWN_PLANS = KnownPlans()
 
 # Per partition: the TrainJobs known to have no planning failure recorded in ``ty_outcomes``
 # (only this TrainJob's home replica writes one), so a successful pass does not read the
@@ -230,6 +292,7 @@ _NO_PLAN_FAILURE: dict[int, set[str]] = {}
 
 def forget_partition(partition: int) -> None:
     _NO_PLAN_FAILURE.pop(partition, None)
+    _KNOWN_PLANS.forget_partition(partition)
 
 
 async def _clear_plan_failure(bus: BusSession, namespace: str, name: str, key: str) -> None:
@@ -350,6 +413,7 @@ async def decide(bus: BusSession, cluster: str, trainjob: dict[str, Any],
 
 async def forget_trainjob(bus: BusSession, cluster: str, event: ObjectEvent) -> None:
     """A deleted TrainJob's bookkeeping goes too (its children go by garbage collection)."""
+    _KNOWN_PLANS.forget(event.namespace, event.name)
     key = applied_store_key(cluster, event.namespace, event.name)
     applied = (await bus.applied.read(key)).value
     if applied is not None and applied.uid == event.uid:
@@ -396,26 +460,36 @@ async def reconcile_trainjob(bus: BusSession, cluster: str, namespace: str, name
         # writes, mostly) is recognised with one read instead of a whole planning pass, or
         # with none when this process has just published the plan of these very inputs (the
         # status write of a new TrainJob often comes before the applier claims its plan).
-        if _RECENTLY_PUBLISHED.holds(namespace, name, trigger.object):
-            metrics.PLANS.labels("inputs_unchanged").inc()
-            return "inputs unchanged"
-        applied = (await bus.applied.read(applied_store_key(cluster, namespace, name))).value
-        if inputs_already_applied(trigger.object, applied):
+        if _KNOWN_PLANS.holds(namespace, name, trigger.object):
             metrics.PLANS.labels("inputs_unchanged").inc()
             return "inputs unchanged"
         # The snapshots planning reads, named by the event's copy (the runtime reference is
         # immutable), come in the same batched read as the TrainJob's own; ``observed_objects``
-        # uses them only if the snapshot names the very same keys.
+        # uses them only if the snapshot names the very same keys. The applied plan is read
+        # beside them: a TrainJob this process knows nothing of is mostly a new one, which
+        # needs both (one wake-up for both answers).
         keys = observed_keys(cluster, trigger.object)
-        read = await bus.snapshots.get_many([key, *keys])
+        entry, read = await asyncio.gather(bus.applied.read(applied_store_key(cluster, namespace, name)),
+                                           bus.snapshots.get_many([key, *keys]))
+        applied = entry.value
+        if inputs_already_applied(trigger.object, applied):
+            _KNOWN_PLANS.applied(trigger.object, applied)
+            metrics.PLANS.labels("inputs_unchanged").inc()
+            return "inputs unchanged"
         trainjob, prefetched = read[0], Prefetched(keys, read[1:])
     else:
+        if trigger is not None and _KNOWN_PLANS.child_changes_nothing(trigger):
+            # Most child events: the JobSet and ConfigMaps the plan just applied, then the
+            # JobSet's status changes while it runs.
+            metrics.PLANS.labels("child_unchanged").inc()
+            return "child unchanged"
         trainjob = await bus.snapshots.get(key)
     if trainjob is None:
         return "gone"
     if trigger is not None and trigger.kind != "TrainJob":
         applied = (await bus.applied.read(applied_store_key(cluster, namespace, name))).value
         if child_event_changes_nothing(trigger, trainjob, applied):
+            _KNOWN_PLANS.applied(trainjob, applied)
             metrics.PLANS.labels("child_unchanged").inc()
             return "child unchanged"
     decision = await decide(bus, cluster, trainjob, plugins, prefetched=prefetched, applied=applied,
@@ -434,11 +508,13 @@ async def reconcile_trainjob(bus: BusSession, cluster: str, namespace: str, name
         return "failed"
     await _clear_plan_failure(bus, namespace, name, outcome_key)
     if decision.message is None:
+        if decision.skipped == "unchanged" and applied is not _UNREAD:
+            _KNOWN_PLANS.applied(trainjob, applied)
         metrics.PLANS.labels(decision.skipped.replace(" ", "_")).inc()
         return decision.skipped
     message = decision.message
     await bus.publisher.publish(plan_subject(cluster, namespace, name), message, message.msg_id())
-    _RECENTLY_PUBLISHED.remember(namespace, name, message)
+    _KNOWN_PLANS.published(namespace, name, message)
     metrics.PLANS.labels("published").inc()
     return "published"
 

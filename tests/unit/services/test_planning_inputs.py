@@ -60,23 +60,85 @@ def test_only_an_applied_plan_or_a_live_claim_of_these_inputs_skips_planning() -
     assert not inputs_already_applied(changed("metadata.labels", {"team": "b"}), entry())
 
 
+def plan_message(**changes):
+    from trainyard.bus.envelopes import PlanMessage
+
+    fields = dict(cluster="c", namespace="default", name="mnist", uid="u", generation=2, planHash="h",
+                  inputs=planning_inputs(TRAINJOB))
+    fields.update(changes)
+    return PlanMessage(**fields)
+
+
+def child_event(kind: str = "JobSet", *, event_type: str = "ADDED", uid: str = "u", suspend: bool = False,
+                name: str = "mnist"):
+    from trainyard.bus.envelopes import ObjectEvent
+
+    api_version = "jobset.x-k8s.io/v1alpha2" if kind == "JobSet" else "v1"
+    return ObjectEvent(cluster="c", type=event_type, kind=kind, apiVersion=api_version, namespace="default",
+                       name=name, object={
+                           "apiVersion": api_version, "kind": kind,
+                           "metadata": {"name": name, "namespace": "default", "ownerReferences": [{
+                               "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": "mnist",
+                               "uid": uid, "controller": True}]},
+                           "spec": {"suspend": suspend}})
+
+
 def test_a_plan_just_published_covers_its_status_only_events_for_a_short_while() -> None:
     """Before the applier claims a plan only the planner knows its inputs: the status write of a
     new TrainJob, arriving then, is not planned again; another generation, other inputs or an
     expired memory are."""
-    from trainyard.bus.envelopes import PlanMessage
-    from trainyard_services.planner.reconcile import RecentlyPublished
+    from trainyard_services.planner.reconcile import KnownPlans
 
-    recent = RecentlyPublished(ttl_s=30.0, size=2)
-    plan = PlanMessage(cluster="c", namespace="default", name="mnist", uid="u", generation=2, planHash="h",
-                       inputs=planning_inputs(TRAINJOB))
-    recent.remember("default", "mnist", plan)
-    assert recent.holds("default", "mnist", changed("status", {"state": "Running"}))
-    assert not recent.holds("default", "mnist", changed("spec.suspend", True))
-    assert not recent.holds("default", "other", TRAINJOB)
+    known = KnownPlans(published_ttl_s=30.0, size=2)
+    plan = plan_message()
+    known.published("default", "mnist", plan)
+    assert known.holds("default", "mnist", changed("status", {"state": "Running"}))
+    assert not known.holds("default", "mnist", changed("spec.suspend", True))
+    assert not known.holds("default", "mnist", changed("metadata.generation", 3))
+    assert not known.holds("default", "other", TRAINJOB)
     for i in range(2):  # bounded: the oldest entries go first
-        recent.remember("default", f"job-{i}", plan)
-    assert not recent.holds("default", "mnist", TRAINJOB)
-    expired = RecentlyPublished(ttl_s=-1.0)
-    expired.remember("default", "mnist", plan)
+        known.published("default", f"job-{i}", plan)
+    assert not known.holds("default", "mnist", TRAINJOB)
+    expired = KnownPlans(published_ttl_s=-1.0)
+    expired.published("default", "mnist", plan)
     assert not expired.holds("default", "mnist", TRAINJOB)
+
+
+def test_the_children_of_a_known_plan_are_not_planned_again_unless_they_can_change_it() -> None:
+    """The JobSet and ConfigMaps that a plan applied, and the JobSet's status changes after, need
+    no read: only a deletion, a JobSet whose suspension is not the plan's, or a child of another
+    TrainJob of the same name (another uid) is planned."""
+    from trainyard_services.planner.reconcile import KnownPlans
+
+    known = KnownPlans()
+    assert not known.child_changes_nothing(child_event())  # nothing known: read and decide
+    known.published("default", "mnist", plan_message())
+    assert known.child_changes_nothing(child_event())
+    assert known.child_changes_nothing(child_event(event_type="MODIFIED"))
+    assert known.child_changes_nothing(child_event("ConfigMap", name="mnist-runtime"))
+    assert not known.child_changes_nothing(child_event(event_type="DELETED"))
+    assert not known.child_changes_nothing(child_event(suspend=True))
+    assert not known.child_changes_nothing(child_event(uid="an-earlier-trainjob"))
+    known.published("default", "mnist", plan_message(suspended=True))
+    assert known.child_changes_nothing(child_event(suspend=True))
+
+
+def test_an_applied_plan_read_once_is_known_until_its_partition_goes() -> None:
+    from trainyard.bus.subjects import trainjob_partition
+    from trainyard_services.planner.reconcile import KnownPlans
+
+    known = KnownPlans(published_ttl_s=-1.0)
+    known.applied(TRAINJOB, entry("applying"))  # a live claim may still fail: not kept
+    assert not known.child_changes_nothing(child_event())
+    known.applied(TRAINJOB, entry(generation=1))  # another generation's plan: not kept
+    assert not known.child_changes_nothing(child_event())
+    known.applied(TRAINJOB, entry("applied"))
+    assert known.child_changes_nothing(child_event(event_type="MODIFIED"))
+    assert known.holds("default", "mnist", changed("status", {"state": "Running"}))
+    known.forget_partition(trainjob_partition("default", "mnist") + 1)
+    assert known.child_changes_nothing(child_event())
+    known.forget_partition(trainjob_partition("default", "mnist"))
+    assert not known.child_changes_nothing(child_event())
+    known.applied(TRAINJOB, entry("applied"))
+    known.forget("default", "mnist")  # the TrainJob was deleted
+    assert not known.holds("default", "mnist", TRAINJOB)
