@@ -80,7 +80,14 @@ class Applier:
         metrics.APPLY_DURATION.observe(time.perf_counter() - started)
 
     async def apply_plan(self, plan: PlanMessage) -> str:
-        trainjob = await self.bus.snapshots.get(ObjectKey(self.cluster, "TrainJob", plan.namespace, plan.name))
+        # The JobSet's snapshot (whether its suspension flips) comes in the same batched read
+        # as the TrainJob's.
+        keys = [ObjectKey(self.cluster, "TrainJob", plan.namespace, plan.name),
+                *(ObjectKey(self.cluster, "JobSet", obj["metadata"]["namespace"], obj["metadata"]["name"])
+                  for obj in plan.objects if obj.get("kind") == "JobSet")]
+        read = await self.bus.snapshots.get_many(keys) if len(keys) > 1 else [await self.bus.snapshots.get(keys[0])]
+        trainjob = read[0]
+        jobsets = {(key.namespace, key.name): obj for key, obj in zip(keys[1:], read[1:])}
         if trainjob is None or trainjob["metadata"].get("uid") != plan.uid:
             return await self._report(plan, "skipped-stale", message="TrainJob is gone")
         if not managed_by_trainer(trainjob):
@@ -91,7 +98,7 @@ class Applier:
         if isinstance(claim, str):
             return await self._report(plan, claim)
         try:
-            applied, deleted = await self._apply_objects(plan, claim, key, partition)
+            applied, deleted = await self._apply_objects(plan, claim, key, partition, jobsets)
         except ClaimLost:
             log.warning("claim on %s/%s taken over during apply; stopped", plan.namespace, plan.name)
             return await self._report(plan, "skipped-stale", message="claim taken over by another applier")
@@ -119,14 +126,16 @@ class Applier:
         await self.bus.outcomes.clear(key, "apply")
         return await self._report(plan, "applied", applied=applied, deleted=deleted)
 
-    async def _apply_objects(self, plan: PlanMessage, claim: Claim, key: str, partition: int
+    async def _apply_objects(self, plan: PlanMessage, claim: Claim, key: str, partition: int,
+                             jobsets: dict[tuple[str, str], dict[str, Any] | None]
                              ) -> tuple[list[ObjectRef], list[ObjectRef]]:
+        """``jobsets``: the snapshots of the plan's JobSets, read with the TrainJob's."""
         previous = claim.previous
         applied: list[ObjectRef] = []
         for obj in plan.objects:
             await self.claims.renew(key, claim, partition)
             obj = with_owner(obj, plan)
-            if await self._apply_one(obj):
+            if await self._apply_one(obj, jobsets):
                 applied.append(ObjectRef.of(obj))
         wanted = {_ref_key(ref) for ref in plan.owned}
         deleted: list[ObjectRef] = []
@@ -136,7 +145,7 @@ class Applier:
                 deleted.append(ref)
         return applied, deleted
 
-    async def _apply_one(self, obj: dict[str, Any]) -> bool:
+    async def _apply_one(self, obj: dict[str, Any], jobsets: dict[tuple[str, str], dict[str, Any] | None]) -> bool:
         meta = obj["metadata"]
         resource = resource_for(obj["apiVersion"], obj["kind"])
         if obj["kind"] == "Secret" and (obj.get("immutable") is True or needs_generation(obj)):
@@ -153,12 +162,13 @@ class Applier:
             except ValueError as err:
                 raise PermanentError(str(err)) from None
         if obj["kind"] == "JobSet":
-            await self._apply_jobset(obj)
+            await self._apply_jobset(obj, jobsets)
             return True
         await self.kube.apply(obj, timeout_s=self.request_timeout_s)
         return True
 
-    async def _apply_jobset(self, desired: dict[str, Any]) -> None:
+    async def _apply_jobset(self, desired: dict[str, Any],
+                            snapshots: dict[tuple[str, str], dict[str, Any] | None] | None = None) -> None:
         """SSA of the JobSet, with suspend flipped on its own (kubeflow/trainer#3008).
 
         A JobSet accepts template changes only while it is suspended, and upstream's single
@@ -170,7 +180,9 @@ class Applier:
         want_suspended = (desired.get("spec") or {}).get("suspend") is True
         # The snapshot saves a GET in the common case (a new JobSet, or no suspend change);
         # a suspend flip is confirmed against the live object.
-        current = await self.bus.snapshots.get(ObjectKey(self.cluster, "JobSet", meta["namespace"], meta["name"]))
+        at = (meta["namespace"], meta["name"])
+        current = snapshots[at] if snapshots is not None and at in snapshots else \
+            await self.bus.snapshots.get(ObjectKey(self.cluster, "JobSet", *at))
         if current is not None and ((current.get("spec") or {}).get("suspend") is True) != want_suspended:
             current = await self.kube.get(r.JOBSET, meta["namespace"], meta["name"],
                                           timeout_s=self.request_timeout_s)

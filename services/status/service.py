@@ -182,19 +182,28 @@ class StatusService:
         """``known``: the TrainJob as an event carried it (else the snapshot is read);
         ``jobset_copy``: the JobSet as an event carried it (used when the snapshot is that
         very version)."""
-        trainjob = known if known is not None else \
-            await self.bus.snapshots.get(ObjectKey(self.cluster, "TrainJob", namespace, name))
+        jobset_key = ObjectKey(self.cluster, "JobSet", namespace, name)
+        outcome_key = applied_key(self.cluster, namespace, name)
+        # The fold's three reads go out together: one wake-up for their answers, not three.
+        if known is not None:
+            trainjob = known
+            jobset, outcome = await asyncio.gather(self.bus.snapshots.get(jobset_key, known=jobset_copy),
+                                                   self.bus.outcomes.get(outcome_key))
+        else:
+            trainjob, jobset, outcome = await asyncio.gather(
+                self.bus.snapshots.get(ObjectKey(self.cluster, "TrainJob", namespace, name)),
+                self.bus.snapshots.get(jobset_key, known=jobset_copy), self.bus.outcomes.get(outcome_key))
         for attempt in range(4):
             if trainjob is None:
                 return
             if not managed_by_trainer(trainjob):
                 return
             uid = trainjob["metadata"].get("uid")
-            jobset = await self.bus.snapshots.get(ObjectKey(self.cluster, "JobSet", namespace, name),
-                                                  known=jobset_copy)
+            if attempt:  # after a conflict: the live TrainJob, and what was written beside it since
+                jobset, outcome = await asyncio.gather(self.bus.snapshots.get(jobset_key),
+                                                       self.bus.outcomes.get(outcome_key))
             if jobset is not None and not owned_by_uid(jobset, uid):
                 jobset = None  # left over from an earlier TrainJob of the same name
-            outcome = await self.bus.outcomes.get(applied_key(self.cluster, namespace, name))
             before = trainjob.get("status") or {}
             after = desired_status(trainjob, jobset, outcome, now_rfc3339())
             if result is not None and result.uid == uid and result.outcome in ("failed", "plan-failed"):
