@@ -67,6 +67,12 @@ LIST_EVERY = 5
 SWEEP_CONCURRENCY = 8
 # How long the mirror of a worker copy's status waits for the copy's next change.
 MIRROR_DELAY_S = 0.2
+# Kueue's Workload API is looked for every this many loop passes (one discovery GET while it
+# is absent).
+KUEUE_CHECK_EVERY = 5
+# Resource versions of this process's own writes remembered per TrainJob: a pass often writes
+# twice (placement, then status), and the first write's echo arrives after the second.
+OWN_WRITES_KEPT = 4
 # A hold younger than this is kept by a resync even if its TrainJob's placement is not listed
 # yet (taken by a replica that is writing the placement now; clocks of replicas may differ).
 HOLD_GRACE_S = 30.0
@@ -96,9 +102,10 @@ class Dispatcher:
     _fresh: set[tuple[str, str, str]] = field(default_factory=set)  # (worker, ns, name) placed just now
     _tasks: set[asyncio.Task] = field(default_factory=set)
     _mirrors: dict[tuple[str, str], tuple[str, dict[str, Any]]] = field(default_factory=dict)
-    # resourceVersion of this process's last write of each manager TrainJob: the event that
-    # write causes carries nothing new, and is not worth a pass.
-    _own_writes: dict[tuple[str, str], str] = field(default_factory=dict)
+    # resourceVersions of this process's last writes of each manager TrainJob: the events those
+    # writes cause carry nothing new, and are not worth a pass (a pass of the first write's echo
+    # after the second write would only meet a conflict).
+    _own_writes: dict[tuple[str, str], list[str]] = field(default_factory=dict)
     _subscriber: PartitionedSubscriber | None = None  # None: no bus, every TrainJob is this process's
     # True when the bus brings this replica the events of its TrainJobs (``subscriber()``): then
     # ``_seen`` holds its delegated manager TrainJobs as last seen (an event, a list, its own
@@ -186,8 +193,8 @@ class Dispatcher:
                 worker = d.assigned_worker(obj)
                 if worker is not None:
                     await self.slots.release(worker, hold_key(*key))
-            elif event.resource_version and self._own_writes.get(key) == event.resource_version:
-                return  # the echo of this process's own write
+            elif self._own_echo(key, event.resource_version):
+                return
             else:
                 self._remember(key, obj or None)
                 if d.is_delegated(obj):
@@ -199,6 +206,10 @@ class Dispatcher:
                 await self.reconcile(event.namespace, event.name, copy_hint=(event.cluster, None))
             else:
                 self._mirror_soon(event.namespace, event.name, event.cluster, copy_obj)
+
+    def _own_echo(self, key: tuple[str, str], resource_version: str) -> bool:
+        """Whether a manager TrainJob event is the echo of one of this process's last writes."""
+        return bool(resource_version) and resource_version in self._own_writes.get(key, ())
 
     def _mirror_soon(self, namespace: str, name: str, worker: str, copy_obj: dict[str, Any]) -> None:
         """Status changes of a copy come in quick runs (created, Suspended, jobsStatus...): the
@@ -238,15 +249,19 @@ class Dispatcher:
             return  # none yet (starting), or none left: the first pass with a share is a full one
         full = self._passes % FULL_RESYNC_EVERY == 0
         if not self.fed_by_events or full or self._list_now or self._passes % LIST_EVERY == 0:
-            delegated = await self._list_delegated()
-            if delegated is None:
+            asked_at = time.time()
+            listed = await self._list_delegated()
+            if listed is None:
                 return
+            delegated = [(asked_at, tj) for tj in listed]
         else:
-            delegated = [tj for key, (_, tj) in self._seen.items() if tj is not None and self.owns(*key)]
+            delegated = [(at, tj) for key, (at, tj) in self._seen.items() if tj is not None and self.owns(*key)]
         self._passes += 1
-        due = [tj for tj in delegated if full or self._waiting(tj)]
-        await asyncio.gather(*(self.reconcile(tj["metadata"]["namespace"], tj["metadata"]["name"], manager=tj)
-                               for tj in due))
+        due = [(at, tj) for at, tj in delegated if full or self._waiting(tj)]
+        # Each pass starts from what this replica saw newest by the time it runs (the passes
+        # of a long resync queue behind the events' passes of the same TrainJobs).
+        await asyncio.gather(*(self.reconcile(tj["metadata"]["namespace"], tj["metadata"]["name"], manager=tj,
+                                              seen_at=at) for at, tj in due))
         if full:
             for worker in self.registry.active():
                 self._sweep_soon(worker.name)
@@ -292,7 +307,14 @@ class Dispatcher:
     async def detect_kueue(self) -> None:
         """Kueue's MultiKueue acts on the same managedBy value: never run beside it."""
         found = None
+        try:
+            group = await self.manager.request("GET", f"/apis/{KUEUE_GROUP}")
+        except KubeError:
+            group = {}  # not served (the common case), or no answer: asked again at the next check
+        served = {entry.get("version") for entry in group.get("versions") or []}
         for version in ("v1beta2", "v1beta1"):
+            if version not in served:
+                continue
             try:
                 resources = await self.manager.request("GET", f"/apis/{KUEUE_GROUP}/{version}")
             except KubeError:
@@ -315,7 +337,8 @@ class Dispatcher:
     # -- one TrainJob --------------------------------------------------------------------------
 
     async def reconcile(self, namespace: str, name: str, *, manager: dict[str, Any] | None = None,
-                        copy_hint: tuple[str, dict[str, Any] | None] | None = None) -> None:
+                        copy_hint: tuple[str, dict[str, Any] | None] | None = None,
+                        seen_at: float | None = None) -> None:
         """One pass over one manager TrainJob. ``manager`` is the TrainJob as an event or a list
         showed it, ``copy_hint`` a worker copy as that worker's event showed it: both save a
         GET, and every write made from them is guarded by resourceVersion, so a stale one can
@@ -323,18 +346,45 @@ class Dispatcher:
         if self.kueue_present:
             return
         async with self._locks.hold((namespace, name)):
-            try:
-                await self._reconcile(namespace, name, manager, copy_hint)
-            except KubeError as err:
-                if err.conflict:  # another replica (or a newer event) wrote first; it brings another pass
-                    log.debug("conflict on %s/%s: %s", namespace, name, describe(err))
-                else:
-                    log.warning("dispatch of %s/%s: %s", namespace, name, describe(err))
+            manager = self._newest(namespace, name, manager, seen_at)
+            for attempt in range(2):
+                try:
+                    await self._reconcile(namespace, name, manager, copy_hint)
+                    return
+                except KubeError as err:
+                    if err.conflict and attempt == 0 and manager is not None:
+                        # What the pass started from was behind (a resync's list, an event that
+                        # arrived after a newer write): once more, with the TrainJob read.
+                        manager = None
+                        continue
+                    if err.conflict:  # another replica (or a newer event) wrote first; it brings another pass
+                        log.debug("conflict on %s/%s: %s", namespace, name, describe(err))
+                    else:
+                        log.warning("dispatch of %s/%s: %s", namespace, name, describe(err))
+                    return
+
+    def _newest(self, namespace: str, name: str, manager: dict[str, Any] | None,
+                seen_at: float | None) -> dict[str, Any] | None:
+        """What a pass starts from: the manager TrainJob it was handed, unless this replica has
+        seen a newer state of it since ``seen_at`` (its own write, an event); for a copy's pass
+        (handed none), the state this replica last saw. None: it is read."""
+        if not self.fed_by_events:
+            return manager
+        seen = self._seen.get((namespace, name))
+        if seen is None or seen[1] is None:
+            return manager
+        if manager is None or (seen_at is not None and seen[0] > seen_at):
+            return seen[1]
+        return manager
 
     async def _reconcile(self, namespace: str, name: str, manager: dict[str, Any] | None,
                          copy_hint: tuple[str, dict[str, Any] | None] | None) -> None:
-        trainjob = manager if manager is not None and copy_hint is None else \
-            await self.manager.get(r.TRAINJOB, namespace, name)
+        if manager is not None:
+            trainjob = manager
+        else:
+            trainjob = await self.manager.get(r.TRAINJOB, namespace, name)
+            if self.fed_by_events:
+                self._remember((namespace, name), trainjob)
         if trainjob is None or not d.is_delegated(trainjob):
             return  # a hold it had is released by the next resync
         if trainjob["metadata"].get("deletionTimestamp"):
@@ -385,7 +435,9 @@ class Dispatcher:
     def _wrote(self, trainjob: dict[str, Any]) -> dict[str, Any]:
         meta = trainjob.get("metadata") or {}
         key = (meta.get("namespace", ""), meta.get("name", ""))
-        self._own_writes[key] = meta.get("resourceVersion", "")
+        written = self._own_writes.setdefault(key, [])
+        written.append(meta.get("resourceVersion", ""))
+        del written[:-OWN_WRITES_KEPT]
         if self.fed_by_events:  # its echo is skipped: this is the newest state
             self._remember(key, trainjob)
         return trainjob
@@ -670,9 +722,12 @@ class Dispatcher:
     async def run_loops(self, stop: asyncio.Event, probe_interval_s: float, resync_interval_s: float) -> None:
         """Registry refresh (reachability, capacity), Kueue detection and the periodic resync."""
         next_resync = 0.0
+        passes = 0
         while not stop.is_set():
             try:
-                await self.detect_kueue()
+                if passes % KUEUE_CHECK_EVERY == 0:
+                    await self.detect_kueue()
+                passes += 1
                 await self.registry.refresh()
                 for worker in sorted(self._sweep_now):
                     self._sweep_now.discard(worker)

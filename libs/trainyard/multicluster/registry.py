@@ -40,6 +40,10 @@ REASON_ACTIVE = "Active"
 REASON_BAD_CONFIG = "BadConfig"
 REASON_CONNECTION_FAILED = "ClientConnectionFailed"
 PROBE_TIMEOUT_S = 3.0
+# A reachable worker's kubeconfig is read again after this long (and at once when the worker
+# stops answering, or its MultiKueueCluster names another one): reading its Secret at every
+# probe made most of an idle dispatcher's API requests.
+KUBECONFIG_REREAD_S = 30.0
 
 
 @dataclass
@@ -47,6 +51,8 @@ class WorkerState:
     name: str
     client: KubeClient | None = None
     kubeconfig_digest: str = ""
+    kubeconfig_source: str = ""  # the MultiKueueCluster's spec.kubeConfig it was read from
+    kubeconfig_read_at: float = 0.0  # monotonic
     reachable: bool = False
     unreachable_since: float | None = None  # monotonic; None while reachable
     reason: str = REASON_CONNECTION_FAILED
@@ -144,7 +150,10 @@ class WorkerRegistry:
         worker = self.workers.setdefault(name, WorkerState(name, unreachable_since=time.monotonic()))
         was_reachable = worker.reachable
         try:
-            await self._connect(worker, await self._kubeconfig_text(obj))
+            if self._kubeconfig_due(worker, obj):
+                await self._connect(worker, await self._kubeconfig_text(obj))
+                worker.kubeconfig_source = _source(obj)
+                worker.kubeconfig_read_at = time.monotonic()
         except _BadConfig as err:
             self._mark_unreachable(worker, REASON_BAD_CONFIG, str(err))
         else:
@@ -156,6 +165,11 @@ class WorkerRegistry:
                 self.on_reachable(name)
         elif was_reachable and not worker.reachable:
             log.warning("worker cluster %s unreachable: %s", name, worker.message)
+
+    @staticmethod
+    def _kubeconfig_due(worker: WorkerState, obj: dict[str, Any]) -> bool:
+        return worker.client is None or not worker.reachable or worker.kubeconfig_source != _source(obj) \
+            or time.monotonic() - worker.kubeconfig_read_at >= KUBECONFIG_REREAD_S
 
     async def _kubeconfig_text(self, obj: dict[str, Any]) -> str:
         spec = (obj.get("spec") or {}).get("kubeConfig") or {}
@@ -248,3 +262,8 @@ class WorkerRegistry:
 
 class _BadConfig(Exception):
     pass
+
+
+def _source(obj: dict[str, Any]) -> str:
+    spec = (obj.get("spec") or {}).get("kubeConfig") or {}
+    return f"{spec.get('locationType') or 'Secret'}:{spec.get('location') or ''}"

@@ -1,0 +1,61 @@
+"""What a dispatcher replica remembers of its manager TrainJobs saves it passes that could only
+meet a conflict: the echoes of its own writes, and stale copies of a TrainJob it has seen
+newer (issue #33: at a CPU limit such passes were most of a replica's writes)."""
+from __future__ import annotations
+
+import time
+
+from trainyard.multicluster.delegation import WORKER_ANNOTATION
+from trainyard_services.dispatcher.service import OWN_WRITES_KEPT, Dispatcher
+
+KEY = ("team-a", "mnist")
+
+
+def dispatcher() -> Dispatcher:
+    replica = Dispatcher(bus=None, manager=None, cluster="manager", registry=None, slots=None)  # type: ignore[arg-type]
+    replica.fed_by_events = True
+    return replica
+
+
+def trainjob(resource_version: str, worker: str | None = None) -> dict:
+    meta = {"namespace": KEY[0], "name": KEY[1], "resourceVersion": resource_version}
+    if worker:
+        meta["annotations"] = {WORKER_ANNOTATION: worker}
+    return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": meta,
+            "spec": {"managedBy": "kueue.x-k8s.io/multikueue"}}
+
+
+def test_the_echo_of_an_earlier_write_of_the_same_pass_is_recognised() -> None:
+    """A placement writes the annotation, then the status: the first write's event arrives after
+    the second write and is an echo all the same."""
+    replica = dispatcher()
+    replica._wrote(trainjob("5", "worker-1"))
+    replica._wrote(trainjob("6", "worker-1"))
+    assert replica._own_echo(KEY, "5") and replica._own_echo(KEY, "6")
+    assert not replica._own_echo(KEY, "7") and not replica._own_echo(KEY, "")
+    for rv in range(7, 7 + OWN_WRITES_KEPT):  # bounded per TrainJob
+        replica._wrote(trainjob(str(rv)))
+    assert not replica._own_echo(KEY, "5")
+
+
+def test_a_pass_starts_from_the_newest_state_the_replica_saw() -> None:
+    replica = dispatcher()
+    listed_at = time.time()
+    from_the_list = trainjob("4")  # not placed yet when the resync listed it
+    time.sleep(0.01)
+    replica._wrote(trainjob("5", "worker-1"))  # placed by an event's pass since
+    assert replica._newest(*KEY, from_the_list, listed_at)["metadata"]["resourceVersion"] == "5"
+    # Handed a state newer than what was seen (an event): that one.
+    assert replica._newest(*KEY, trainjob("9"), time.time() + 1)["metadata"]["resourceVersion"] == "9"
+    assert replica._newest(*KEY, trainjob("9"), None)["metadata"]["resourceVersion"] == "9"
+    # A copy's pass (handed nothing) starts from what was seen instead of a GET.
+    assert replica._newest(*KEY, None, None)["metadata"]["resourceVersion"] == "5"
+    replica._remember(KEY, None)  # deleted
+    assert replica._newest(*KEY, None, None) is None
+
+
+def test_without_the_bus_nothing_is_remembered_for_a_pass() -> None:
+    replica = dispatcher()
+    replica.fed_by_events = False
+    replica._seen[KEY] = (time.time(), trainjob("5"))
+    assert replica._newest(*KEY, None, None) is None
