@@ -13,7 +13,13 @@
      (the stack's own plus extra ones started like it), then a table: per count, delegated
      TrainJobs/s (and its multiple of the first row's), offered creates/s against taken, the
      dispatchers' CPU ms per TrainJob, the whole stack's CPU and, with --cpu-limit, each limited
-     replica's CPU as a share of its limit and which are at it.
+     replica's CPU as a share of its limit and which are at it; under it, each replica's CPU
+     and KV round trips and every cluster's API requests, per TrainJob. Each row starts once
+     the dispatchers are idle, and its CPU counts until they are idle again (they go on
+     mirroring statuses after the last JobSet exists). Two rates: the JobSets' (placed and
+     created on a worker), and until every manager TrainJob shows its copy's state (Dispatched
+     and Suspended), the work a delegated TrainJob costs whole: a replica at its limit places
+     first and mirrors later, so only the second is its sustainable rate.
    - with --cpu-limit CORES: each process of --limit-roles (default: dispatcher; every extra
      dispatcher too) in a cgroup of its own with that CPU quota (bench/cpu_quota.py), as a pod's
      resources.limits.cpu; an extra replica's quota is lifted while it starts and applied once
@@ -64,7 +70,7 @@ from cpu_quota import (  # noqa: E402
 )
 from e2e import (  # noqa: E402
     RUNTIME, SERVICES, JobSetWatch, api_worker_pids, as_fast_as_possible, cpu_seconds, loadavg, offered_taken,
-    percentile, start_service, wait_ready,
+    percentile, prometheus_samples, start_service, wait_ready,
 )
 from fixtures.devcluster import start_devcluster  # noqa: E402
 from fixtures.nats import NatsServer  # noqa: E402
@@ -125,6 +131,47 @@ async def wait_all(watches: list[JobSetWatch], keys: list[str], timeout: float,
     await wait_until(f"{len(keys)} delegated JobSets on the workers", lambda: len(seen()) == len(keys), timeout,
                      progress=progress, poll_s=0.05, stall_s=stall_s)
     return seen()
+
+
+class MirroredWatch:
+    """Records when each manager TrainJob first shows its worker copy's state: Dispatched and
+    Suspended both True (the bench's TrainJobs are created suspended, so the copy's status has
+    Suspended once the worker's status service folded it, and the dispatcher mirrored it)."""
+
+    def __init__(self, client: httpx.AsyncClient) -> None:
+        self._client = client
+        self.mirrored: dict[str, float] = {}
+        self._task: asyncio.Task | None = None
+
+    async def start(self) -> None:
+        listing = (await self._client.get(TRAINJOBS.format(ns=NAMESPACE))).json()
+        for item in listing.get("items") or []:
+            self._observe(item)
+        self._task = asyncio.create_task(self._run(listing["metadata"]["resourceVersion"]))
+
+    def _observe(self, trainjob: dict) -> None:
+        conditions = {c.get("type"): c.get("status") for c in (trainjob.get("status") or {}).get("conditions") or []}
+        if conditions.get("Dispatched") == "True" and conditions.get("Suspended") == "True":
+            meta = trainjob["metadata"]
+            self.mirrored.setdefault(f"{meta['namespace']}/{meta['name']}", time.perf_counter())
+
+    async def _run(self, rv: str) -> None:
+        params = {"watch": "true", "resourceVersion": rv, "timeoutSeconds": "3600"}
+        async with self._client.stream("GET", TRAINJOBS.format(ns=NAMESPACE), params=params, timeout=None) as answer:
+            async for line in answer.aiter_lines():
+                if line:
+                    event = json.loads(line)
+                    if event["type"] in ("ADDED", "MODIFIED"):
+                        self._observe(event["object"])
+
+    async def wait_all(self, keys: list[str], timeout: float) -> None:
+        await wait_until(f"{len(keys)} manager TrainJobs to show their copies' state",
+                         lambda: all(key in self.mirrored for key in keys), timeout,
+                         progress=lambda: missing(keys, self.mirrored), poll_s=0.05, stall_s=60.0)
+
+    async def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
 
 
 async def single_cluster(args) -> float:
@@ -279,6 +326,51 @@ def slot_write_conflicts(ports: list[int]) -> float:
     return sum(metric_value(port, "trainyard_dispatcher_slot_write_conflicts_total") or 0.0 for port in ports)
 
 
+async def api_requests(endpoints: dict[str, Endpoint]) -> dict[tuple[str, str, str], float]:
+    """Every cluster's API requests so far (devcluster's apiserver_request_total), by (cluster,
+    verb, resource); watches left out. Each API worker counts its own, so with --api-workers a
+    scrape sees one worker's share."""
+    counts: dict[tuple[str, str, str], float] = {}
+    for cluster, endpoint in endpoints.items():
+        text = (await endpoint.client.get("/metrics")).text
+        for labels, value in prometheus_samples(text, "apiserver_request_total").items():
+            found = dict(labels)
+            if found.get("verb") == "WATCH":
+                continue
+            resource = found.get("resource", "") + (f"/{found['subresource']}" if found.get("subresource") else "")
+            key = (cluster, found.get("verb", ""), resource)
+            counts[key] = counts.get(key, 0.0) + value
+    return counts
+
+
+def replica_kv_operations(ports: list[int]) -> list[float]:
+    """Each dispatcher replica's KV round trips so far (trainyard_kv_operations_total)."""
+    totals = []
+    for port in ports:
+        try:
+            text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2).text
+        except httpx.HTTPError:
+            totals.append(0.0)
+            continue
+        totals.append(sum(prometheus_samples(text, "trainyard_kv_operations_total").values()))
+    return totals
+
+
+def request_lines(before: dict, after: dict, count: int) -> list[str]:
+    """API requests per TrainJob of one row, per cluster, largest first."""
+    per: dict[str, dict[tuple[str, str], float]] = {}
+    for key in set(before) | set(after):
+        delta = (after.get(key, 0.0) - before.get(key, 0.0)) / count
+        if delta >= 0.005:
+            per.setdefault(key[0], {})[key[1:]] = delta
+    lines = []
+    for cluster in sorted(per):
+        found = sorted(per[cluster].items(), key=lambda item: -item[1])
+        lines.append(f"API requests per TrainJob on {cluster} ({sum(per[cluster].values()):.1f}): " + ", ".join(
+            f"{verb} {resource} {value:.2f}" for (verb, resource), value in found))
+    return lines
+
+
 async def wait_split(ports: list[int], timeout_s: float = 60.0) -> None:
     """Until the dispatchers serve every partition between them, each its share (a joining
     replica takes its share within a few heartbeats), so a row measures the split, not the
@@ -298,6 +390,26 @@ async def wait_split(ports: list[int], timeout_s: float = 60.0) -> None:
     print(f"warning: dispatcher partitions not split after {timeout_s:.0f} s: {owned} of {count}", flush=True)
 
 
+# A dispatcher replica using less CPU than this has no TrainJob work left (its idle loops use
+# 1-4 ms/s).
+SETTLED_MS_PER_S = 6.0
+
+
+async def settle(pids: list[int], timeout_s: float = 120.0) -> float:
+    """Until the dispatchers have nothing left to do (each under SETTLED_MS_PER_S for two
+    seconds in a row), so that a row neither inherits the previous phase's work nor leaves its
+    own to the next: the TrainJobs' statuses are still being mirrored when their JobSets exist.
+    Returns the seconds waited."""
+    began = time.monotonic()
+    quiet = 0
+    while time.monotonic() - began < timeout_s and quiet < 2:
+        before = sum(cpu_seconds(pid) for pid in pids)
+        await asyncio.sleep(1.0)
+        used_ms = (sum(cpu_seconds(pid) for pid in pids) - before) * 1000
+        quiet = quiet + 1 if used_ms <= SETTLED_MS_PER_S * len(pids) else 0
+    return time.monotonic() - began
+
+
 async def replica_rows(args, stack, workdir: Path, limits: LimitedReplicas,
                        limited: list[str]) -> list[dict]:
     """One row per dispatcher count (see ``dispatcher_table``); ``limited``: the stack's own
@@ -308,6 +420,8 @@ async def replica_rows(args, stack, workdir: Path, limits: LimitedReplicas,
     watches = [JobSetWatch(endpoints[name].client) for name in clusters if name != "manager"]
     for watch in watches:
         await watch.start()
+    mirrored = MirroredWatch(manager)
+    await mirrored.start()
 
     async def create(doc):
         (await manager.post(TRAINJOBS.format(ns=NAMESPACE), json=doc)).raise_for_status()
@@ -331,34 +445,59 @@ async def replica_rows(args, stack, workdir: Path, limits: LimitedReplicas,
             for name in warm:
                 await create(trainjob(name, True))
             await wait_all(watches, [f"{NAMESPACE}/{n}" for n in warm], timeout=120)
+            settled_before = await settle(pids)
             everything = stack_pids(stack, extras)
             labels = limited + [extra_label(i) for i in range(1, len(extras) + 1)]
             limits_before = limits.snapshot(labels)
             total_before = sum(cpu_seconds(pid) for pid in everything)
             cpu_before = sum(cpu_seconds(pid) for pid in pids)
             conflicts_before = await asyncio.to_thread(slot_write_conflicts, ports)
+            requests_before = await api_requests(endpoints)
+            kv_before = await asyncio.to_thread(replica_kv_operations, ports)
+            replica_cpu_before = [cpu_seconds(pid) for pid in pids]
             load_before = loadavg()
             names = [f"r{count}-{i}" for i in range(args.sustained)]
             start = time.perf_counter()
             created = await as_fast_as_possible([trainjob(n, True) for n in names], args.concurrency, create)
             done = await wait_all(watches, [f"{NAMESPACE}/{n}" for n in names], timeout=600)
             wall = time.perf_counter() - start
+            await mirrored.wait_all([f"{NAMESPACE}/{n}" for n in names], timeout=600)
+            mirrored_wall = time.perf_counter() - start
+            shares = limits.shares(limits_before, mirrored_wall)
+            stack_cpu = sum(cpu_seconds(pid) for pid in everything) - total_before
+            # What is left after that (events of the row still in the queues) counts in its CPU.
+            settled_after = await settle(pids)
             row = {"dispatchers": count, "rate": len(done) / wall, "created_s": created, "wall_s": wall,
+                   "mirrored_rate": len(names) / mirrored_wall,
                    "dispatcher_cpu_ms": (sum(cpu_seconds(pid) for pid in pids) - cpu_before) * 1000 / args.sustained,
-                   "stack_cpu_pct": 100 * (sum(cpu_seconds(pid) for pid in everything) - total_before) / wall,
-                   "limits": limits.shares(limits_before, wall), "load_before": load_before,
+                   "stack_cpu_pct": 100 * stack_cpu / mirrored_wall,
+                   "settled_s": [settled_before, settled_after],
+                   "limits": shares, "load_before": load_before,
                    "conflicts": (await asyncio.to_thread(slot_write_conflicts, ports) - conflicts_before)
-                   / args.sustained}
+                   / args.sustained,
+                   "replica_cpu_ms": [(cpu_seconds(pid) - was) * 1000 / args.sustained
+                                      for pid, was in zip(pids, replica_cpu_before)],
+                   "replica_kv": [(now - was) / args.sustained for now, was in
+                                  zip(await asyncio.to_thread(replica_kv_operations, ports), kv_before)]}
+            requests = request_lines(requests_before, await api_requests(endpoints), args.sustained)
             rows.append(row)
-            print(f"  {count} dispatcher(s): {row['rate']:.1f} delegated TrainJobs/s, dispatchers "
+            print(f"  {count} dispatcher(s): {row['rate']:.1f} delegated TrainJobs/s (their JobSets on the workers), "
+                  f"{row['mirrored_rate']:.1f}/s with the copies' state on the manager, dispatchers "
                   f"{row['dispatcher_cpu_ms']:.1f} CPU ms per TrainJob, {row['conflicts']:.2f} slot-ledger write "
-                  f"conflicts per TrainJob, the stack {row['stack_cpu_pct']:.0f}% CPU "
+                  f"conflicts per TrainJob, the stack {row['stack_cpu_pct']:.0f}% CPU; the dispatchers settled "
+                  f"{settled_before:.0f} s before the row and {settled_after:.0f} s after it, counted in its CPU "
                   f"(load before {load_before}, after {loadavg()})", flush=True)
-            for line in [offered_taken(args.sustained, created, wall), *limit_lines(row["limits"], args.cpu_limit)]:
+            per_replica = ", ".join(f"{label} {cpu:.1f} ms / {kv:.1f} KV" for label, cpu, kv in zip(
+                ["dispatcher", *(extra_label(i) for i in range(1, len(extras) + 1))], row["replica_cpu_ms"],
+                row["replica_kv"]))
+            for line in [offered_taken(args.sustained, created, wall), *limit_lines(row["limits"], args.cpu_limit),
+                         f"per TrainJob of the row, each replica's CPU and KV round trips: {per_replica}",
+                         *requests]:
                 print(f"    {line}", flush=True)
     finally:
         for proc, _ in extras:
             stop_process(proc)
+        await mirrored.stop()
         for watch in watches:
             await watch.stop()
         for endpoint in endpoints.values():
@@ -372,17 +511,22 @@ def dispatcher_table(rows: list[dict], sustained: int, cpu_limit: float, cores: 
     CPU ms per TrainJob, the whole stack's CPU % of one core, and with --cpu-limit each limited
     replica's CPU as a share of its limit (periods throttled) and the replicas at their limit;
     then the issue #33 target when the table has a 1 and a 4 row."""
-    head = (f"{'dispatchers':>11} {'TJ/s':>7} {'x1':>5} {'offered/s':>9} {'disp ms':>8} {'conflicts':>9} "
-            f"{'stack CPU %':>11}")
+    head = (f"{'dispatchers':>11} {'TJ/s':>7} {'x1':>5} {'mirrored/s':>10} {'x1':>5} {'offered/s':>9} "
+            f"{'disp ms':>8} {'conflicts':>9} {'stack CPU %':>11}")
     lines = [head + ("   limited replicas: CPU % of the limit (periods throttled); at their limit" if cpu_limit else ""),
-             f"  (TJ/s: delegated TrainJobs/s taken, {sustained} per row; offered: creates/s while they were sent; "
+             f"  (TJ/s: delegated TrainJobs/s taken (their JobSets on the workers), {sustained} per row; mirrored/s: "
+             f"the same until every manager TrainJob shows its copy's state; offered: creates/s while they were sent; "
              f"disp ms: all dispatchers' CPU ms per TrainJob; conflicts: slot-ledger writes per TrainJob that met "
              f"another replica's write first; stack CPU: every process of the stack, % of one of "
              f"{cores} cores)"]
     first = rows[0]["rate"] if rows else 0.0
+    first_mirrored = rows[0].get("mirrored_rate", 0.0) if rows else 0.0
     for row in rows:
         scale = row["rate"] / first if first else 0.0
-        line = (f"{row['dispatchers']:>11} {row['rate']:>7.1f} {scale:>5.2f} {sustained / row['created_s']:>9.1f} "
+        mirrored = row.get("mirrored_rate", 0.0)
+        mirrored_scale = mirrored / first_mirrored if first_mirrored else 0.0
+        line = (f"{row['dispatchers']:>11} {row['rate']:>7.1f} {scale:>5.2f} {mirrored:>10.1f} {mirrored_scale:>5.2f} "
+                f"{sustained / row['created_s']:>9.1f} "
                 f"{row['dispatcher_cpu_ms']:>8.1f} {row.get('conflicts', 0.0):>9.2f} {row['stack_cpu_pct']:>11.0f}   ")
         if cpu_limit:
             busy = at_limit(row["limits"])
@@ -395,14 +539,18 @@ def dispatcher_table(rows: list[dict], sustained: int, cpu_limit: float, cores: 
 def scale_target(rows: list[dict], cpu_limit: float) -> str | None:
     """Delegated TrainJobs/s with 4 dispatchers over 1 against the issue #33 target (>= 3.4x
     with limited replicas); None without both rows."""
-    one = [row["rate"] for row in rows if row["dispatchers"] == 1]
-    four = [row["rate"] for row in rows if row["dispatchers"] == 4]
-    if not one or not four or not one[0]:
+    one = [row for row in rows if row["dispatchers"] == 1]
+    four = [row for row in rows if row["dispatchers"] == 4]
+    if not one or not four or not one[0]["rate"]:
         return None
-    ratio = four[0] / one[0]
+    ratio = four[0]["rate"] / one[0]["rate"]
     limited = f"each limited to {cpu_limit:g} CPU" if cpu_limit else "not limited (the target is for limited ones)"
-    return (f"target: delegated TrainJobs/s with 4 dispatchers >= {SCALE_TARGET:g}x one ({limited}): "
-            f"{ratio:.2f}x {'met' if ratio >= SCALE_TARGET else 'NOT met'}")
+    line = (f"target: delegated TrainJobs/s with 4 dispatchers >= {SCALE_TARGET:g}x one ({limited}): "
+            f"{ratio:.2f}x {'met' if ratio >= SCALE_TARGET else 'NOT met'} (JobSets on the workers)")
+    if one[0].get("mirrored_rate") and four[0].get("mirrored_rate"):
+        mirrored = four[0]["mirrored_rate"] / one[0]["mirrored_rate"]
+        line += f", {mirrored:.2f}x {'met' if mirrored >= SCALE_TARGET else 'NOT met'} (copies' state on the manager)"
+    return line
 
 
 async def placement_bench(args) -> dict[str, float]:

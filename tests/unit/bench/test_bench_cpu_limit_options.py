@@ -105,8 +105,9 @@ def test_a_replica_starts_unlimited_in_its_cgroup_and_a_replacement_reuses_it() 
     assert limits.snapshot(["dispatcher-2", "dispatcher-3"]).keys() == {"dispatcher-2"}
 
 
-def _row(count: int, rate: float, shares: dict) -> dict:
+def _row(count: int, rate: float, shares: dict, mirrored: float | None = None) -> dict:
     return {"dispatchers": count, "rate": rate, "created_s": 2.0, "wall_s": 100 / rate,
+            "mirrored_rate": rate / 2 if mirrored is None else mirrored,
             "dispatcher_cpu_ms": 9.5, "stack_cpu_pct": 150.0, "limits": shares, "conflicts": 0.25 * (count - 1)}
 
 
@@ -115,13 +116,14 @@ def test_the_dispatcher_table_shows_each_limited_replica_against_its_limit_and_t
             _row(4, 36.0, {f"dispatcher{suffix}": (0.95, 0.5) for suffix in ("", "-2", "-3")}
                  | {"dispatcher-4": (0.5, 0.0)})]
     lines = _multicluster.dispatcher_table(rows, 100, 0.1, 2)
-    assert lines[2].split()[:7] == ["1", "10.0", "1.00", "50.0", "9.5", "0.00", "150"]
+    assert lines[2].split()[:9] == ["1", "10.0", "1.00", "5.0", "1.00", "50.0", "9.5", "0.00", "150"]
     assert lines[2].endswith("dispatcher 97% (80%); at their limit: dispatcher")
-    assert lines[3].split()[:6] == ["4", "36.0", "3.60", "50.0", "9.5", "0.75"]
+    assert lines[3].split()[:8] == ["4", "36.0", "3.60", "18.0", "3.60", "50.0", "9.5", "0.75"]
     assert "dispatcher-4 50% (0%); at their limit: dispatcher, dispatcher-2, dispatcher-3" in lines[3]
     assert lines[-1] == ("target: delegated TrainJobs/s with 4 dispatchers >= 3.4x one (each limited to 0.1 CPU): "
-                         "3.60x met")
-    assert _multicluster.scale_target([_row(1, 10.0, {}), _row(4, 30.0, {})], 0.1).endswith("3.00x NOT met")
+                         "3.60x met (JobSets on the workers), 3.60x met (copies' state on the manager)")
+    assert _multicluster.scale_target([_row(1, 10.0, {}), _row(4, 30.0, {}, mirrored=2.0)], 0.1).endswith(
+        "3.00x NOT met (JobSets on the workers), 0.40x NOT met (copies' state on the manager)")
     assert _multicluster.scale_target([_row(1, 10.0, {}), _row(2, 19.0, {})], 0.1) is None
     unlimited = _multicluster.dispatcher_table([_row(1, 10.0, {})], 100, 0.0, 2)
     assert unlimited[0].endswith("stack CPU %") and unlimited[2].endswith(" 150")
