@@ -115,6 +115,8 @@ class Dispatcher:
     # (None: deleted, or no longer delegated, since the last list.)
     _seen: dict[tuple[str, str], tuple[float, dict[str, Any] | None]] = field(default_factory=dict)
     _list_now: bool = True  # a partition was taken: what it holds is known only from a list
+    # (worker, resourceVersion) of the copy each TrainJob's last pass worked from.
+    _copy_versions: dict[tuple[str, str], tuple[str, str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.placer = Placer(self.manager, self.cluster, self.registry, self.slots)
@@ -171,6 +173,8 @@ class Dispatcher:
             del self._own_writes[key]
         for key in [k for k in self._seen if trainjob_partition(*k, self.partitions) == partition]:
             del self._seen[key]
+        for key in [k for k in self._copy_versions if trainjob_partition(*k, self.partitions) == partition]:
+            del self._copy_versions[key]
 
     def _remember(self, key: tuple[str, str], trainjob: dict[str, Any] | None) -> None:
         """The newest state of a manager TrainJob this replica saw (None: gone, or not delegated)."""
@@ -189,6 +193,7 @@ class Dispatcher:
             key = (event.namespace, event.name)
             if event.type == "DELETED":
                 self._own_writes.pop(key, None)
+                self._copy_versions.pop(key, None)
                 self._remember(key, None)
                 worker = d.assigned_worker(obj)
                 if worker is not None:
@@ -258,13 +263,48 @@ class Dispatcher:
             delegated = [(at, tj) for key, (at, tj) in self._seen.items() if tj is not None and self.owns(*key)]
         self._passes += 1
         due = [(at, tj) for at, tj in delegated if full or self._waiting(tj)]
+        # A full pass looks at every copy: one list per worker, not a GET per TrainJob (at a
+        # CPU limit those GETs made most of a replica's work once it held a few hundred).
+        copies = await self._list_copies() if full else {}
         # Each pass starts from what this replica saw newest by the time it runs (the passes
         # of a long resync queue behind the events' passes of the same TrainJobs).
         await asyncio.gather(*(self.reconcile(tj["metadata"]["namespace"], tj["metadata"]["name"], manager=tj,
-                                              seen_at=at) for at, tj in due))
+                                              seen_at=at, copy_hint=self._listed_copy(copies, tj))
+                               for at, tj in due))
         if full:
             for worker in self.registry.active():
                 self._sweep_soon(worker.name)
+
+    async def _list_copies(self) -> dict[str, dict[tuple[str, str], dict[str, Any]]]:
+        """Per reachable worker, this manager's copies there by (namespace, name); a worker that
+        does not answer is left out (its TrainJobs' passes read their copies one by one)."""
+        listed: dict[str, dict[tuple[str, str], dict[str, Any]]] = {}
+        for worker in self.registry.active():
+            client = self.registry.client(worker.name)
+            if client is None:
+                continue
+            try:
+                answer = await client.request("GET", r.TRAINJOB.path(),
+                                              query={"labelSelector": f"{d.ORIGIN_LABEL}={self.cluster}"})
+            except KubeError as err:
+                log.debug("resync: copies on %s not listed: %s", worker.name, describe(err))
+                continue
+            listed[worker.name] = {_key(copy_obj): copy_obj for copy_obj in answer.get("items") or []}
+        return listed
+
+    def _listed_copy(self, copies: dict[str, dict[tuple[str, str], dict[str, Any]]],
+                     trainjob: dict[str, Any]) -> tuple[str, dict[str, Any] | None] | None:
+        """The copy a full resync listed on the TrainJob's worker, as a pass's hint, when it is
+        the very version this replica's last pass used (the list is older than the events that
+        may reach the pass first: an older copy would mirror an older status). None: the pass
+        reads it."""
+        worker = d.assigned_worker(trainjob)
+        listed = copies.get(worker) if worker is not None else None
+        copy_obj = listed.get(_key(trainjob)) if listed is not None else None
+        if copy_obj is None:
+            return None
+        version = (worker, (copy_obj.get("metadata") or {}).get("resourceVersion"))
+        return (worker, copy_obj) if self._copy_versions.get(_key(trainjob)) == version else None
 
     async def _list_delegated(self) -> list[dict[str, Any]] | None:
         """This replica's delegated manager TrainJobs, listed; holds of TrainJobs that the list
@@ -420,6 +460,8 @@ class Dispatcher:
             await self._reconcile(namespace, name, waiting[1], None)
             return
         await self._mirror(trainjob, copy_obj, worker, waiting)
+        if copy_obj is not None:
+            self._copy_versions[(namespace, name)] = (worker, (copy_obj.get("metadata") or {}).get("resourceVersion"))
 
     async def _update(self, trainjob: dict[str, Any], *, finalizers: list[str] | None = None,
                       annotations: dict[str, str | None] | None = None) -> dict[str, Any]:

@@ -59,3 +59,25 @@ def test_without_the_bus_nothing_is_remembered_for_a_pass() -> None:
     replica.fed_by_events = False
     replica._seen[KEY] = (time.time(), trainjob("5"))
     assert replica._newest(*KEY, None, None) is None
+
+
+def test_a_full_resync_hands_a_listed_copy_only_when_it_is_the_version_last_worked_from() -> None:
+    """A full resync lists each worker's copies once instead of a GET per TrainJob; a listed copy
+    replaces the GET only when it is the very version the TrainJob's last pass used (else the
+    list may be older than what an event has shown since, and would mirror an older status)."""
+    replica = dispatcher()
+    placed = trainjob("5", "worker-1")
+
+    def copy(resource_version: str) -> dict:
+        return {"metadata": {"namespace": KEY[0], "name": KEY[1], "resourceVersion": resource_version}}
+
+    listed = {"worker-1": {KEY: copy("12")}}
+    assert replica._listed_copy(listed, placed) is None  # never worked from: read
+    replica._copy_versions[KEY] = ("worker-1", "12")
+    assert replica._listed_copy(listed, placed) == ("worker-1", copy("12"))
+    replica._copy_versions[KEY] = ("worker-1", "13")  # an event showed a newer one
+    assert replica._listed_copy(listed, placed) is None
+    replica._copy_versions[KEY] = ("worker-2", "12")
+    assert replica._listed_copy(listed, placed) is None
+    assert replica._listed_copy({}, placed) is None  # worker-1 did not answer the list
+    assert replica._listed_copy(listed, trainjob("4")) is None  # not placed
