@@ -67,6 +67,10 @@ LIST_EVERY = 5
 SWEEP_CONCURRENCY = 8
 # How long the mirror of a worker copy's status waits for the copy's next change.
 MIRROR_DELAY_S = 0.2
+# A copy's event older than this when handled (a replica behind its queue) is only a trigger:
+# the pass reads the copy, since a pass may have seen a newer one meanwhile, and mirroring the
+# event's would write an older status (then the newer one again).
+HINT_FRESH_S = 1.0
 # Kueue's Workload API is looked for every this many loop passes (one discovery GET while it
 # is absent).
 KUEUE_CHECK_EVERY = 5
@@ -101,7 +105,7 @@ class Dispatcher:
     _passes: int = 0
     _fresh: set[tuple[str, str, str]] = field(default_factory=set)  # (worker, ns, name) placed just now
     _tasks: set[asyncio.Task] = field(default_factory=set)
-    _mirrors: dict[tuple[str, str], tuple[str, dict[str, Any]]] = field(default_factory=dict)
+    _mirrors: dict[tuple[str, str], tuple[str, dict[str, Any] | None]] = field(default_factory=dict)
     # resourceVersions of this process's last writes of each manager TrainJob: the events those
     # writes cause carry nothing new, and are not worth a pass (a pass of the first write's echo
     # after the second write would only meet a conflict).
@@ -210,13 +214,14 @@ class Dispatcher:
             if copy_obj is None:
                 await self.reconcile(event.namespace, event.name, copy_hint=(event.cluster, None))
             else:
-                self._mirror_soon(event.namespace, event.name, event.cluster, copy_obj)
+                fresh = not delivery.published_at or time.time() - delivery.published_at <= HINT_FRESH_S
+                self._mirror_soon(event.namespace, event.name, event.cluster, copy_obj if fresh else None)
 
     def _own_echo(self, key: tuple[str, str], resource_version: str) -> bool:
         """Whether a manager TrainJob event is the echo of one of this process's last writes."""
         return bool(resource_version) and resource_version in self._own_writes.get(key, ())
 
-    def _mirror_soon(self, namespace: str, name: str, worker: str, copy_obj: dict[str, Any]) -> None:
+    def _mirror_soon(self, namespace: str, name: str, worker: str, copy_obj: dict[str, Any] | None) -> None:
         """Status changes of a copy come in quick runs (created, Suspended, jobsStatus...): the
         manager gets the last of a run, MIRROR_DELAY_S after the first, in one status write.
         A change lost to a crash in that window is mirrored by the next event or full resync."""

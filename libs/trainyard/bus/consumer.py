@@ -69,6 +69,7 @@ class Delivery:
     num_delivered: int
     stream_sequence: int
     consumer: str = ""  # the durable that delivered it
+    published_at: float = 0.0  # time.time() when the stream stored it (0: unknown)
 
 
 Handler = Callable[[Delivery], Awaitable[None]]
@@ -485,6 +486,7 @@ class Consumer:
             num_delivered=meta.num_delivered,
             stream_sequence=meta.sequence.stream,
             consumer=self._spec.durable,
+            published_at=published,
         )
         # The publisher's read floors: what it wrote before publishing is read back here.
         readfloor.merge_header(self._js._nc, delivery.headers.get(readfloor.HEADER))

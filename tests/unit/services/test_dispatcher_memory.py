@@ -81,3 +81,32 @@ def test_a_full_resync_hands_a_listed_copy_only_when_it_is_the_version_last_work
     assert replica._listed_copy(listed, placed) is None
     assert replica._listed_copy({}, placed) is None  # worker-1 did not answer the list
     assert replica._listed_copy(listed, trainjob("4")) is None  # not placed
+
+
+def test_a_late_copy_event_is_only_a_trigger() -> None:
+    """A replica behind its queue reads the copy instead of mirroring an event's older copy (a
+    pass may have seen a newer one meanwhile); a fresh event's copy saves that read."""
+    import asyncio
+    import json
+
+    from trainyard.bus.consumer import Delivery
+    from trainyard.multicluster.delegation import ORIGIN_LABEL
+
+    def copy_event(published_at: float) -> Delivery:
+        event = {"cluster": "worker-1", "type": "MODIFIED", "kind": "TrainJob",
+                 "apiVersion": "trainer.kubeflow.org/v1alpha1", "namespace": KEY[0], "name": KEY[1],
+                 "object": {"metadata": {"namespace": KEY[0], "name": KEY[1], "resourceVersion": "12",
+                                         "labels": {ORIGIN_LABEL: "manager"}}}}
+        return Delivery(subject="ty.events.x", data=json.dumps(event).encode(), headers={}, num_delivered=1,
+                        stream_sequence=1, published_at=published_at)
+
+    async def handled(published_at: float) -> tuple:
+        replica = dispatcher()
+        await replica.handle(copy_event(published_at))
+        hint = replica._mirrors[KEY]
+        for task in replica._tasks:
+            task.cancel()
+        return hint
+
+    assert asyncio.run(handled(time.time()))[1]["metadata"]["resourceVersion"] == "12"
+    assert asyncio.run(handled(time.time() - 30)) == ("worker-1", None)
