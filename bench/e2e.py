@@ -397,6 +397,32 @@ def prometheus_samples(text: str, name: str) -> dict[tuple, float]:
     return out
 
 
+# Per service, the counter of what a replica did once per TrainJob of its partitions: the
+# replicas' shares of a run's TrainJobs (metric, label, value).
+HANDLED = {"planner": ("trainyard_plans_total", "result", "published"),
+           "applier": ("trainyard_applies_total", "outcome", "applied"),
+           "status": ("trainyard_status_writes_total", "result", "written")}
+
+
+def share_lines(before: dict, after: dict) -> list[str]:
+    """Each partitioned service's replicas' shares of the run's TrainJobs, and the busiest one's
+    share over an even one: a run's TrainJobs hash unevenly onto the partitions (300 of them onto
+    16: a few percent at 2 replicas, a fifth at 8), and the busiest replica's share bounds the
+    run's rate however well the rest scales."""
+    lines = []
+    for service in HANDLED:
+        counts = [after["handled"].get(key, 0.0) - before["handled"].get(key, 0.0)
+                  for key in sorted(k for k in after["handled"] if k[0] == service)]
+        total = sum(counts)
+        if len(counts) < 2 or total <= 0:
+            continue
+        busiest = max(counts) * len(counts) / total
+        lines.append(f"{service} replicas' shares of the TrainJobs: {', '.join(f'{c:.0f}' for c in counts)}; "
+                     f"the busiest over an even share {busiest:.2f} (a rate ceiling of {len(counts) / busiest:.2f}x "
+                     f"one replica's)")
+    return lines
+
+
 class Counters:
     """What one sustained run costs per TrainJob: NATS messages, KV round trips, API requests."""
 
@@ -406,7 +432,7 @@ class Counters:
         self._monitors = monitor_ports  # every NATS node's: a client's connection is on one of them
 
     async def snapshot(self) -> dict:
-        snap: dict = {"nats": {}, "kv": {}, "api": {}, "published": {}, "timing": {}}
+        snap: dict = {"nats": {}, "kv": {}, "api": {}, "published": {}, "timing": {}, "handled": {}}
         async with httpx.AsyncClient(timeout=10) as plain:
             for monitor in self._monitors:
                 conns = (await plain.get(f"http://127.0.0.1:{monitor}/connz", params={"limit": 4096})).json()
@@ -421,6 +447,11 @@ class Counters:
                     for labels, value in prometheus_samples(text, "trainyard_kv_operations_total").items():
                         key = (service, dict(labels)["bucket"], dict(labels)["op"])
                         snap["kv"][key] = snap["kv"].get(key, 0) + value
+                    if service in HANDLED:  # what this replica did for its share of the TrainJobs
+                        metric, label, value_of = HANDLED[service]
+                        snap["handled"][(service, port)] = sum(
+                            value for labels, value in prometheus_samples(text, metric).items()
+                            if dict(labels).get(label) == value_of)
                     for labels, value in prometheus_samples(text, "trainyard_published_messages_total").items():
                         key = (service, dict(labels)["stream"])
                         snap["published"][key] = snap["published"].get(key, 0) + value
@@ -978,7 +1009,8 @@ async def _summary(args, figures: dict, cpu_each: dict, wall: float, created: fl
           f"concurrency {args.concurrency}, {args.generators} generator processes, every create answered "
           f"after {created:.1f} s of {wall:.1f} s; load average before {load_before}, after {loadavg()})")
     print(offered_taken(args.sustained, created, wall))
-    for line in limit_lines(figures.get("limits") or {}, args.cpu_limit) + lease_lines(figures.get("leases") or {}):
+    for line in limit_lines(figures.get("limits") or {}, args.cpu_limit) + lease_lines(figures.get("leases") or {}) \
+            + share_lines(before, after):
         print(line)
     if raw is not None:
         print(f"raw devcluster SSA: {raw:.1f} JobSets/s (devcluster at {dev_raw_pct:.0f}% CPU, all its processes); "

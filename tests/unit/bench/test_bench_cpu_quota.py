@@ -91,3 +91,13 @@ def test_leases_lost_and_presences_withdrawn_are_reported_per_replica() -> None:
     assert _e2e.lease_lines({"planner": (0.0, 0.0)}) == [
         "leases lost while a presence was gone: 0; presences withdrawn (a stalled event loop): none"]
     assert _e2e.lease_lines({}) == []
+
+
+def test_the_busiest_replicas_share_of_the_trainjobs_is_printed_with_the_rate_ceiling_it_sets() -> None:
+    """A run's TrainJobs hash unevenly onto the partitions; the replica with the most of them
+    bounds the run's rate, so each row says how far from even the split was."""
+    before = {"handled": {("planner", 1): 10.0, ("planner", 2): 10.0, ("applier", 3): 5.0}}
+    after = {"handled": {("planner", 1): 190.0, ("planner", 2): 130.0, ("applier", 3): 305.0}}
+    assert _e2e.share_lines(before, after) == [
+        "planner replicas' shares of the TrainJobs: 180, 120; the busiest over an even share 1.20 "
+        "(a rate ceiling of 1.67x one replica's)"]  # one applier: no split to show
