@@ -14,7 +14,7 @@
      TrainJobs/s (and its multiple of the first row's), offered creates/s against taken, the
      dispatchers' CPU ms per TrainJob, the whole stack's CPU and, with --cpu-limit, each limited
      replica's CPU as a share of its limit and which are at it; under it, each replica's CPU
-     and KV round trips and every cluster's API requests, per TrainJob. Each row starts once
+     and every cluster's API requests, per TrainJob. Each row starts once
      the dispatchers are idle, and its CPU counts until they are idle again (they go on
      mirroring statuses after the last JobSet exists). Two rates: the JobSets' (placed and
      created on a worker), and until every manager TrainJob shows its copy's state (Dispatched
@@ -343,19 +343,6 @@ async def api_requests(endpoints: dict[str, Endpoint]) -> dict[tuple[str, str, s
     return counts
 
 
-def replica_kv_operations(ports: list[int]) -> list[float]:
-    """Each dispatcher replica's KV round trips so far (trainyard_kv_operations_total)."""
-    totals = []
-    for port in ports:
-        try:
-            text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2).text
-        except httpx.HTTPError:
-            totals.append(0.0)
-            continue
-        totals.append(sum(prometheus_samples(text, "trainyard_kv_operations_total").values()))
-    return totals
-
-
 def request_lines(before: dict, after: dict, count: int) -> list[str]:
     """API requests per TrainJob of one row, per cluster, largest first."""
     per: dict[str, dict[tuple[str, str], float]] = {}
@@ -453,7 +440,6 @@ async def replica_rows(args, stack, workdir: Path, limits: LimitedReplicas,
             cpu_before = sum(cpu_seconds(pid) for pid in pids)
             conflicts_before = await asyncio.to_thread(slot_write_conflicts, ports)
             requests_before = await api_requests(endpoints)
-            kv_before = await asyncio.to_thread(replica_kv_operations, ports)
             replica_cpu_before = [cpu_seconds(pid) for pid in pids]
             load_before = loadavg()
             names = [f"r{count}-{i}" for i in range(args.sustained)]
@@ -476,9 +462,7 @@ async def replica_rows(args, stack, workdir: Path, limits: LimitedReplicas,
                    "conflicts": (await asyncio.to_thread(slot_write_conflicts, ports) - conflicts_before)
                    / args.sustained,
                    "replica_cpu_ms": [(cpu_seconds(pid) - was) * 1000 / args.sustained
-                                      for pid, was in zip(pids, replica_cpu_before)],
-                   "replica_kv": [(now - was) / args.sustained for now, was in
-                                  zip(await asyncio.to_thread(replica_kv_operations, ports), kv_before)]}
+                                      for pid, was in zip(pids, replica_cpu_before)]}
             requests = request_lines(requests_before, await api_requests(endpoints), args.sustained)
             rows.append(row)
             print(f"  {count} dispatcher(s): {row['rate']:.1f} delegated TrainJobs/s (their JobSets on the workers), "
@@ -487,11 +471,10 @@ async def replica_rows(args, stack, workdir: Path, limits: LimitedReplicas,
                   f"conflicts per TrainJob, the stack {row['stack_cpu_pct']:.0f}% CPU; the dispatchers settled "
                   f"{settled_before:.0f} s before the row and {settled_after:.0f} s after it, counted in its CPU "
                   f"(load before {load_before}, after {loadavg()})", flush=True)
-            per_replica = ", ".join(f"{label} {cpu:.1f} ms / {kv:.1f} KV" for label, cpu, kv in zip(
-                ["dispatcher", *(extra_label(i) for i in range(1, len(extras) + 1))], row["replica_cpu_ms"],
-                row["replica_kv"]))
+            per_replica = ", ".join(f"{label} {cpu:.1f} ms" for label, cpu in zip(
+                ["dispatcher", *(extra_label(i) for i in range(1, len(extras) + 1))], row["replica_cpu_ms"]))
             for line in [offered_taken(args.sustained, created, wall), *limit_lines(row["limits"], args.cpu_limit),
-                         f"per TrainJob of the row, each replica's CPU and KV round trips: {per_replica}",
+                         f"per TrainJob of the row, each replica's CPU: {per_replica}",
                          *requests]:
                 print(f"    {line}", flush=True)
     finally:

@@ -85,7 +85,7 @@ class Applier:
         keys = [ObjectKey(self.cluster, "TrainJob", plan.namespace, plan.name),
                 *(ObjectKey(self.cluster, "JobSet", obj["metadata"]["namespace"], obj["metadata"]["name"])
                   for obj in plan.objects if obj.get("kind") == "JobSet")]
-        read = await self.bus.snapshots.get_many(keys) if len(keys) > 1 else [await self.bus.snapshots.get(keys[0])]
+        read = await self.bus.snapshots.get_many(keys)
         trainjob = read[0]
         jobsets = {(key.namespace, key.name): obj for key, obj in zip(keys[1:], read[1:])}
         if trainjob is None or trainjob["metadata"].get("uid") != plan.uid:
@@ -168,7 +168,7 @@ class Applier:
         return True
 
     async def _apply_jobset(self, desired: dict[str, Any],
-                            snapshots: dict[tuple[str, str], dict[str, Any] | None] | None = None) -> None:
+                            snapshots: dict[tuple[str, str], dict[str, Any] | None]) -> None:
         """SSA of the JobSet, with suspend flipped on its own (kubeflow/trainer#3008).
 
         A JobSet accepts template changes only while it is suspended, and upstream's single
@@ -181,7 +181,7 @@ class Applier:
         # The snapshot saves a GET in the common case (a new JobSet, or no suspend change);
         # a suspend flip is confirmed against the live object.
         at = (meta["namespace"], meta["name"])
-        current = snapshots[at] if snapshots is not None and at in snapshots else \
+        current = snapshots[at] if at in snapshots else \
             await self.bus.snapshots.get(ObjectKey(self.cluster, "JobSet", *at))
         if current is not None and ((current.get("spec") or {}).get("suspend") is True) != want_suspended:
             current = await self.kube.get(r.JOBSET, meta["namespace"], meta["name"],

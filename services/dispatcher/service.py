@@ -71,7 +71,7 @@ MIRROR_DELAY_S = 0.2
 # the pass reads the copy, since a pass may have seen a newer one meanwhile, and mirroring the
 # event's would write an older status (then the newer one again).
 HINT_FRESH_S = 1.0
-# Kueue's Workload API is looked for every this many loop passes (one discovery GET while it
+# Kueue's Workload API is looked for every this many loops of run_loops (one discovery GET while it
 # is absent).
 KUEUE_CHECK_EVERY = 5
 # Resource versions of this process's own writes remembered per TrainJob: a pass often writes
@@ -259,11 +259,10 @@ class Dispatcher:
             return  # none yet (starting), or none left: the first pass with a share is a full one
         full = self._passes % FULL_RESYNC_EVERY == 0
         if not self.fed_by_events or full or self._list_now or self._passes % LIST_EVERY == 0:
-            asked_at = time.time()
             listed = await self._list_delegated()
             if listed is None:
                 return
-            delegated = [(asked_at, tj) for tj in listed]
+            delegated = listed  # (when asked, TrainJob)
         else:
             delegated = [(at, tj) for key, (at, tj) in self._seen.items() if tj is not None and self.owns(*key)]
         self._passes += 1
@@ -289,13 +288,16 @@ class Dispatcher:
             if client is None:
                 continue
             try:
-                answer = await client.request("GET", r.TRAINJOB.path(),
-                                              query={"labelSelector": f"{d.ORIGIN_LABEL}={self.cluster}"})
+                answer = await self._copies_on(client)
             except KubeError as err:
                 log.debug("resync: copies on %s not listed: %s", worker.name, describe(err))
                 continue
             listed[worker.name] = {_key(copy_obj): copy_obj for copy_obj in answer.get("items") or []}
         return listed
+
+    async def _copies_on(self, client: KubeClient) -> dict[str, Any]:
+        """The list of this manager's copies on a worker (by their origin label)."""
+        return await client.request("GET", r.TRAINJOB.path(), query={"labelSelector": f"{d.ORIGIN_LABEL}={self.cluster}"})
 
     def _listed_copy(self, copies: dict[str, dict[tuple[str, str], dict[str, Any]]],
                      trainjob: dict[str, Any]) -> tuple[str, dict[str, Any] | None] | None:
@@ -311,9 +313,10 @@ class Dispatcher:
         version = (worker, (copy_obj.get("metadata") or {}).get("resourceVersion"))
         return (worker, copy_obj) if self._copy_versions.get(_key(trainjob)) == version else None
 
-    async def _list_delegated(self) -> list[dict[str, Any]] | None:
-        """This replica's delegated manager TrainJobs, listed; holds of TrainJobs that the list
-        shows not running are pruned. None: the manager did not answer."""
+    async def _list_delegated(self) -> list[tuple[float, dict[str, Any]]] | None:
+        """This replica's delegated manager TrainJobs, listed, each with when the list was asked
+        for; holds of TrainJobs that the list shows not running are pruned. None: the manager
+        did not answer."""
         self._list_now = False
         asked_at = time.time()
         try:
@@ -330,7 +333,7 @@ class Dispatcher:
             fresh = {key: seen for key, seen in self._seen.items() if seen[0] >= asked_at}
             self._seen = {_key(tj): (asked_at, tj) for tj in delegated}
             self._seen.update(fresh)
-        return delegated
+        return [(asked_at, tj) for tj in delegated]
 
     async def _prune_holds(self, delegated: list[dict[str, Any]], asked_at: float) -> None:
         """Drops the holds of this replica's TrainJobs that no longer run on that worker
@@ -725,8 +728,7 @@ class Dispatcher:
         if client is None:
             return 0
         try:
-            copies = await client.request("GET", r.TRAINJOB.path(),
-                                          query={"labelSelector": f"{d.ORIGIN_LABEL}={self.cluster}"})
+            copies = await self._copies_on(client)
             listed = await self.manager.request("GET", r.TRAINJOB.path())
         except KubeError as err:
             log.debug("sweep of %s skipped: %s", worker, describe(err))
@@ -769,12 +771,12 @@ class Dispatcher:
     async def run_loops(self, stop: asyncio.Event, probe_interval_s: float, resync_interval_s: float) -> None:
         """Registry refresh (reachability, capacity), Kueue detection and the periodic resync."""
         next_resync = 0.0
-        passes = 0
+        loops = 0
         while not stop.is_set():
             try:
-                if passes % KUEUE_CHECK_EVERY == 0:
+                if loops % KUEUE_CHECK_EVERY == 0:
                     await self.detect_kueue()
-                passes += 1
+                loops += 1
                 await self.registry.refresh()
                 for worker in sorted(self._sweep_now):
                     self._sweep_now.discard(worker)

@@ -233,10 +233,12 @@ class KnownPlans:
                                            message.inputs, message.suspended, trainjob_partition(namespace, name)))
 
     def applied(self, trainjob: dict[str, Any], applied: Any) -> None:
-        """``applied`` (the ``ty_applied`` record) was read and shows the plan of ``trainjob``'s
-        very inputs applied."""
+        """``applied`` (the ``ty_applied`` record) was read and shows a plan of ``trainjob``'s uid
+        and generation applied (its inputs are kept as the record says: ``holds`` compares them
+        with each event's, so they are not digested again here)."""
         meta = trainjob.get("metadata") or {}
-        if applied is None or applied.state != "applied" or not inputs_already_applied(trainjob, applied):
+        if applied is None or applied.state != "applied" or applied.uid != meta.get("uid") \
+                or applied.generation != int(meta.get("generation") or 0):
             return
         namespace, name = meta.get("namespace") or "", meta.get("name") or ""
         self._keep(namespace, name, _Known(time.monotonic() + self._applied_ttl_s, applied.uid, applied.generation,
