@@ -208,8 +208,8 @@ async def in_process_costs(count: int = 2000) -> dict[str, float]:
     write when it has a core to itself. Shown beside the end-to-end figures, which on a shared
     machine mostly measure how much CPU the server got."""
     import yaml
-    from trainyard_services.devcluster.resources import WriteOptions
-    from trainyard_services.devcluster.server import ApiServer
+    from trainyard_services.devcluster.apiserver.registry.store import WriteOptions
+    from trainyard_services.devcluster.apiserver.server import ApiServer
 
     with tempfile.TemporaryDirectory() as tmp:
         server = ApiServer(Path(tmp), None)

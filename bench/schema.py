@@ -20,10 +20,10 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 
 from trainyard.pipeline.validation import trainjob_schema_errors
-from trainyard_services.devcluster.errors import ApiError
-from trainyard_services.devcluster.registry import types_from_crd
-from trainyard_services.devcluster.resources import WriteOptions
-from trainyard_services.devcluster.schema import SchemaProcessor
+from trainyard_services.devcluster.apiserver.errors import ApiError
+from trainyard_services.devcluster.apiserver.registry.kinds import types_from_crd
+from trainyard_services.devcluster.apiserver.registry.store import WriteOptions
+from trainyard_services.devcluster.apiserver.registry.schema import SchemaProcessor
 
 CRDS = REPO / "deploy" / "crds"
 

@@ -5,27 +5,7 @@ import asyncio
 import json
 import logging
 import signal
-import sys
-import time
 from pathlib import Path
-
-
-class _JsonFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        entry = {"ts": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(record.created)), "level": record.levelname,
-                 "logger": record.name, "msg": record.getMessage()}
-        if record.exc_info:
-            entry["exc"] = self.formatException(record.exc_info)
-        return json.dumps(entry)
-
-
-def setup_logging(level: str) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_JsonFormatter())
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level)
-    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
 
 
 def run_up(data_dir: Path, host: str, port: int, watch_history: int, log_level: str,
@@ -33,10 +13,11 @@ def run_up(data_dir: Path, host: str, port: int, watch_history: int, log_level: 
            jobset_feature_gates: frozenset[str] = frozenset(), audit_log_path: str | None = None,
            api_workers: int = 1) -> int:
     from trainyard.cli.main import UserError
-    from .multiproc.supervisor import WorkerFailed
-    from .storage import DataDirError
+    from trainyard.telemetry.logging import configure_logging
+    from trainyard_services.devcluster.process.supervisor import WorkerFailed
+    from trainyard_services.devcluster.storage.store import DataDirError
     from trainyard.eventloop import run
-    setup_logging(log_level)
+    configure_logging("devcluster", log_level)
     try:
         run(_main(data_dir, host, port, watch_history, dataplane, authorization_mode,
                           jobset_feature_gates=jobset_feature_gates, audit_log_path=audit_log_path,
@@ -56,7 +37,7 @@ def run_up(data_dir: Path, host: str, port: int, watch_history: int, log_level: 
 async def _main(data_dir: Path, host: str, port: int, watch_history: int, dataplane: bool = False,
                 authorization_mode: str = "RBAC", jobset_feature_gates: frozenset[str] = frozenset(),
                 audit_log_path: str | None = None, api_workers: int = 1, log_level: str = "INFO") -> None:
-    from .server import serve
+    from trainyard_services.devcluster.apiserver.server import serve
     from .tls import ensure_credentials, kubeconfig_text
 
     stop = asyncio.Event()
@@ -104,7 +85,7 @@ async def _main(data_dir: Path, host: str, port: int, watch_history: int, datapl
     stopper = asyncio.create_task(stop_in_order())
     try:
         if api_workers > 1:
-            from .multiproc.supervisor import WorkerSettings, run_workers
+            from trainyard_services.devcluster.process.supervisor import WorkerSettings, run_workers
             settings = WorkerSettings(host, port, api_workers, watch_history, authorization_mode, audit_log_path,
                                       log_level)
             await run_workers(data_dir, settings, on_ready, server_stop, stop)
@@ -122,7 +103,7 @@ def _controllers_kubeconfig(data_dir: Path, url: str) -> Path:
     """``pki/controllers.kubeconfig`` (0600): the in-process data plane's credentials."""
     import dataclasses
 
-    from .authn import CONTROLLERS_KUBECONFIG, ensure_controllers_token
+    from trainyard_services.devcluster.apiserver.filters.authentication import CONTROLLERS_KUBECONFIG, ensure_controllers_token
     from .tls import ensure_credentials, kubeconfig_text
 
     credentials = dataclasses.replace(ensure_credentials(data_dir), token=ensure_controllers_token(data_dir))

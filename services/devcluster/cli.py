@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as err:
         raise UserError(f"--jobset-feature-gates: {err}") from None
     from trainyard_services.devcluster.app import run_up
-    from trainyard_services.devcluster.multiproc.supervisor import default_api_workers
+    from trainyard_services.devcluster.process.supervisor import default_api_workers
     return run_up(data_dir, args.host, args.port, args.watch_history, args.log_level,
                   dataplane=args.dataplane, authorization_mode=args.authorization_mode,
                   jobset_feature_gates=gates, audit_log_path=audit_log,

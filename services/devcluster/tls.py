@@ -10,6 +10,8 @@ from pathlib import Path
 from trainyard.security import pki
 from trainyard.security.pki import write_private
 
+from .storage.datadir import PKI_NAME
+
 
 @dataclass(frozen=True)
 class Credentials:
@@ -26,7 +28,7 @@ def _write_private(path: Path, data: bytes) -> None:
 
 def ensure_credentials(data_dir: Path) -> Credentials:
     """Create the CA, server certificate (localhost, 127.0.0.1) and token once; reuse them after."""
-    pki = data_dir / "pki"
+    pki = data_dir / PKI_NAME
     pki.mkdir(parents=True, exist_ok=True)
     ca_cert, server_cert, server_key, token_file = pki / "ca.crt", pki / "server.crt", pki / "server.key", pki / "token"
     if not (ca_cert.exists() and server_cert.exists() and server_key.exists() and token_file.exists()):

@@ -613,11 +613,11 @@ POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "seed", "namespac
 def test_the_patch_machinery_only_ever_refuses_with_a_status(fuzz_count, data):
     """What devcluster runs for every PATCH (json, merge, strategic) and apply, called directly
     with many more patches than go over HTTP: a result or a 4xx ApiError, never another error."""
-    from trainyard_services.devcluster import machinery
-    from trainyard_services.devcluster.errors import ApiError
-    from trainyard_services.devcluster.registry import Registry
-    from trainyard_services.devcluster.resources import Api, WriteOptions
-    from trainyard_services.devcluster.apiserver.bodies import check_body
+    from trainyard_services.devcluster.apiserver.registry import machinery
+    from trainyard_services.devcluster.apiserver.errors import ApiError
+    from trainyard_services.devcluster.apiserver.registry.kinds import Registry
+    from trainyard_services.devcluster.apiserver.registry.store import Api, WriteOptions
+    from trainyard_services.devcluster.apiserver.registry.bodies import check_body
 
     registry = Registry()
     kind = data.draw(st.sampled_from(["Pod", "ConfigMap", "Deployment"]), label="kind")

@@ -1,4 +1,4 @@
-"""Per-kind rules that live in the strategy registry (services/devcluster/apiserver/strategies.py),
+"""Per-kind rules that live in the strategy registry (services/devcluster/apiserver/registry/strategies.py),
 as a client sees them over HTTPS: each kind's name rule, its cross-field checks, what its
 creation and deletion bring along, and the review kinds' handlers.
 

@@ -12,7 +12,7 @@ import yaml
 
 from fixtures.devcluster import REPO, api_workers_args, start_devcluster
 from integration.apiserver._manifests import TRAINER_CRDS, install_trainer_crds, trainjob
-from trainyard_services.devcluster.storage import DataDirError, Store
+from trainyard_services.devcluster.storage.store import DataDirError, Store
 
 TJ = "/apis/trainer.kubeflow.org/v1alpha1/namespaces/default/trainjobs"
 CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from trainyard_services.devcluster.builtin_fields import hpa_causes, job_update_causes
-from trainyard_services.devcluster.scale import ScaleError, replicas_causes, scale_of, with_replicas
+from trainyard_services.devcluster.apiserver.registry.builtin_fields import hpa_causes, job_update_causes
+from trainyard_services.devcluster.apiserver.registry.scale_view import ScaleError, replicas_causes, scale_of, with_replicas
 
 PATHS = {"specReplicasPath": ".spec.trainer.numNodes", "statusReplicasPath": ".status.elastic.currentNodes",
          "labelSelectorPath": ".status.elastic.selector"}
@@ -105,7 +105,7 @@ def test_hpa_metrics_validation(metric, causes):
 
 
 def test_managed_fields_through_the_scale_and_back():
-    from trainyard_services.devcluster.scale import parent_managed_fields, scale_managed_fields
+    from trainyard_services.devcluster.apiserver.registry.scale_view import parent_managed_fields, scale_managed_fields
     owner = {"manager": "owner", "operation": "Apply", "apiVersion": "trainer.kubeflow.org/v1alpha1",
              "fieldsType": "FieldsV1",
              "fieldsV1": {"f:spec": {"f:runtimeRef": {"f:name": {}}, "f:trainer": {"f:numNodes": {}}}}}

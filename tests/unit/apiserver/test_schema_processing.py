@@ -7,11 +7,11 @@ import celpy
 import pytest
 import yaml
 
-from trainyard_services.devcluster.errors import ApiError
-from trainyard_services.devcluster.registry import types_from_crd
-from trainyard_services.devcluster.resources import WriteOptions
+from trainyard_services.devcluster.apiserver.errors import ApiError
+from trainyard_services.devcluster.apiserver.registry.kinds import types_from_crd
+from trainyard_services.devcluster.apiserver.registry.store import WriteOptions
 from trainyard.apimachinery.cel import CelError, compile_rule
-from trainyard_services.devcluster.schema import SchemaProcessor
+from trainyard_services.devcluster.apiserver.registry.schema import SchemaProcessor
 
 REPO = Path(__file__).resolve().parents[3]
 CRD_DIR = REPO / "deploy" / "crds"

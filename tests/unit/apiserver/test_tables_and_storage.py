@@ -5,9 +5,9 @@ import asyncio
 
 import pytest
 
-from trainyard_services.devcluster.events import core_to_events_v1, events_v1_to_core
-from trainyard_services.devcluster.storage import DataDirError, Expired, StaleWrite, Store
-from trainyard_services.devcluster.tables import humanise_age, jsonpath
+from trainyard_services.devcluster.apiserver.registry.events import core_to_events_v1, events_v1_to_core
+from trainyard_services.devcluster.storage.store import DataDirError, Expired, StaleWrite, Store
+from trainyard_services.devcluster.apiserver.endpoints.tables import humanise_age, jsonpath
 
 
 def test_jsonpath_subset_used_by_printer_columns():
@@ -101,7 +101,7 @@ def test_a_second_server_on_the_same_data_dir_is_refused(tmp_path):
 
 
 def test_printer_column_paths_with_escaped_dots_read_label_and_annotation_keys():
-    from trainyard_services.devcluster.tables import jsonpath
+    from trainyard_services.devcluster.apiserver.endpoints.tables import jsonpath
 
     obj = {"metadata": {"labels": {"trainer.kubeflow.org/framework": "torch"},
                         "annotations": {"trainyard.kubeflow.org/worker-cluster": "worker-2"}}}
@@ -113,6 +113,6 @@ def test_printer_column_paths_with_escaped_dots_read_label_and_annotation_keys()
 def test_the_default_number_of_api_workers_follows_the_cores():
     """One process up to 4 cores (measured fastest on 2: docs/performance.md), else half the
     cores, at most 8 (`devcluster up --api-workers 0`, the default)."""
-    from trainyard_services.devcluster.multiproc.supervisor import default_api_workers
+    from trainyard_services.devcluster.process.supervisor import default_api_workers
 
     assert [default_api_workers(cores) for cores in (1, 2, 4, 6, 8, 16, 64)] == [1, 1, 1, 3, 4, 8, 8]

@@ -1,10 +1,10 @@
-"""Object UIDs: version-4 UUIDs from a pool of kernel random bytes (services/devcluster/uids.py)."""
+"""Object UIDs: version-4 UUIDs from a pool of kernel random bytes (services/devcluster/apiserver/registry/uids.py)."""
 from __future__ import annotations
 
 import os
 import uuid
 
-from trainyard_services.devcluster.uids import new_uid
+from trainyard_services.devcluster.apiserver.registry.uids import new_uid
 
 
 def test_uids_are_random_version_4_uuids_and_never_repeat_across_pool_refills():

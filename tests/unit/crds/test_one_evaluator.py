@@ -14,10 +14,10 @@ import yaml
 from fixtures.pipeline_builders import container, job, runtime, trainjob
 from trainyard.apimachinery.cel import compile_rule
 from trainyard.pipeline import validate_runtime, validate_trainjob
-from trainyard_services.devcluster.errors import ApiError
-from trainyard_services.devcluster.registry import types_from_crd
-from trainyard_services.devcluster.resources import WriteOptions
-from trainyard_services.devcluster.schema import SchemaProcessor
+from trainyard_services.devcluster.apiserver.errors import ApiError
+from trainyard_services.devcluster.apiserver.registry.kinds import types_from_crd
+from trainyard_services.devcluster.apiserver.registry.store import WriteOptions
+from trainyard_services.devcluster.apiserver.registry.schema import SchemaProcessor
 
 CRDS = Path(__file__).resolve().parents[3] / "deploy" / "crds"
 

@@ -78,7 +78,7 @@ def test_every_span_under_a_trainjob_context_carries_its_uid_and_links_resolve()
 
 
 def test_devcluster_verbs_follow_kube_apiserver() -> None:
-    from trainyard_services.devcluster.metrics import verb_of
+    from trainyard_services.devcluster.apiserver.endpoints.metrics import verb_of
 
     assert verb_of("GET", True, False, "") == "GET"
     assert verb_of("GET", False, False, "") == "LIST"

@@ -1,1 +1,0 @@
-"""A devcluster of several processes: one store process, N API workers (``--api-workers``)."""

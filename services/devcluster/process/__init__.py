@@ -1,0 +1,1 @@
+"""devcluster as several processes: one store process, N API workers (``--api-workers``)."""
