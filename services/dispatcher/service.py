@@ -49,6 +49,7 @@ from trainyard.multicluster.placement import REASON_NO_CAPACITY, Amounts
 from trainyard.multicluster.placer import Placer, trainjob_key as _key
 from trainyard.multicluster.registry import WorkerRegistry
 from trainyard.multicluster.slots import SlotLedger, hold_key
+from trainyard.pipeline.lifecycle import is_finished
 
 log = logging.getLogger(__name__)
 
@@ -240,7 +241,7 @@ class Dispatcher:
         """What only a timer can move on: placement retries, lost workers, pending deletions."""
         if trainjob["metadata"].get("deletionTimestamp"):
             return True
-        if d.finished(trainjob):
+        if is_finished(trainjob):
             return False
         worker = d.assigned_worker(trainjob)
         if worker is None or self.registry.is_lost(worker) or self.registry.client(worker) is None:
@@ -439,11 +440,11 @@ class Dispatcher:
             await self._finalize(trainjob)
             return
         worker = d.assigned_worker(trainjob)
-        if worker is not None and self.registry.is_lost(worker) and not d.finished(trainjob):
+        if worker is not None and self.registry.is_lost(worker) and not is_finished(trainjob):
             trainjob = await self._redispatch(trainjob, worker)
             worker = None
         if worker is None:
-            if d.finished(trainjob):
+            if is_finished(trainjob):
                 return
             trainjob, worker = await self._place(trainjob)
             if worker is None:
@@ -543,7 +544,7 @@ class Dispatcher:
         the returned (reason, message) says why."""
         held_key = hold_key(*_key(trainjob))
         copy_suspended = bool((copy_obj.get("spec") or {}).get("suspend"))
-        done = d.finished(trainjob) or d.finished(copy_obj)
+        done = is_finished(trainjob) or is_finished(copy_obj)
         if done or d.suspended(trainjob):
             # A finished copy is released if this process knows its hold (a resync prunes any
             # other); a copy still running while its TrainJob is suspended is released now,

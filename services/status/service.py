@@ -30,10 +30,11 @@ from trainyard.compat import DEFAULT_COMPAT, TrainerCompat
 from trainyard.kube import resources as r
 from trainyard.kube.client import KubeClient, KubeError
 from trainyard.kube.events import record_event
-from trainyard.api.constants import ANNOTATION_TTL_SECONDS_AFTER_FINISHED
+from trainyard.api.constants import ANNOTATION_TTL_SECONDS_AFTER_FINISHED, FINALIZER_RESOURCE_IN_USE as FINALIZER
 from trainyard.pipeline.elastic import REASON_RESIZE_REFUSED, REASON_RESIZED
-from trainyard.pipeline.status_fold import (COMPONENT, FINALIZER, RUNTIME_COMPONENTS, comparable, desired_status,
-                                             resize_pending, resized, runtime_of, transitions)
+from trainyard.pipeline.resolution import finalizer_action, referenced_runtime
+from trainyard.pipeline.status_fold import (COMPONENT, RUNTIME_COMPONENTS, comparable, desired_status,
+                                             resize_pending, resized, transitions)
 from trainyard.pipeline.trainjobs import (REASON_CREATION_FAILED, creation_failed_message, managed_by_trainer,
                                           owned_by_uid, owner_reference)
 from trainyard.clock import now_rfc3339
@@ -137,7 +138,7 @@ class StatusService:
                 # the runtime reference was checked on the events before it.
                 metrics.STATUS_WRITES.labels("own_write_echo").inc()
                 return
-            runtime = runtime_of(event.object)
+            runtime = referenced_runtime(event.object)
             if runtime is not None and not self.compat.v2_3:  # v2.3.0 never adds the finalizer
                 deleted = event.type == "DELETED"
                 await self.reconcile_runtime(*runtime, referenced=not deleted, live=deleted)
@@ -271,18 +272,16 @@ class StatusService:
             if has_finalizer:
                 await self._drop_finalizer(resource, kind, namespace, name, meta)
             return
-        deleting = bool(meta.get("deletionTimestamp"))
-        if has_finalizer and not deleting:
-            return  # never removed from a live runtime
-        if not has_finalizer and deleting:
-            return
-        in_use = referenced and not deleting
+        if finalizer_action(runtime, True) == finalizer_action(runtime, False):
+            return  # nothing a reference could change (a live runtime keeps it; none is added while deleting)
+        in_use = referenced and not meta.get("deletionTimestamp")
         if not in_use:
             jobs = await self.bus.snapshots.list(self.cluster, "TrainJob", namespace if namespace else None)
-            in_use = any(runtime_of(j) == (kind, namespace, name) for j in jobs)
-        if not has_finalizer and in_use:
+            in_use = any(referenced_runtime(j) == (kind, namespace, name) for j in jobs)
+        action = finalizer_action(runtime, in_use)
+        if action == "add":
             finalizers.append(FINALIZER)
-        elif has_finalizer and deleting and not in_use:
+        elif action == "remove":
             finalizers.remove(FINALIZER)
         else:
             return

@@ -11,6 +11,8 @@ from __future__ import annotations
 import copy
 from typing import Any, Iterable, Iterator, Mapping
 
+from trainyard.pipeline.lifecycle import is_finished
+
 MULTIKUEUE_MANAGED_BY = "kueue.x-k8s.io/multikueue"
 ORIGIN_LABEL = "kueue.x-k8s.io/multikueue-origin"
 # On the manager TrainJob: the worker that runs it (the `-o wide` Cluster column reads it).
@@ -24,7 +26,6 @@ CONDITION_DISPATCHED = "Dispatched"
 
 # Written by clients, meaningless (or harmful) on the copy.
 _DROPPED_ANNOTATIONS = ("kubectl.kubernetes.io/last-applied-configuration", WORKER_ANNOTATION)
-TERMINAL_CONDITIONS = ("Complete", "Failed")
 
 
 def is_delegated(trainjob: Mapping[str, Any]) -> bool:
@@ -37,11 +38,6 @@ def assigned_worker(trainjob: Mapping[str, Any]) -> str | None:
 
 def suspended(trainjob: Mapping[str, Any]) -> bool:
     return bool((trainjob.get("spec") or {}).get("suspend"))
-
-
-def finished(trainjob: Mapping[str, Any]) -> bool:
-    return any(c.get("type") in TERMINAL_CONDITIONS and c.get("status") == "True"
-               for c in (trainjob.get("status") or {}).get("conditions") or [])
 
 
 def worker_copy(trainjob: Mapping[str, Any], manager_cluster: str) -> dict[str, Any]:
@@ -166,7 +162,7 @@ def running_on(delegated: Iterable[Mapping[str, Any]]) -> dict[str, set[str]]:
     running: dict[str, set[str]] = {}
     for trainjob in delegated:
         worker = assigned_worker(trainjob)
-        if worker is not None and not finished(trainjob) and not suspended(trainjob):
+        if worker is not None and not is_finished(trainjob) and not suspended(trainjob):
             meta = trainjob["metadata"]
             running.setdefault(worker, set()).add(f"{meta['namespace']}/{meta['name']}")
     return running

@@ -115,14 +115,16 @@ def referenced_runtime(trainjob: dict[str, Any]) -> tuple[str, str, str] | None:
 def finalizer_action(runtime: dict[str, Any], referenced: bool) -> str | None:
     """What the runtime controller does: "add", "remove" or None (nothing).
 
-    Add the finalizer when a TrainJob references the runtime and it is missing; remove it
-    only when the runtime is being deleted and nothing references it. A live runtime keeps
-    its finalizer even when the last TrainJob is gone.
+    Add the finalizer when a TrainJob references the runtime and it is missing (never to a
+    runtime being deleted: the API server takes no new finalizer then); remove it only when the
+    runtime is being deleted and nothing references it. A live runtime keeps its finalizer even
+    when the last TrainJob is gone.
     """
     finalizers = dig(runtime, "metadata", "finalizers")
     has_finalizer = isinstance(finalizers, list) and c.FINALIZER_RESOURCE_IN_USE in finalizers
-    if not has_finalizer and referenced:
+    deleting = bool(dig(runtime, "metadata", "deletionTimestamp"))
+    if not has_finalizer and referenced and not deleting:
         return "add"
-    if has_finalizer and dig(runtime, "metadata", "deletionTimestamp") and not referenced:
+    if has_finalizer and deleting and not referenced:
         return "remove"
     return None

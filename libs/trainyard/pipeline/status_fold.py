@@ -14,7 +14,7 @@ from trainyard.api.constants import CONDITION_SUSPENDED, MESSAGE_RESUMED, REASON
 from .elastic import CONDITION_RESIZING, REASON_RESIZE_REFUSED
 from .lifecycle import finished_condition, trainjob_state
 from .status import compute_trainjob_status, set_condition
-from .trainjobs import REASON_CREATION_FAILED, TRAINER_GROUP, creation_failed_message
+from .trainjobs import REASON_CREATION_FAILED, creation_failed_message
 
 
 class FailureOutcome(Protocol):
@@ -28,8 +28,6 @@ class FailureOutcome(Protocol):
 COMPONENT = "trainer-trainjob-controller"
 RUNTIME_COMPONENTS = {"TrainingRuntime": "trainer-trainingruntime-controller",
                       "ClusterTrainingRuntime": "trainer-clustertrainingruntime-controller"}
-FINALIZER = "trainer.kubeflow.org/resource-in-use"
-GROUP = TRAINER_GROUP
 
 
 def desired_status(trainjob: dict[str, Any], jobset: dict[str, Any] | None,
@@ -101,13 +99,3 @@ def transitions(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str,
         changed.append({"type": CONDITION_SUSPENDED, "status": "False",
                         "reason": REASON_RESUMED, "message": MESSAGE_RESUMED})
     return changed
-
-
-def runtime_of(trainjob: dict[str, Any]) -> tuple[str, str, str] | None:
-    """(kind, namespace, name) of the runtime the TrainJob references with the trainer group."""
-    ref = (trainjob.get("spec") or {}).get("runtimeRef") or {}
-    kind = ref.get("kind")
-    if ref.get("apiGroup") != GROUP or kind not in RUNTIME_COMPONENTS or not ref.get("name"):
-        return None
-    namespace = (trainjob.get("metadata") or {}).get("namespace") or "" if kind == "TrainingRuntime" else ""
-    return kind, namespace, ref["name"]

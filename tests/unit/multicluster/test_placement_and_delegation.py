@@ -6,6 +6,7 @@ from fractions import Fraction
 import pytest
 
 from trainyard.multicluster import delegation as d
+from trainyard.pipeline.lifecycle import is_finished
 from trainyard.multicluster.placement import (
     REASON_NO_CAPACITY, REASON_NO_RUNTIME, REASON_NO_WORKER, Worker, choose_worker, jobset_requests,
     node_allocatable, pods_in_use,
@@ -134,7 +135,7 @@ def test_mirrored_status_is_the_copys_with_dispatched_first():
     assert mirrored["jobsStatus"] == [{"name": "node", "succeeded": 1}]
     # Re-dispatch: nothing of the lost copy stays.
     assert d.mirrored_status(manager_trainjob(), None, dispatched) == {"conditions": [dispatched]}
-    assert d.finished(copy) and not d.finished({"status": {"conditions": [{"type": "Complete", "status": "False"}]}})
+    assert is_finished(copy) and not is_finished({"status": {"conditions": [{"type": "Complete", "status": "False"}]}})
 
 
 def test_trainjobs_that_hold_nothing_are_spread_over_equal_workers() -> None:
@@ -185,3 +186,14 @@ def test_the_dispatched_condition_goes_first_and_replaces_the_previous_one():
     condition = d.dispatched_condition("False", "WorkerLost", "gone", "2026-01-01T00:00:00Z", None)
     assert [c["type"] + c["status"] for c in d.with_dispatched(trainjob, condition)["conditions"]] == \
         ["DispatchedFalse", "CreatedTrue"]
+
+
+def test_a_copy_failed_for_a_reason_that_is_not_final_still_holds_its_place() -> None:
+    # The planner's Failed/TrainJobResourcesCreationFailed resumes once the cause is fixed: the
+    # dispatcher must not count such a copy as done (release its slots, stop re-dispatching it).
+    failed = {"status": {"conditions": [{"type": "Failed", "status": "True", "reason": ""}]}}
+    for reason in ("TrainJobResourcesCreationFailed", "TrainingRuntimeNotSupported"):
+        failed["status"]["conditions"][0]["reason"] = reason
+        assert not is_finished(failed)
+    failed["status"]["conditions"][0]["reason"] = "JobSetFailed"  # the JobSet's failure is final
+    assert is_finished(failed)

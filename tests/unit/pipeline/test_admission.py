@@ -239,6 +239,7 @@ def test_referenced_runtime_index(ref: dict[str, Any], expected: Any) -> None:
     pytest.param(["trainer.kubeflow.org/resource-in-use"], False, False, None, id="kept-on-live-runtime"),
     pytest.param(["trainer.kubeflow.org/resource-in-use"], True, True, None, id="kept-while-used"),
     pytest.param([], False, False, None, id="unused-without-finalizer"),
+    pytest.param([], True, True, None, id="none-added-while-deleting"),
 ])
 def test_finalizer_action(finalizers: list[str], deleting: bool, referenced: bool, action: Any) -> None:
     rt = runtime()

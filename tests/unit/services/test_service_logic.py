@@ -9,7 +9,8 @@ from trainyard.bus.claims import Wanted, remembered_hashes
 from trainyard_services.applier.service import with_owner
 from trainyard_services.planner.reconcile import owned_refs_for, owner_of, references_runtime
 from trainyard_services.planner.service import trainjob_lane
-from trainyard.pipeline.status_fold import desired_status, runtime_of, transitions
+from trainyard.pipeline.resolution import referenced_runtime
+from trainyard.pipeline.status_fold import desired_status, transitions
 
 RUNTIME = {
     "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
@@ -158,9 +159,9 @@ def test_transitions_name_new_and_changed_conditions_once():
 def test_runtime_reference_needs_the_trainer_group():
     job = trainjob()
     job["spec"]["runtimeRef"] = {"name": "torch", "kind": "TrainingRuntime", "apiGroup": "trainer.kubeflow.org"}
-    assert runtime_of(job) == ("TrainingRuntime", "ns", "torch")
+    assert referenced_runtime(job) == ("TrainingRuntime", "ns", "torch")
     job["spec"]["runtimeRef"]["apiGroup"] = ""
-    assert runtime_of(job) is None
+    assert referenced_runtime(job) is None
 
 
 def plan_message(**kw):
