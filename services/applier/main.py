@@ -4,6 +4,8 @@ from __future__ import annotations
 import argparse
 import os
 
+from trainyard.errors import UserError
+
 HELP = "Apply planned objects with server-side apply (field manager trainer), newest plan wins."
 
 
@@ -17,7 +19,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from trainyard.cli.main import UserError
     from trainyard.telemetry.service import config_from_args, run_service
 
     config = config_from_args("applier", args)

@@ -7,12 +7,13 @@ import logging
 import signal
 from pathlib import Path
 
+from trainyard.errors import UserError
+
 
 def run_up(data_dir: Path, host: str, port: int, watch_history: int, log_level: str,
            dataplane: bool = False, authorization_mode: str = "RBAC",
            jobset_feature_gates: frozenset[str] = frozenset(), audit_log_path: str | None = None,
            api_workers: int = 1) -> int:
-    from trainyard.cli.main import UserError
     from trainyard.telemetry.logging import configure_logging
     from trainyard_services.devcluster.process.supervisor import WorkerFailed
     from trainyard_services.devcluster.storage.store import DataDirError

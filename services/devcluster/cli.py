@@ -5,6 +5,8 @@ import argparse
 import os
 from pathlib import Path
 
+from trainyard.errors import UserError
+
 HELP = "Run the embedded devcluster (Kubernetes-compatible API server) in the foreground."
 DEFAULT_PORT = 26443
 
@@ -43,7 +45,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from trainyard.cli.main import UserError
     if getattr(args, "devcluster_command", None) != "up":
         raise UserError("devcluster: choose an action, e.g. `trainyard devcluster up`")
     if not 0 <= args.port <= 65535:

@@ -4,6 +4,8 @@ from __future__ import annotations
 import argparse
 import os
 
+from trainyard.errors import UserError
+
 HELP = ("Run TrainJobs with spec.managedBy kueue.x-k8s.io/multikueue on the worker clusters declared "
         "by MultiKueueCluster objects, and mirror their status back (manager side).")
 
@@ -29,7 +31,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def _seconds(value: str, flag: str) -> float:
-    from trainyard.cli.main import UserError
 
     try:
         seconds = float(value)
@@ -41,7 +42,6 @@ def _seconds(value: str, flag: str) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
-    from trainyard.cli.main import UserError
     from trainyard.telemetry.service import config_from_args, run_service
 
     config = config_from_args("dispatcher", args)

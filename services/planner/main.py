@@ -5,6 +5,7 @@ import argparse
 import os
 
 from trainyard.errortext import describe
+from trainyard.errors import UserError
 
 HELP = "Plan TrainJobs (runtime + plugins -> desired objects) and serve the admission webhooks."
 
@@ -47,7 +48,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from trainyard.cli.main import UserError
     from trainyard.telemetry.service import config_from_args, port_or_off, run_service
 
     config = config_from_args("planner", args)

@@ -4,6 +4,8 @@ from __future__ import annotations
 import argparse
 import os
 
+from trainyard.errors import UserError
+
 HELP = "Fold JobSet status and apply results into TrainJob status; look after runtime finalizers."
 
 
@@ -24,7 +26,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from trainyard.cli.main import UserError
     from trainyard.telemetry.service import config_from_args, port_or_off, run_service
 
     from trainyard.compat import compat_from_args

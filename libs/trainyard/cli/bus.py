@@ -12,6 +12,8 @@ import os
 import sys
 from pathlib import Path
 
+from trainyard.errors import UserError
+
 HELP = ("Bus security: generate NATS credentials and server config (credentials), or create the "
         "streams and buckets as the bootstrap identity (bootstrap).")
 
@@ -159,7 +161,6 @@ async def _bootstrap(url: str, timeout_s: float) -> int:
     from trainyard.bus.auth import from_environment
     from trainyard.bus.connection import ServerTooOld, connect
     from trainyard.bus.topology import ensure_topology
-    from trainyard.cli.main import UserError
     from trainyard.errortext import describe
 
     credentials = from_environment()

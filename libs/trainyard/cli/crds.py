@@ -5,6 +5,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from trainyard.errors import UserError
+
 HELP = (
     "Generate the CustomResourceDefinitions (TrainJob, TrainingRuntime, ClusterTrainingRuntime,"
     " JobSet, coscheduling and Volcano PodGroup, Volcano Queue) from the API models."
@@ -44,7 +46,6 @@ def render(crd: dict) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from trainyard.api.crds import CRDS, MULTICLUSTER_CRDS, crd_file_names, generate_crd
-    from trainyard.cli.main import UserError
 
     infos = MULTICLUSTER_CRDS if args.multicluster else CRDS
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainyard.cli.main import UserError
+from trainyard.errors import UserError
 from trainyard.packaged import examples_dir
 
 HELP = "Run the local demo: trainyard up, submit examples/torch-ddp-cpu, watch it train, stop."

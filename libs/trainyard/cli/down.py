@@ -4,6 +4,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from trainyard.errors import UserError
+
 HELP = "Stop the local trainyard started by `trainyard up` (services, devcluster and its pods, NATS)."
 
 
@@ -17,7 +19,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from trainyard.cli.main import UserError
     from trainyard.supervisor.layout import StackLayout, default_data_dir
     from trainyard.supervisor.shutdown import stop_stack
 

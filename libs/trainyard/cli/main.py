@@ -14,6 +14,8 @@ import importlib
 import sys
 from typing import Sequence
 
+from trainyard.errors import UserError
+
 COMMANDS: dict[str, str] = {
     "watcher": "trainyard_services.watcher.main",
     "planner": "trainyard_services.planner.main",
@@ -30,14 +32,6 @@ COMMANDS: dict[str, str] = {
     "demo": "trainyard.cli.demo",
     "bus": "trainyard.cli.bus",
 }
-
-
-class UserError(Exception):
-    """An error caused by the user's input: printed as one line, never as a traceback."""
-
-    def __init__(self, message: str, exit_code: int = 2) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -77,8 +71,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    # Run the imported module's main, not this __main__ copy: commands raise
-    # trainyard.cli.main.UserError, which must be the class main() catches.
-    from trainyard.cli.main import main as _main
-
-    sys.exit(_main())
+    sys.exit(main())

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainyard.cli.main import UserError
+from trainyard.errors import UserError
 from trainyard.compat import add_compat_argument, compat_from_args
 
 HELP = "Print the objects (JobSet, PodGroup, Secret, ConfigMap) planned for TrainJobs in YAML files."

@@ -7,6 +7,8 @@ import shlex
 import sys
 from pathlib import Path
 
+from trainyard.errors import UserError
+
 HELP = "Start a local trainyard: embedded NATS, devcluster, CRDs and runtimes, and the four services."
 
 
@@ -94,7 +96,6 @@ def _try_this(kubeconfig: Path) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from trainyard.cli.main import UserError
     from trainyard.supervisor.binaries import MissingBinaryError
     from trainyard.supervisor.layout import default_data_dir
     from trainyard.supervisor.manifests import ManifestError

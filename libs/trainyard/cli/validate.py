@@ -16,7 +16,7 @@ import argparse
 import sys
 from typing import Any
 
-from trainyard.cli.main import UserError
+from trainyard.errors import UserError
 from trainyard.compat import add_compat_argument, compat_from_args
 
 HELP = "Validate TrainJobs and runtimes in YAML files like the admission webhooks do (create or --old update)."

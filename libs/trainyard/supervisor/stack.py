@@ -131,12 +131,6 @@ def kubeconfig_server(kubeconfig: Path) -> str:
     return str((clusters[0].get("cluster") or {}).get("server", ""))
 
 
-def service_available(name: str) -> bool:
-    from trainyard.cli.main import COMMANDS
-
-    return name in COMMANDS
-
-
 def trainyard_argv(*args: str) -> list[str]:
     return [sys.executable, "-m", "trainyard.cli.main", *args]
 
@@ -231,20 +225,9 @@ class Stack:
             raise StackError("--worker-lost-timeout: must be greater than 0")
         if self.config.workers and "devcluster" in self.config.skip:
             raise StackError("--workers runs a devcluster per worker; it cannot be combined with --skip devcluster")
-        if self.config.workers and not service_available("dispatcher"):
-            raise StackError("--workers needs the dispatcher (no `trainyard dispatcher` command in this installation)")
         unknown = self.config.skip - set(COMPONENTS)
         if unknown:
             raise StackError(f"--skip: unknown component(s) {', '.join(sorted(unknown))}; choose from {', '.join(COMPONENTS)}")
-        for name in SERVICES:
-            if name not in self.config.skip and not service_available(name):
-                raise StackError(
-                    f"service {name} is not available in this installation (no `trainyard {name}` "
-                    f"command; trainyard_services.{name} missing); run without it with --skip {name}"
-                )
-        if "devcluster" not in self.config.skip and not service_available("devcluster"):
-            raise StackError("devcluster is not available in this installation (no `trainyard devcluster` "
-                             "command; trainyard_services.devcluster missing)")
         running_services = [name for name in SERVICES if name not in self.config.skip]
         if "devcluster" in self.config.skip and running_services and not self.layout.kubeconfig.is_file():
             raise StackError(f"--skip devcluster: the services need the API server's kubeconfig at "
@@ -637,7 +620,7 @@ class Stack:
 
     def dashboard_wanted(self) -> bool:
         """With the services and an API server to show (not in a NATS-only stack)."""
-        return "dashboard" not in self.config.skip and service_available("dashboard") \
+        return "dashboard" not in self.config.skip \
             and any(name not in self.config.skip for name in SERVICES) and self.manager.kubeconfig.is_file()
 
     async def start_dashboard(self) -> None:

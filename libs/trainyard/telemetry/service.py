@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Awaitable, Callable, NoReturn
 
 from trainyard.errortext import describe
+from trainyard.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +81,6 @@ def add_common_flags(parser: argparse.ArgumentParser) -> None:
 
 def config_from_args(service: str, args: argparse.Namespace) -> ServiceConfig:
     """Validates the common flags; a bad value raises UserError naming the flag."""
-    from trainyard.cli.main import UserError
 
     port = _parse_number(args.http_port, "--http-port", int)
     if not 0 <= port <= 65535:
@@ -112,7 +112,6 @@ def config_from_args(service: str, args: argparse.Namespace) -> ServiceConfig:
 
 
 def _parse_number(value: object, flag: str, kind: type):
-    from trainyard.cli.main import UserError
 
     try:
         return kind(value)
@@ -122,7 +121,6 @@ def _parse_number(value: object, flag: str, kind: type):
 
 def port_or_off(value: object, flag: str) -> int | None:
     """A port flag that also takes ``off`` (None): a clear error naming ``flag`` otherwise."""
-    from trainyard.cli.main import UserError
 
     if str(value).lower() == "off":
         return None

@@ -15,6 +15,7 @@ import yaml
 
 from trainyard.api.crds import crd_file_names, generate_crds
 from trainyard.cli.crds import render
+from trainyard.errors import UserError
 
 REPO = Path(__file__).resolve().parents[3]
 # shared/ sits beside the project checkout (as in CI).
@@ -313,7 +314,6 @@ def test_crds_command_prints_every_crd_by_default(capsys: pytest.CaptureFixture[
 
 
 def test_crds_command_rejects_bad_arguments_with_a_user_error(tmp_path: Path) -> None:
-    from trainyard.cli.main import UserError
 
     with pytest.raises(UserError, match="--check needs --out DIR"):
         _crds_command("--check")

@@ -7,7 +7,8 @@ import logging
 import httpx
 import pytest
 
-from trainyard.cli.main import UserError, main
+from trainyard.cli.main import main
+from trainyard.errors import UserError
 from trainyard.telemetry.health import HealthServer
 from trainyard.telemetry.logging import JsonFormatter
 from trainyard.telemetry.service import add_common_flags, config_from_args

@@ -9,7 +9,7 @@ import pytest
 
 from trainyard.pipeline.plugins import REGISTRY
 from trainyard_services.planner.main import _plugins
-from trainyard.cli.main import UserError
+from trainyard.errors import UserError
 from trainyard.telemetry.service import port_or_off
 
 
