@@ -1,7 +1,7 @@
 """How a trainyard process runs: its event loop and its garbage collector.
 
 The devcluster (its single process and each API worker of ``--api-workers N``) and every
-service (``trainyard.telemetry.service.run_service``) run their main coroutine through ``run``:
+service (``trainyard.host.service.run_service``) run their main coroutine through ``run``:
 
 - **uvloop** instead of asyncio's pure-Python selector loop. Every request and every bus
   message crosses the loop's transport, TLS and callback scheduling several times; uvloop does

@@ -10,7 +10,7 @@ HELP = "Apply planned objects with server-side apply (field manager trainer), ne
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from trainyard.telemetry.service import add_common_flags
+    from trainyard.host.service import add_common_flags
 
     add_common_flags(parser)
     parser.add_argument("--claim-lease", default=os.environ.get("TRAINYARD_CLAIM_LEASE", "30"),
@@ -19,7 +19,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from trainyard.telemetry.service import config_from_args, run_service
+    from trainyard.host.service import config_from_args, run_service
 
     config = config_from_args("applier", args)
     try:
@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--claim-lease: must be greater than 0")
 
     async def main(stop) -> None:
-        from trainyard.telemetry.runtime import ServiceRuntime
+        from trainyard.host.runtime import ServiceRuntime
         from trainyard_services.applier.service import Applier
 
         runtime = ServiceRuntime(config)

@@ -37,7 +37,7 @@ from trainyard.kube.client import KubeClient, KubeError
 from trainyard.multicluster.delegation import WORKER_ANNOTATION
 from trainyard.multicluster.placement import node_allocatable, pods_in_use
 from trainyard.pipeline.trainjobs import finished_condition, owner_reference, state_of
-from trainyard.telemetry.charts import Lifetime, progress_point, stack_series, worker_row
+from trainyard_services.dashboard.charts import Lifetime, progress_point, stack_series, worker_row
 
 log = logging.getLogger(__name__)
 

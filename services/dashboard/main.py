@@ -9,7 +9,7 @@ HELP = "Serve the live web dashboard: TrainJobs, their timelines, pods and logs,
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from trainyard.telemetry.service import add_common_flags
+    from trainyard.host.service import add_common_flags
 
     add_common_flags(parser)
     parser.add_argument("--clusters", default=os.environ.get("TRAINYARD_DASHBOARD_CLUSTERS") or None,
@@ -21,7 +21,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from trainyard.telemetry.service import config_from_args, run_service
+    from trainyard.host.service import config_from_args, run_service
 
     config = config_from_args("dashboard", args)
     clusters = [c.strip() for c in (args.clusters or config.cluster).split(",") if c.strip()]

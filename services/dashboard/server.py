@@ -12,8 +12,8 @@ import uvicorn
 from trainyard.bus.session import BusSession
 from trainyard.errortext import describe
 from trainyard.kube.client import KubeClient
-from trainyard.telemetry.asgi_server import QuietServer
-from trainyard.telemetry.service import ServiceConfig
+from trainyard.host.asgi_server import QuietServer
+from trainyard.host.service import ServiceConfig
 from trainyard_services.dashboard.app import build_app
 from trainyard_services.dashboard.live import Live
 

@@ -11,7 +11,7 @@ HELP = ("Run TrainJobs with spec.managedBy kueue.x-k8s.io/multikueue on the work
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from trainyard.telemetry.service import add_common_flags
+    from trainyard.host.service import add_common_flags
 
     add_common_flags(parser)
     parser.add_argument("--secrets-namespace", default=os.environ.get("TRAINYARD_SECRETS_NAMESPACE", "kubeflow-system"),
@@ -42,7 +42,7 @@ def _seconds(value: str, flag: str) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
-    from trainyard.telemetry.service import config_from_args, run_service
+    from trainyard.host.service import config_from_args, run_service
 
     config = config_from_args("dispatcher", args)
     lost_timeout = _seconds(args.worker_lost_timeout, "--worker-lost-timeout")
@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
 
         from trainyard.multicluster.registry import WorkerRegistry
         from trainyard.multicluster.slots import SlotLedger
-        from trainyard.telemetry.runtime import ServiceRuntime
+        from trainyard.host.runtime import ServiceRuntime
         from trainyard_services.dispatcher.service import Dispatcher
 
         runtime = ServiceRuntime(config)

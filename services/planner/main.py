@@ -12,7 +12,7 @@ HELP = "Plan TrainJobs (runtime + plugins -> desired objects) and serve the admi
 
 def configure(parser: argparse.ArgumentParser) -> None:
     from trainyard.compat import add_compat_argument
-    from trainyard.telemetry.service import add_common_flags
+    from trainyard.host.service import add_common_flags
 
     add_common_flags(parser)
     add_compat_argument(parser)
@@ -48,7 +48,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from trainyard.telemetry.service import config_from_args, port_or_off, run_service
+    from trainyard.host.service import config_from_args, port_or_off, run_service
 
     config = config_from_args("planner", args)
     webhook_port = port_or_off(args.webhook_port, "--webhook-port")
@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
         import asyncio
         import logging
 
-        from trainyard.telemetry.runtime import ServiceRuntime
+        from trainyard.host.runtime import ServiceRuntime
         from trainyard_services.planner.service import Planner, webhook_observed, webhook_trainjob
 
         log = logging.getLogger("trainyard_services.planner")

@@ -11,7 +11,7 @@ HELP = "Fold JobSet status and apply results into TrainJob status; look after ru
 
 def configure(parser: argparse.ArgumentParser) -> None:
     from trainyard.compat import add_compat_argument
-    from trainyard.telemetry.service import add_common_flags
+    from trainyard.host.service import add_common_flags
 
     add_common_flags(parser)
     add_compat_argument(parser)
@@ -26,7 +26,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from trainyard.telemetry.service import config_from_args, port_or_off, run_service
+    from trainyard.host.service import config_from_args, port_or_off, run_service
 
     from trainyard.compat import compat_from_args
 
@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--trainjob-status-port needs --trainjob-status-cert-dir")
 
     async def main(stop) -> None:
-        from trainyard.telemetry.runtime import ServiceRuntime
+        from trainyard.host.runtime import ServiceRuntime
         from trainyard_services.status.service import StatusService, run_status
 
         runtime = ServiceRuntime(config)

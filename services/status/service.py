@@ -38,8 +38,9 @@ from trainyard.pipeline.status_fold import (COMPONENT, RUNTIME_COMPONENTS, compa
 from trainyard.pipeline.trainjobs import (REASON_CREATION_FAILED, creation_failed_message, managed_by_trainer,
                                           owned_by_uid, owner_reference)
 from trainyard.clock import now_rfc3339
-from trainyard.telemetry import detail, metrics, trainjobs as trainjob_metrics
+from trainyard.telemetry import detail, metrics
 from trainyard.telemetry.tracing import link_to, trainjob_span
+from trainyard_services.status import trainjob_metrics
 from trainyard_services.status.lifecycle import Lifecycle
 
 log = logging.getLogger(__name__)

@@ -7,18 +7,18 @@ HELP = "Watch TrainJobs, runtimes, JobSets and PodGroups and publish changes to 
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from trainyard.telemetry.service import add_common_flags
+    from trainyard.host.service import add_common_flags
 
     add_common_flags(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    from trainyard.telemetry.service import config_from_args, run_service
+    from trainyard.host.service import config_from_args, run_service
 
     config = config_from_args("watcher", args)
 
     async def main(stop) -> None:
-        from trainyard.telemetry.runtime import ServiceRuntime
+        from trainyard.host.runtime import ServiceRuntime
         from trainyard_services.watcher.service import run_watcher
 
         runtime = ServiceRuntime(config)

@@ -24,7 +24,7 @@ from trainyard.bus.subjects import (
 )
 from trainyard.bus.topology import (
     APPLIED_BUCKET, CHECKED_BUCKETS, EVENTS_STREAM, FLOOR_KEY, LEASES_BUCKET, MEMBERS_BUCKET, OUTCOMES_BUCKET, PLANS_STREAM,
-    PROGRESS_STREAM, RESULTS_STREAM, SLOTS_BUCKET, SNAPSHOTS_BUCKET,
+    PRESENCE_ADVISORIES, PRESENCE_STREAM, PROGRESS_STREAM, RESULTS_STREAM, SLOTS_BUCKET, SNAPSHOTS_BUCKET,
 )
 
 CREDENTIALS_ENV = "TRAINYARD_NATS_CREDENTIALS"
@@ -157,11 +157,9 @@ def _partitioned(grants: Grants, role: str, cluster: str, streams: list[tuple[st
     # Presence (trainyard.bus.presence): a consumer on the members stream filtered on its own
     # role's keys, made and deleted; the listing of every presence's name, and their creations
     # and deletions announced. Nothing is written to the members bucket.
-    from trainyard.bus.presence import ADVISORIES, PRESENCE_STREAM
-
     grants.publish += [f"{API}.STREAM.INFO.{PRESENCE_STREAM}", f"{API}.CONSUMER.CREATE.{PRESENCE_STREAM}.*.$KV.{MEMBERS_BUCKET}.{keys}",
                        f"{API}.CONSUMER.DELETE.{PRESENCE_STREAM}.*", f"{API}.CONSUMER.NAMES.{PRESENCE_STREAM}"]
-    grants.subscribe += list(ADVISORIES)
+    grants.subscribe += list(PRESENCE_ADVISORIES)
 
 
 def grants_for(role: str, cluster: str, clusters: list[str] | None = None, partitions: int | None = None) -> Grants:

@@ -168,7 +168,7 @@ async def export_role_backlogs(js: Any, cluster: str, stop: asyncio.Event,
     until ``stop``: one listing per stream per scrape (at most one every ``min_interval_s``).
     An idle watcher that nobody scrapes lists nothing (it listed every 5 s: three replies of
     about 16 KB each to parse, most of an idle watcher's CPU)."""
-    from trainyard.telemetry.health import on_scrape
+    from trainyard.telemetry.scrape import on_scrape
 
     export = RoleBacklogExport(js, cluster, min_interval_s)
     remove = on_scrape(export.refresh)

@@ -33,14 +33,12 @@ from typing import Any, Callable
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from trainyard.bus.subjects import encode_token
-from trainyard.bus.topology import LEASE_TTL_S, MEMBERS_BUCKET
+from trainyard.bus.topology import LEASE_TTL_S, MEMBERS_BUCKET, PRESENCE_ADVISORIES as ADVISORIES, PRESENCE_STREAM
 from trainyard.errortext import describe
 from trainyard.telemetry import metrics
 
 log = logging.getLogger(__name__)
 
-PRESENCE_STREAM = f"KV_{MEMBERS_BUCKET}"
-ADVISORIES = tuple(f"$JS.EVENT.ADVISORY.CONSUMER.{event}.{PRESENCE_STREAM}.*" for event in ("CREATED", "DELETED"))
 _SAFE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 

@@ -41,6 +41,10 @@ OUTCOMES_BUCKET = "ty_outcomes"
 # presence is, so a crashed replica's leases lapse with its presence. Nothing writes ty_members.
 LEASES_BUCKET = "ty_leases"
 MEMBERS_BUCKET = "ty_members"
+# Presences are consumers on the members bucket's stream; their creation and deletion are
+# announced on these advisories (trainyard.bus.presence).
+PRESENCE_STREAM = f"KV_{MEMBERS_BUCKET}"
+PRESENCE_ADVISORIES = tuple(f"$JS.EVENT.ADVISORY.CONSUMER.{event}.{PRESENCE_STREAM}.*" for event in ("CREATED", "DELETED"))
 LEASE_TTL_S = 3.0
 # The worker slots held by delegated TrainJobs, one entry per manager and worker, written with
 # compare-and-set by every dispatcher replica (trainyard.multicluster.slots).

@@ -1,1 +1,1 @@
-"""Logging, tracing, metrics, health endpoints and process lifecycle for the services."""
+"""Logging, tracing and metrics: what every layer may record, depending on nothing above it."""

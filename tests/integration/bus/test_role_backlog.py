@@ -13,7 +13,7 @@ from prometheus_client import REGISTRY
 
 from trainyard.bus.auth import Credentials
 from trainyard.bus.backlog import export_role_backlogs, parse_durable, read_backlogs, role_backlogs
-from trainyard.telemetry.health import refresh_metrics
+from trainyard.telemetry.scrape import refresh_metrics
 from trainyard.bus.connection import connect
 from trainyard.bus.subjects import encode_token
 from trainyard.bus.topology import EVENTS_STREAM, PLANS_STREAM, PROGRESS_STREAM, RESULTS_STREAM

@@ -174,7 +174,7 @@ def test_bad_certificate_data_names_the_field(field: str) -> None:
 def test_a_service_does_not_import_kubernetes_asyncio() -> None:
     """Its package imports every generated model and a schema validator: about a second of CPU
     at each process start. A service needs none of it for certificates or tokens."""
-    code = ("import sys, trainyard.telemetry.runtime, trainyard_services.applier.service, "
+    code = ("import sys, trainyard.host.runtime, trainyard_services.applier.service, "
             "trainyard_services.planner.service, trainyard_services.status.service, "
             "trainyard_services.watcher.service; print('kubernetes_asyncio' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

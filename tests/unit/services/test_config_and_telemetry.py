@@ -9,9 +9,9 @@ import pytest
 
 from trainyard.cli.main import main
 from trainyard.errors import UserError
-from trainyard.telemetry.health import HealthServer
+from trainyard.host.health import HealthServer
 from trainyard.telemetry.logging import JsonFormatter
-from trainyard.telemetry.service import add_common_flags, config_from_args
+from trainyard.host.service import add_common_flags, config_from_args
 
 
 def parse(*argv: str) -> argparse.Namespace:

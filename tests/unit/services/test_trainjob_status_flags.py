@@ -10,7 +10,7 @@ import pytest
 from trainyard.pipeline.plugins import REGISTRY
 from trainyard_services.planner.main import _plugins
 from trainyard.errors import UserError
-from trainyard.telemetry.service import port_or_off
+from trainyard.host.service import port_or_off
 
 
 class Refused(Exception):

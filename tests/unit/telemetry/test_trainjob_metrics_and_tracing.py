@@ -6,8 +6,9 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from trainyard.telemetry import metrics, trainjobs
-from trainyard.telemetry.health import refresh_metrics
+from trainyard.telemetry import metrics
+from trainyard_services.status import trainjob_metrics as trainjobs
+from trainyard.telemetry.scrape import refresh_metrics
 from trainyard.telemetry.tracing import TRAINJOB_UID, TrainJobUidProcessor, link_to, trainjob_span
 
 

@@ -13,8 +13,8 @@ import sys
 from trainyard.bus.session import BusSession
 from trainyard.kube.client import KubeClient
 from trainyard.telemetry import metrics
-from trainyard.telemetry.health import HealthServer
-from trainyard.telemetry.service import ServiceConfig
+from trainyard.host.health import HealthServer
+from trainyard.host.service import ServiceConfig
 
 log = logging.getLogger(__name__)
 

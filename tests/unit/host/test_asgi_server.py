@@ -9,7 +9,7 @@ import time
 import httpx
 import uvicorn
 
-from trainyard.telemetry.asgi_server import QuietServer
+from trainyard.host.asgi_server import QuietServer
 
 
 async def app(scope, receive, send) -> None:

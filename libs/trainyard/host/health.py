@@ -3,13 +3,11 @@
 ``/readyz`` answers 200 only when every readiness check passes (e.g. connected to NATS and
 the API server); otherwise 503 with the failing checks listed, one per line.
 
-A figure that costs a read to know (a role's backlog: a listing of JetStream consumers) is read
-when ``/metrics`` is scraped, not on a timer: a process that nobody scrapes does not read it at
-all, and one scraped every 15 s reads it every 15 s (:func:`on_scrape`).
+Before answering ``/metrics`` it runs the refreshes registered with
+:func:`trainyard.telemetry.scrape.on_scrape`.
 """
 from __future__ import annotations
 
-import asyncio
 import inspect
 import logging
 from typing import Awaitable, Callable
@@ -17,33 +15,11 @@ from typing import Awaitable, Callable
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from trainyard.telemetry.scrape import refresh_metrics
+
 log = logging.getLogger(__name__)
 
 ReadinessCheck = Callable[[], "bool | Awaitable[bool]"]  # a check that must ask something is a coroutine
-Refresh = Callable[[], Awaitable[None]]
-REFRESH_TIMEOUT_S = 5.0
-
-_refreshes: list[Refresh] = []
-
-
-def on_scrape(refresh: Refresh) -> Callable[[], None]:
-    """Runs ``refresh`` before each ``/metrics`` answer (at most REFRESH_TIMEOUT_S; a failure is
-    logged and the last figures are served). Returns the function that removes it again."""
-    _refreshes.append(refresh)
-
-    def remove() -> None:
-        if refresh in _refreshes:
-            _refreshes.remove(refresh)
-    return remove
-
-
-async def refresh_metrics() -> None:
-    """Runs every :func:`on_scrape` refresh, concurrently."""
-    results = await asyncio.gather(*(asyncio.wait_for(refresh(), REFRESH_TIMEOUT_S) for refresh in list(_refreshes)),
-                                   return_exceptions=True)
-    for result in results:
-        if isinstance(result, BaseException):
-            log.warning("a metric was not refreshed: %s", result or type(result).__name__)
 
 
 class HealthServer:

@@ -1,11 +1,11 @@
-"""What the dashboard's charts plot (trainyard.telemetry.charts): report points, the stack's
+"""What the dashboard's charts plot (trainyard_services.dashboard.charts): report points, the stack's
 throughput and latency series, and a worker's capacity."""
 from __future__ import annotations
 
 from fractions import Fraction
 
 from trainyard.bus.envelopes import ProgressReport
-from trainyard.telemetry.charts import Lifetime, metric_number, progress_point, stack_series, worker_row
+from trainyard_services.dashboard.charts import Lifetime, metric_number, progress_point, stack_series, worker_row
 
 
 def test_a_report_becomes_one_point_with_numeric_metrics() -> None:

@@ -131,7 +131,7 @@ async def keep_state_gauge(list_trainjobs: Lister, stop: asyncio.Event, min_inte
                            version: Callable[[], Awaitable[Any]] | None = None) -> None:
     """Serves ``trainyard_trainjobs`` (:class:`StateGauge`) on every scrape of this process's
     ``/metrics`` until ``stop``: nothing is read while nobody scrapes."""
-    from trainyard.telemetry.health import on_scrape
+    from trainyard.telemetry.scrape import on_scrape
 
     gauge = StateGauge(list_trainjobs, min_interval_s, list_runtimes, counting, version)
     remove = on_scrape(gauge.refresh)
