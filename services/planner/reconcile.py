@@ -64,12 +64,12 @@ def references_runtime(trainjob: dict[str, Any], kind: str, name: str) -> bool:
         and ref.get("apiGroup", GROUP) == GROUP
 
 
-async def affected_trainjobs(bus: BusSession, event: ObjectEvent) -> list[tuple[str, str]]:
+async def affected_trainjobs(bus: BusSession, event: ObjectEvent, memory: PlannerMemory) -> list[tuple[str, str]]:
     """(namespace, name) of every TrainJob whose plan may change because of ``event``."""
     if event.kind == "TrainJob":
         return [(event.namespace, event.name)]
     if event.kind in ("TrainingRuntime", "ClusterTrainingRuntime"):
-        if event.type != "DELETED" and not _runtime_spec_changed(event):
+        if event.type != "DELETED" and not memory.runtime_spec_changed(event):
             return []  # metadata-only change (e.g. the in-use finalizer): plans do not change
         namespace = event.namespace if event.kind == "TrainingRuntime" else None
         jobs = await bus.snapshots.list(event.cluster, "TrainJob", namespace)
@@ -81,17 +81,6 @@ async def affected_trainjobs(bus: BusSession, event: ObjectEvent) -> list[tuple[
         return []  # read when planning Volcano PodGroups; changes do not re-plan (as upstream)
     owner = owner_of(event.object)
     return [(event.namespace, owner)] if owner else []
-
-
-_RUNTIME_GENERATIONS: dict[tuple[str, str, str, str], tuple[str, int]] = {}
-
-
-def _runtime_spec_changed(event: ObjectEvent) -> bool:
-    """Whether this runtime event carries a spec generation this process has not planned for."""
-    key = (event.cluster, event.kind, event.namespace, event.name)
-    seen = _RUNTIME_GENERATIONS.get(key)
-    _RUNTIME_GENERATIONS[key] = (event.uid, event.generation)
-    return seen != (event.uid, event.generation)
 
 
 def stored_runtime(snapshot: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -284,25 +273,40 @@ class KnownPlans:
             del self._entries[key]
 
 
-_KNOWN_PLANS = KnownPlans()
+class PlannerMemory:
+    """What one planner process remembers between events, so that most events need no read:
+    the runtime generations it planned for, the plans it knows applied or just published, and
+    the TrainJobs with no planning failure recorded. One per ``Planner``; a partition's part is
+    forgotten when the partition goes to another replica."""
 
-# Per partition: the TrainJobs known to have no planning failure recorded in ``ty_outcomes``
-# (only this TrainJob's home replica writes one), so a successful pass does not read the
-# bucket to clear nothing. Forgotten when the partition goes to another replica.
-_NO_PLAN_FAILURE: dict[int, set[str]] = {}
+    def __init__(self) -> None:
+        self.known_plans = KnownPlans()
+        self._runtime_generations: dict[tuple[str, str, str, str], tuple[str, int]] = {}
+        # Per partition: the TrainJobs known to have no planning failure recorded in
+        # ``ty_outcomes`` (only this TrainJob's home replica writes one), so a successful pass
+        # does not read the bucket to clear nothing.
+        self._no_plan_failure: dict[int, set[str]] = {}
 
+    def runtime_spec_changed(self, event: ObjectEvent) -> bool:
+        """Whether this runtime event carries a spec generation this process has not planned for."""
+        key = (event.cluster, event.kind, event.namespace, event.name)
+        seen = self._runtime_generations.get(key)
+        self._runtime_generations[key] = (event.uid, event.generation)
+        return seen != (event.uid, event.generation)
 
-def forget_partition(partition: int) -> None:
-    _NO_PLAN_FAILURE.pop(partition, None)
-    _KNOWN_PLANS.forget_partition(partition)
+    def forget_partition(self, partition: int) -> None:
+        self._no_plan_failure.pop(partition, None)
+        self.known_plans.forget_partition(partition)
 
+    def plan_failure_recorded(self, namespace: str, name: str, key: str) -> None:
+        self._no_plan_failure.get(trainjob_partition(namespace, name), set()).discard(key)
 
-async def _clear_plan_failure(bus: BusSession, namespace: str, name: str, key: str) -> None:
-    known = _NO_PLAN_FAILURE.setdefault(trainjob_partition(namespace, name), set())
-    if key in known:
-        return
-    await bus.outcomes.clear(key, "plan")
-    known.add(key)
+    async def clear_plan_failure(self, bus: BusSession, namespace: str, name: str, key: str) -> None:
+        known = self._no_plan_failure.setdefault(trainjob_partition(namespace, name), set())
+        if key in known:
+            return
+        await bus.outcomes.clear(key, "plan")
+        known.add(key)
 
 
 def _same_refs(a: list[ObjectRef], b: list[ObjectRef]) -> bool:
@@ -413,9 +417,9 @@ async def decide(bus: BusSession, cluster: str, trainjob: dict[str, Any],
     ))
 
 
-async def forget_trainjob(bus: BusSession, cluster: str, event: ObjectEvent) -> None:
+async def forget_trainjob(bus: BusSession, cluster: str, event: ObjectEvent, memory: PlannerMemory) -> None:
     """A deleted TrainJob's bookkeeping goes too (its children go by garbage collection)."""
-    _KNOWN_PLANS.forget(event.namespace, event.name)
+    memory.known_plans.forget(event.namespace, event.name)
     key = applied_store_key(cluster, event.namespace, event.name)
     applied = (await bus.applied.read(key)).value
     if applied is not None and applied.uid == event.uid:
@@ -450,10 +454,11 @@ def child_event_changes_nothing(event: ObjectEvent, trainjob: dict[str, Any], ap
     return True
 
 
-async def reconcile_trainjob(bus: BusSession, cluster: str, namespace: str, name: str,
+async def reconcile_trainjob(bus: BusSession, cluster: str, namespace: str, name: str, memory: PlannerMemory,
                              trigger: ObjectEvent | None = None, plugins: tuple[Plugin, ...] = REGISTRY,
                              compat: TrainerCompat = DEFAULT_COMPAT) -> str:
     """One planning pass; returns what happened (for logs and metrics)."""
+    known_plans = memory.known_plans
     applied: Any = _UNREAD
     prefetched: Prefetched | None = None
     key = ObjectKey(cluster, "TrainJob", namespace, name)
@@ -462,7 +467,7 @@ async def reconcile_trainjob(bus: BusSession, cluster: str, namespace: str, name
         # writes, mostly) is recognised with one read instead of a whole planning pass, or
         # with none when this process has just published the plan of these very inputs (the
         # status write of a new TrainJob often comes before the applier claims its plan).
-        if _KNOWN_PLANS.holds(namespace, name, trigger.object):
+        if known_plans.holds(namespace, name, trigger.object):
             metrics.PLANS.labels("inputs_unchanged").inc()
             return "inputs unchanged"
         # The snapshots planning reads, named by the event's copy (the runtime reference is
@@ -475,12 +480,12 @@ async def reconcile_trainjob(bus: BusSession, cluster: str, namespace: str, name
                                            bus.snapshots.get_many([key, *keys]))
         applied = entry.value
         if inputs_already_applied(trigger.object, applied):
-            _KNOWN_PLANS.applied(trigger.object, applied)
+            known_plans.applied(trigger.object, applied)
             metrics.PLANS.labels("inputs_unchanged").inc()
             return "inputs unchanged"
         trainjob, prefetched = read[0], Prefetched(keys, read[1:])
     else:
-        if trigger is not None and _KNOWN_PLANS.child_changes_nothing(trigger):
+        if trigger is not None and known_plans.child_changes_nothing(trigger):
             # Most child events: the JobSet and ConfigMaps the plan just applied, then the
             # JobSet's status changes while it runs.
             metrics.PLANS.labels("child_unchanged").inc()
@@ -491,7 +496,7 @@ async def reconcile_trainjob(bus: BusSession, cluster: str, namespace: str, name
     if trigger is not None and trigger.kind != "TrainJob":
         applied = (await bus.applied.read(applied_store_key(cluster, namespace, name))).value
         if child_event_changes_nothing(trigger, trainjob, applied):
-            _KNOWN_PLANS.applied(trainjob, applied)
+            known_plans.applied(trainjob, applied)
             metrics.PLANS.labels("child_unchanged").inc()
             return "child unchanged"
     decision = await decide(bus, cluster, trainjob, plugins, prefetched=prefetched, applied=applied,
@@ -499,7 +504,7 @@ async def reconcile_trainjob(bus: BusSession, cluster: str, namespace: str, name
     outcome_key = applied_store_key(cluster, namespace, name)
     if decision.failure is not None:
         failure = decision.failure
-        _NO_PLAN_FAILURE.get(trainjob_partition(namespace, name), set()).discard(outcome_key)
+        memory.plan_failure_recorded(namespace, name, outcome_key)
         await bus.outcomes.set(outcome_key, Outcome(
             uid=failure.uid, generation=failure.generation, stage="plan",
             reason=failure.reason, message=failure.message))
@@ -508,15 +513,15 @@ async def reconcile_trainjob(bus: BusSession, cluster: str, namespace: str, name
         metrics.PLANS.labels("failed").inc()
         log.info("planning failed", extra={"trainjob": f"{namespace}/{name}", "error": failure.message})
         return "failed"
-    await _clear_plan_failure(bus, namespace, name, outcome_key)
+    await memory.clear_plan_failure(bus, namespace, name, outcome_key)
     if decision.message is None:
         if decision.skipped == "unchanged" and applied is not _UNREAD:
-            _KNOWN_PLANS.applied(trainjob, applied)
+            known_plans.applied(trainjob, applied)
         metrics.PLANS.labels(decision.skipped.replace(" ", "_")).inc()
         return decision.skipped
     message = decision.message
     await bus.publisher.publish(plan_subject(cluster, namespace, name), message, message.msg_id())
-    _KNOWN_PLANS.published(namespace, name, message)
+    known_plans.published(namespace, name, message)
     metrics.PLANS.labels("published").inc()
     return "published"
 

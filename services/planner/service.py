@@ -22,7 +22,8 @@ from trainyard.pipeline.framework import Plugin
 from trainyard.pipeline.plugins import REGISTRY
 from trainyard.pipeline.trainjobs import managed_by_trainer
 
-from trainyard_services.planner.reconcile import reconcile_trainjob
+from trainyard_services.planner.reconcile import (PlannerMemory, affected_trainjobs, forget_trainjob,
+                                                  reconcile_trainjob)
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +50,7 @@ class Planner:
     plugins: tuple[Plugin, ...] = REGISTRY  # + TrainJobStatus when its feature gate is on
     compat: TrainerCompat = DEFAULT_COMPAT  # --trainer-compat
     partitions: int = field(default_factory=partitions_setting)
+    memory: PlannerMemory = field(default_factory=PlannerMemory)
     _runtime_lists: dict[tuple[str, int], asyncio.Future] = field(default_factory=dict)
 
     async def handle(self, delivery: Delivery) -> None:
@@ -58,10 +60,8 @@ class Planner:
             raise PermanentError(str(err)) from None
         if event.cluster != self.cluster:
             return
-        from trainyard_services.planner.reconcile import affected_trainjobs, forget_trainjob
-
         if event.kind == "TrainJob" and event.type == "DELETED":
-            await forget_trainjob(self.bus, self.cluster, event)
+            await forget_trainjob(self.bus, self.cluster, event, self.memory)
             return
         if event.kind == "TrainJob" and not managed_by_trainer(event.object):
             return  # e.g. a manager's TrainJob that the dispatcher runs on a worker (managedBy is immutable)
@@ -73,10 +73,10 @@ class Planner:
             affected = [(ns, name) for ns, name in affected
                         if trainjob_partition(ns, name, self.partitions) in self._owned_partitions(delivery)]
         else:
-            affected = await affected_trainjobs(self.bus, event)
+            affected = await affected_trainjobs(self.bus, event, self.memory)
         for namespace, name in affected:
-            outcome = await reconcile_trainjob(self.bus, self.cluster, namespace, name, event, self.plugins,
-                                               self.compat)
+            outcome = await reconcile_trainjob(self.bus, self.cluster, namespace, name, self.memory, event,
+                                               self.plugins, self.compat)
             log.debug("planned", extra={"trainjob": f"{namespace}/{name}", "outcome": outcome})
 
     def _owned_partitions(self, delivery: Delivery) -> set[int]:
@@ -84,12 +84,10 @@ class Planner:
         return {int(delivery.consumer.split("_", 1)[0].rpartition("-p")[2])}
 
     async def _runtime_affected(self, event: ObjectEvent, delivery: Delivery) -> list[tuple[str, str]]:
-        from trainyard_services.planner.reconcile import affected_trainjobs
-
         key = (event.msg_id(), delivery.stream_sequence)
         pending = self._runtime_lists.get(key)
         if pending is None:
-            pending = self._runtime_lists[key] = asyncio.ensure_future(affected_trainjobs(self.bus, event))
+            pending = self._runtime_lists[key] = asyncio.ensure_future(affected_trainjobs(self.bus, event, self.memory))
             asyncio.get_running_loop().call_later(RUNTIME_LIST_KEPT_S, self._runtime_lists.pop, key, None)
         return list(await asyncio.shield(pending))
 
@@ -103,10 +101,8 @@ class Planner:
         )]
 
     def subscriber(self) -> PartitionedSubscriber:
-        from trainyard_services.planner.reconcile import forget_partition
-
         return PartitionedSubscriber(self.bus, ROLE, self.cluster, self.subscriptions(), service="planner",
-                                     partitions=self.partitions, on_release=forget_partition)
+                                     partitions=self.partitions, on_release=self.memory.forget_partition)
 
 
 def webhook_trainjob(bus: BusSession, kube: KubeClient, cluster: str):
