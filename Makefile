@@ -56,6 +56,7 @@ system-tools:
 
 test: venv system-tools
 	$(BIN)/lint-imports --config .importlinter
+	$(BIN)/python bench/structure.py --check
 	$(BIN)/python -m pytest -q -rs --durations=20 -n $(TEST_PROCESSES) tests
 
 # The suite with BUSY_CORES (default 1) cores kept busy by a loop, as on a shared machine:
