@@ -20,7 +20,7 @@ from trainyard.pipeline.errors import PlanningError
 from trainyard.pipeline.lifecycle import deadline_exceeded, is_finished
 from trainyard.pipeline.framework import Plugin
 from trainyard.pipeline.planning import plan, plan_hash
-from trainyard.pipeline.plugins import REGISTRY
+from trainyard.pipeline.plugins import CHILD_KINDS, REGISTRY
 from trainyard.pipeline.snapshot import SNAPSHOT_KEY, parsed_snapshot, snapshot_name
 from trainyard.pipeline.curve_keys import deferred_curve_key
 from trainyard.pipeline.ssh_keys import defer_generated_secrets, deferred_ssh_key
@@ -32,18 +32,6 @@ log = logging.getLogger(__name__)
 GROUP = "trainer.kubeflow.org"
 TRAINJOB_API_VERSION = f"{GROUP}/v1alpha1"
 
-# The objects a TrainJob may own, named after it (spec §7.2).
-CHILD_KINDS: tuple[tuple[str, str, str], ...] = (
-    ("jobset.x-k8s.io/v1alpha2", "JobSet", ""),
-    ("scheduling.x-k8s.io/v1alpha1", "PodGroup", ""),
-    ("scheduling.volcano.sh/v1beta1", "PodGroup", ""),
-    ("v1", "Secret", "-mpi-ssh-auth"),
-    ("v1", "ConfigMap", "-mpi-hostfile"),
-    ("v1", "ConfigMap", "-tls-config"),  # TrainJobStatus (feature gate)
-    ("v1", "ConfigMap", "-flux-entrypoint"),
-    ("v1", "Secret", "-flux-curve"),
-    ("autoscaling/v2", "HorizontalPodAutoscaler", ""),  # elastic TrainJobs with metrics (#17)
-)
 
 
 def applied_store_key(cluster: str, namespace: str, name: str) -> str:
@@ -110,8 +98,8 @@ def observed_keys(cluster: str, trainjob: dict[str, Any]) -> list[ObjectKey]:
     if runtime_kind in ("TrainingRuntime", "ClusterTrainingRuntime") and ref.get("name"):
         runtime_ns = namespace if runtime_kind == "TrainingRuntime" else ""
         keys.append(ObjectKey(cluster, runtime_kind, runtime_ns, ref["name"]))
-    keys.extend(ObjectKey(cluster, bus_kind(api_version, kind), namespace, name + suffix)
-                for api_version, kind, suffix in CHILD_KINDS)
+    keys.extend(ObjectKey(cluster, bus_kind(child.api_version, child.kind), namespace, child.name_for(name))
+                for child in CHILD_KINDS)
     keys.append(snapshot_key(cluster, namespace, name))
     return keys
 
@@ -322,9 +310,9 @@ def _owned_by(child: dict[str, Any], uid: str | None) -> bool:
 def is_child(obj: dict[str, Any], trainjob_name: str) -> bool:
     meta = obj.get("metadata") or {}
     return any(
-        obj.get("apiVersion") == api_version and obj.get("kind") == kind
-        and meta.get("name") == trainjob_name + suffix
-        for api_version, kind, suffix in CHILD_KINDS
+        obj.get("apiVersion") == child.api_version and obj.get("kind") == child.kind
+        and meta.get("name") == child.name_for(trainjob_name)
+        for child in CHILD_KINDS
     )
 
 

@@ -19,7 +19,8 @@ from trainyard.errortext import describe
 from trainyard.kube import resources as r
 from trainyard.kube.client import KubeClient, KubeError
 from trainyard.pipeline.framework import Plugin
-from trainyard.pipeline.plugins import REGISTRY
+from trainyard.pipeline.plugins import CHILD_KINDS, REGISTRY
+from trainyard.pipeline.snapshot import SNAPSHOT_SUFFIX
 from trainyard.pipeline.trainjobs import managed_by_trainer
 
 from trainyard_services.planner.reconcile import (PlannerMemory, affected_trainjobs, forget_trainjob,
@@ -31,12 +32,15 @@ ROLE = "planner"
 RUNTIME_LIST_KEPT_S = 30.0  # a runtime event's TrainJob list, shared by the partitions of a process
 
 
+# The name suffixes of what a TrainJob owns: its plugins' children and its runtime snapshot.
+CHILD_SUFFIXES = tuple(dict.fromkeys([child.suffix for child in CHILD_KINDS if child.suffix] + [SNAPSHOT_SUFFIX]))
+
+
 def trainjob_lane(subject: str) -> str:
-    """Lane key: namespace + name. Children share their TrainJob's name (a JobSet, PodGroups),
-    so one TrainJob's events are handled in order."""
+    """Lane key: namespace + name. Children share their TrainJob's name (a JobSet, PodGroups)
+    or add a suffix to it, so one TrainJob's events are handled in order."""
     namespace, name = subject.split(".")[-2:]
-    for suffix in ("-mpi-ssh-auth", "-mpi-hostfile", "-tls-config", "-flux-entrypoint", "-flux-curve",
-                   "-runtime-snapshot"):  # encoded tokens keep "-" and letters
+    for suffix in CHILD_SUFFIXES:  # encoded tokens keep "-" and letters
         if name.endswith(suffix):
             name = name[: -len(suffix)]
     return f"{namespace}.{name}"

@@ -28,6 +28,7 @@ from trainyard.kube import resources as r
 from trainyard.kube.client import KubeClient
 from trainyard.kube.resources import Resource
 from trainyard.kube.watch import list_and_watch
+from trainyard.pipeline.plugins import CHILD_KINDS
 from trainyard.pipeline.trainjobs import owned_by_trainjob, owner_reference
 from trainyard.telemetry import metrics
 from trainyard.telemetry.tracing import trainjob_span
@@ -35,12 +36,14 @@ from trainyard.telemetry.tracing import trainjob_span
 log = logging.getLogger(__name__)
 _tracer = trace.get_tracer("trainyard.watcher")
 
-WATCHED: tuple[Resource, ...] = (
-    r.TRAINJOB, r.TRAINING_RUNTIME, r.CLUSTER_TRAINING_RUNTIME, r.JOBSET,
-    r.COSCHEDULING_PODGROUP, r.VOLCANO_PODGROUP, r.SECRET, r.CONFIGMAP, r.PRIORITY_CLASS,
-)
-# Secrets and ConfigMaps matter only when a TrainJob owns them (the MPI ones).
-OWNED_ONLY = (r.SECRET, r.CONFIGMAP)
+# The TrainJobs, their runtimes, what the plugins make for them (CHILD_KINDS) and the
+# PriorityClasses planning reads.
+WATCHED: tuple[Resource, ...] = tuple(dict.fromkeys((
+    r.TRAINJOB, r.TRAINING_RUNTIME, r.CLUSTER_TRAINING_RUNTIME,
+    *(r.resource_for(child.api_version, child.kind) for child in CHILD_KINDS), r.PRIORITY_CLASS,
+)))
+# Kinds that many other objects are too: they matter only when a TrainJob owns them.
+OWNED_ONLY = (r.SECRET, r.CONFIGMAP, r.HORIZONTAL_POD_AUTOSCALER)
 BATCH_MAX = 512
 SCAN_TIMEOUT_S = 5.0  # reading the last event ids of one kind at a relist
 

@@ -99,6 +99,18 @@ Validator = Callable[[ValidationContext], Verdict]
 
 
 @dataclass(frozen=True)
+class ChildKind:
+    """An object a plugin makes for a TrainJob, owned by it: the object's apiVersion and kind,
+    and its name, the TrainJob's name followed by ``suffix``."""
+    api_version: str
+    kind: str
+    suffix: str = ""
+
+    def name_for(self, trainjob_name: str) -> str:
+        return trainjob_name + self.suffix
+
+
+@dataclass(frozen=True)
 class Plugin:
     name: str
     enforce_ml_policy: Phase | None = None
@@ -106,8 +118,14 @@ class Plugin:
     identify_pod_network: Phase | None = None
     build: Builder | None = None
     validate: Validator | None = None
-    # What the plugin watches besides the TrainJob (informative for the watcher service).
-    watches: tuple[str, ...] = ()
+    # The objects its builder makes: what a TrainJob may own is derived from these (the
+    # planner's reads, its event lanes, the watcher's watches).
+    children: tuple[ChildKind, ...] = ()
+
+
+def child_kinds(plugins: Sequence[Plugin]) -> tuple[ChildKind, ...]:
+    """Every plugin's children, each once, in plugin order."""
+    return tuple(dict.fromkeys(child for plugin in plugins for child in plugin.children))
 
 
 PLANNING_PHASES = ("enforce_ml_policy", "enforce_pod_group_policy", "identify_pod_network")

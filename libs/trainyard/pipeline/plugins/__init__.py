@@ -8,8 +8,8 @@ plan order.
 """
 from __future__ import annotations
 
-from ..framework import Plugin
-from . import coscheduling, flux, jax, jobset, mpi, plainml, torch, volcano, xgboost
+from ..framework import ChildKind, Plugin, child_kinds
+from . import coscheduling, flux, jax, jobset, mpi, plainml, torch, trainjobstatus, volcano, xgboost
 
 REGISTRY: tuple[Plugin, ...] = (
     coscheduling.PLUGIN,
@@ -23,3 +23,6 @@ REGISTRY: tuple[Plugin, ...] = (
     flux.PLUGIN,
     jobset.PLUGIN,
 )
+
+# What a TrainJob may own: the children of every plugin, the feature-gated TrainJobStatus's too.
+CHILD_KINDS: tuple[ChildKind, ...] = child_kinds(REGISTRY) + trainjobstatus.CHILDREN

@@ -5,7 +5,7 @@ from typing import Any
 
 from .. import names
 from ..documents import mapping
-from ..framework import PlanContext, Plugin
+from ..framework import ChildKind, PlanContext, Plugin
 from . import podgroup
 
 
@@ -36,4 +36,4 @@ def build(ctx: PlanContext) -> list[dict[str, Any]]:
 
 
 PLUGIN = Plugin(name="CoScheduling", enforce_pod_group_policy=enforce_pod_group_policy, build=build,
-                watches=("scheduling.x-k8s.io/v1alpha1/PodGroup", "v1/LimitRange", "node.k8s.io/v1/RuntimeClass"))
+                children=(ChildKind("scheduling.x-k8s.io/v1alpha1", "PodGroup"),))

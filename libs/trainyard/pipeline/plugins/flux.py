@@ -25,7 +25,7 @@ from .. import names
 from ..curve_keys import curve_certificate
 from ..documents import clone, ensure_list, items, mapping
 from ..errors import PlanningError, invalid
-from ..framework import PlanContext, Plugin, ValidationContext, Verdict
+from ..framework import ChildKind, PlanContext, Plugin, ValidationContext, Verdict
 from ..observed import ReadError
 from ..resources import gpu_count
 from ..upsert import upsert_volume_mount
@@ -382,4 +382,5 @@ def validate(ctx: ValidationContext) -> Verdict:
 
 
 PLUGIN = Plugin(name="Flux", enforce_ml_policy=enforce_ml_policy, build=build, validate=validate,
-                watches=("v1/ConfigMap", "v1/Secret"))
+                children=(ChildKind("v1", "ConfigMap", c.FLUX_ENTRYPOINT_CONFIGMAP_SUFFIX),
+                          ChildKind("v1", "Secret", c.FLUX_CURVE_SECRET_SUFFIX)))

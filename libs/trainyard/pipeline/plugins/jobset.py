@@ -9,7 +9,7 @@ from typing import Any
 from .. import elastic, names
 from ..documents import clone, dig, ensure_list, ensure_mapping, items, mapping
 from ..errors import FieldError, PlanningError, forbidden, internal, invalid, required
-from ..framework import PlanContext, Plugin, ValidationContext, Verdict
+from ..framework import ChildKind, PlanContext, Plugin, ValidationContext, Verdict
 from ..observed import ReadError
 from ..upsert import api_env_var, upsert_env
 from .shared import is_int
@@ -329,4 +329,4 @@ def _override_errors(ctx: ValidationContext, containers_by_job: dict[str, set[st
 
 
 PLUGIN = Plugin(name="JobSet", identify_pod_network=identify_pod_network, build=build, validate=validate,
-                watches=("jobset.x-k8s.io/v1alpha2/JobSet",))
+                children=(ChildKind("jobset.x-k8s.io/v1alpha2", "JobSet"),))

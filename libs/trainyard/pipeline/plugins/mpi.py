@@ -9,7 +9,7 @@ from typing import Any
 from .. import names
 from ..documents import clone, ensure_list, items
 from ..errors import PlanningError, invalid
-from ..framework import PlanContext, Plugin, ValidationContext, Verdict
+from ..framework import ChildKind, PlanContext, Plugin, ValidationContext, Verdict
 from ..observed import ReadError
 from ..resources import gpu_count
 from ..upsert import upsert_env, upsert_volume_mount
@@ -173,4 +173,5 @@ def validate(ctx: ValidationContext) -> Verdict:
 
 
 PLUGIN = Plugin(name="MPI", enforce_ml_policy=enforce_ml_policy, build=build, validate=validate,
-                watches=("v1/ConfigMap", "v1/Secret"))
+                children=(ChildKind("v1", "Secret", c.MPI_SSH_AUTH_SECRET_SUFFIX),
+                          ChildKind("v1", "ConfigMap", c.MPI_HOSTFILE_CONFIGMAP_SUFFIX)))

@@ -8,7 +8,7 @@ from typing import Any
 from .. import elastic, names
 from ..documents import dig, ensure_list, ensure_mapping, items, mapping
 from ..errors import FieldError, PlanningError, invalid
-from ..framework import PlanContext, Plugin, ValidationContext, Verdict
+from ..framework import ChildKind, PlanContext, Plugin, ValidationContext, Verdict
 from trainyard.apimachinery.quantity import QuantityError
 from ..resources import cpu_count, gpu_count
 from ..upsert import api_env_var, upsert_env, upsert_port
@@ -171,4 +171,4 @@ def _torchtune_errors(ctx: ValidationContext) -> list[FieldError]:
 
 
 PLUGIN = Plugin(name="Torch", enforce_ml_policy=enforce_ml_policy, build=build, validate=validate,
-                watches=("autoscaling/v2/HorizontalPodAutoscaler",))
+                children=(ChildKind("autoscaling/v2", "HorizontalPodAutoscaler"),))  # elastic with metrics

@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 from .. import names
 from ..documents import ensure_list
-from ..framework import PlanContext, Plugin
+from ..framework import ChildKind, PlanContext, Plugin
 from ..trainer_status import status_path, token_audience
 from ..upsert import upsert_env, upsert_volume_mount
 
@@ -30,6 +30,7 @@ CA_KEY = "ca.crt"
 TOKEN_FILE = "token"
 TOKEN_EXPIRATION_SECONDS = 3600
 CONFIGMAP_SUFFIX = "-tls-config"
+CHILDREN = (ChildKind("v1", "ConfigMap", CONFIGMAP_SUFFIX),)  # the CA the pods trust
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,7 @@ def _build(endpoint: StatusEndpoint, ctx: PlanContext) -> list[dict[str, Any]]:
 
 def plugin(endpoint: StatusEndpoint) -> Plugin:
     return Plugin(name="TrainJobStatus", enforce_ml_policy=partial(_enforce, endpoint),
-                  build=partial(_build, endpoint), watches=("v1/ConfigMap",))
+                  build=partial(_build, endpoint), children=CHILDREN)
 
 
 def with_trainjob_status(plugins: Sequence[Plugin], endpoint: StatusEndpoint) -> tuple[Plugin, ...]:

@@ -8,7 +8,7 @@ from typing import Any
 from .. import names
 from ..documents import dig, items, mapping
 from ..errors import invalid
-from ..framework import PlanContext, Plugin, ValidationContext, Verdict
+from ..framework import ChildKind, PlanContext, Plugin, ValidationContext, Verdict
 from ..observed import ReadError, not_found_text
 from . import podgroup
 
@@ -75,4 +75,4 @@ def validate(ctx: ValidationContext) -> Verdict:
 
 PLUGIN = Plugin(name="Volcano", enforce_pod_group_policy=enforce_pod_group_policy, build=build,
                 validate=validate,
-                watches=("scheduling.volcano.sh/v1beta1/PodGroup", "v1/LimitRange", "node.k8s.io/v1/RuntimeClass"))
+                children=(ChildKind("scheduling.volcano.sh/v1beta1", "PodGroup"),))
