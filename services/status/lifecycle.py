@@ -16,9 +16,9 @@ from typing import Any, Awaitable, Callable
 
 from trainyard.kube import resources as r
 from trainyard.kube.client import KubeClient
-from trainyard.pipeline import names
 from trainyard.pipeline.lifecycle import active_deadline, finished_condition, ttl_expiry
 from trainyard.pipeline.trainjobs import owned_by_uid
+from trainyard.api import constants as c
 
 log = logging.getLogger(__name__)
 
@@ -28,8 +28,8 @@ _SLACK_S = 0.05
 
 def deadline_failed(status: dict[str, Any]) -> bool:
     condition = finished_condition(status)
-    return condition is not None and condition.get("type") == names.CONDITION_FAILED \
-        and condition.get("reason") == names.REASON_DEADLINE_EXCEEDED
+    return condition is not None and condition.get("type") == c.CONDITION_FAILED \
+        and condition.get("reason") == c.REASON_DEADLINE_EXCEEDED
 
 
 def next_due(trainjob: dict[str, Any], jobset: dict[str, Any] | None) -> datetime | None:

@@ -185,6 +185,8 @@ PLUGIN_JOBSET = "JobSet"
 MPI_IMPLEMENTATION_OPENMPI = "OpenMPI"
 MPI_IMPLEMENTATION_INTEL = "Intel"
 MPI_IMPLEMENTATION_MPICH = "MPICH"
+# Kubernetes' own PriorityClass API (Volcano's PodGroups name a PriorityClass).
+PRIORITY_CLASS_API_VERSION = "scheduling.k8s.io/v1"
 VOLCANO_SYSTEM_PRIORITY_CLASSES = ("system-cluster-critical", "system-node-critical")
 RUNTIME_DEPRECATION_POLICY_URL = (
     "https://www.kubeflow.org/docs/components/trainer/operator-guides/runtime/"

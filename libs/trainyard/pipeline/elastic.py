@@ -8,11 +8,12 @@ the policy leaves out is pinned to ``numNodes``: the job cannot be resized in th
 """
 from __future__ import annotations
 
+from trainyard.api import constants as c
+
 import json
 from dataclasses import dataclass
 from typing import Any
 
-from . import names
 from .documents import dig, items, mapping
 from .errors import FieldError, invalid, required
 
@@ -109,14 +110,14 @@ def torchrun_env(trainjob_name: str, rdzv_id: str, found: Bounds, nproc: int | s
     MASTER_ADDR/MASTER_PORT): torchrun's ``--nnodes=min:max``, ``--max-restarts``, c10d
     rendezvous on node 0's stable name and the trainer port, one rendezvous id per TrainJob."""
     env = [
-        {"name": names.ENV_NNODES, "value": f"{found.min_nodes}:{found.max_nodes}"},
-        {"name": names.ENV_NPROC_PER_NODE, "value": str(nproc)},
+        {"name": c.ENV_PET_NNODES, "value": f"{found.min_nodes}:{found.max_nodes}"},
+        {"name": c.ENV_PET_NPROC_PER_NODE, "value": str(nproc)},
     ]
     if found.max_restarts is not None:
         env.append({"name": "PET_MAX_RESTARTS", "value": str(found.max_restarts)})
     env += [
         {"name": "PET_RDZV_BACKEND", "value": RDZV_BACKEND},
-        {"name": "PET_RDZV_ENDPOINT", "value": f"{master}:{names.CONTAINER_TRAINER_PORT}"},
+        {"name": "PET_RDZV_ENDPOINT", "value": f"{master}:{c.CONTAINER_TRAINER_PORT}"},
         {"name": "PET_RDZV_ID", "value": rdzv_id},
         # torchrun >= 2.4 shares the rendezvous TCPStore with the workers; a node that joins a
         # running group then waits forever for the store address, which node 0 publishes only in
@@ -130,7 +131,7 @@ def pod_failure_policy() -> dict[str, Any]:
     """A pod whose ``node`` container exits non-zero other than by a signal fails the Job at
     once (torchrun's budget is spent); a pod lost to a signal or a disruption is replaced."""
     return {"rules": [
-        {"action": "FailJob", "onExitCodes": {"containerName": names.NODE, "operator": "NotIn",
+        {"action": "FailJob", "onExitCodes": {"containerName": c.NODE, "operator": "NotIn",
                                               "values": list(SIGNAL_EXIT_CODES)}},
         {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
     ]}
@@ -157,9 +158,9 @@ def trainer_job(jobset: dict[str, Any] | None) -> dict[str, Any] | None:
     """The JobSet's trainer replicated job (ancestor label ``trainer``, else the job ``node``)."""
     jobs = [mapping(j) for j in items(dig(jobset or {}, "spec", "replicatedJobs"))]
     for job in jobs:
-        if dig(job, "template", "metadata", "labels", names.LABEL_ANCESTOR) == names.ANCESTOR_TRAINER:
+        if dig(job, "template", "metadata", "labels", c.LABEL_TRAINJOB_ANCESTOR) == c.ANCESTOR_TRAINER:
             return job
-    return next((j for j in jobs if j.get("name") == names.NODE), None)
+    return next((j for j in jobs if j.get("name") == c.NODE), None)
 
 
 def jobset_size(jobset: dict[str, Any] | None) -> int | None:
@@ -171,7 +172,7 @@ def jobset_size(jobset: dict[str, Any] | None) -> int | None:
 def selector(trainjob_name: str, jobset: dict[str, Any] | None) -> str:
     """The label selector of the trainer pods (the scale subresource's, for an HPA)."""
     job = trainer_job(jobset)
-    job_name = str((job or {}).get("name") or names.NODE)
+    job_name = str((job or {}).get("name") or c.NODE)
     return f"jobset.sigs.k8s.io/jobset-name={trainjob_name},jobset.sigs.k8s.io/replicatedjob-name={job_name}"
 
 
@@ -185,8 +186,8 @@ def hpa_document(trainjob: dict[str, Any], found: Bounds, metrics: list[Any],
         "metadata": {"name": str(meta.get("name") or ""), "namespace": str(meta.get("namespace") or ""),
                      "ownerReferences": [owner_reference]},
         "spec": {
-            "scaleTargetRef": {"apiVersion": str(trainjob.get("apiVersion") or names.API_VERSION),
-                               "kind": names.TRAINJOB_KIND, "name": str(meta.get("name") or "")},
+            "scaleTargetRef": {"apiVersion": str(trainjob.get("apiVersion") or c.TRAINER_API_VERSION),
+                               "kind": c.TRAIN_JOB_KIND, "name": str(meta.get("name") or "")},
             "minReplicas": found.min_nodes,
             "maxReplicas": found.max_nodes,
             "metrics": [dict(m) if isinstance(m, dict) else m for m in metrics],

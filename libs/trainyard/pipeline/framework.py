@@ -13,9 +13,9 @@ from opentelemetry import trace
 
 from trainyard.telemetry import detail
 
-from . import names
 from .documents import dig, mapping
 from trainyard.compat import DEFAULT_COMPAT, TrainerCompat
+from trainyard.api import constants as c
 from .curve_keys import CurveKeyFactory, new_curve_key_pair
 from .errors import FieldError
 from .info import RuntimeInfo
@@ -54,8 +54,8 @@ class PlanContext:
     def owner_reference(self) -> dict[str, Any]:
         meta = mapping(self.trainjob.get("metadata"))
         reference: dict[str, Any] = {
-            "apiVersion": str(self.trainjob.get("apiVersion") or names.API_VERSION),
-            "kind": names.TRAINJOB_KIND,
+            "apiVersion": str(self.trainjob.get("apiVersion") or c.TRAINER_API_VERSION),
+            "kind": c.TRAIN_JOB_KIND,
             "name": self.name,
         }
         # A TrainJob read from a file has no uid yet; the reference then carries none.

@@ -11,10 +11,10 @@ from typing import Any
 
 from trainyard.compat import DEFAULT_COMPAT, TrainerCompat
 
-from . import names
 from .documents import clone, dig, ensure_list, ensure_mapping, items, mapping
 from .errors import PlanningError
 from trainyard.apimachinery.quantity import QuantityError
+from trainyard.api import constants
 from .resources import Requests, single_pod_requests
 from .upsert import upsert_volume
 
@@ -101,8 +101,8 @@ class RuntimeInfo:
         return next((p for p in self.pod_sets if p.name == name), None)
 
     def trainer_container(self) -> dict[str, Any] | None:
-        trainer = self.pod_set_by_ancestor(names.ANCESTOR_TRAINER)
-        return trainer.container(names.NODE) if trainer else None
+        trainer = self.pod_set_by_ancestor(constants.ANCESTOR_TRAINER)
+        return trainer.container(constants.NODE) if trainer else None
 
 
 def merge_pod_template_overrides(jobset_spec: dict[str, Any], overrides: list[Any]) -> None:
@@ -198,11 +198,11 @@ def merge_resources_per_node(jobset_spec: dict[str, Any], trainer: Any, ml_polic
     for job in items(jobset_spec.get("replicatedJobs")):
         if not isinstance(job, dict):
             continue
-        ancestor = mapping(dig(job, "template", "metadata", "labels")).get(names.LABEL_ANCESTOR)
-        if ancestor != names.ANCESTOR_TRAINER and not (launcher_as_node and job.get("name") == names.NODE):
+        ancestor = mapping(dig(job, "template", "metadata", "labels")).get(constants.LABEL_TRAINJOB_ANCESTOR)
+        if ancestor != constants.ANCESTOR_TRAINER and not (launcher_as_node and job.get("name") == constants.NODE):
             continue
         for container in items(dig(job, "template", "spec", "template", "spec", "containers")):
-            if not isinstance(container, dict) or container.get("name") != names.NODE:
+            if not isinstance(container, dict) or container.get("name") != constants.NODE:
                 continue
             base = mapping(container.get("resources"))
             merged: dict[str, Any] = {}
@@ -253,12 +253,12 @@ def build_info(trainjob: dict[str, Any], runtime_spec: dict[str, Any],
 
 def _pod_set(job: dict[str, Any], ml_policy: dict[str, Any] | None) -> PodSet:
     job_template = mapping(job.get("template"))
-    ancestor = mapping(dig(job_template, "metadata", "labels")).get(names.LABEL_ANCESTOR)
+    ancestor = mapping(dig(job_template, "metadata", "labels")).get(constants.LABEL_TRAINJOB_ANCESTOR)
     parallelism = dig(job_template, "spec", "parallelism")
     count = parallelism if isinstance(parallelism, int) and not isinstance(parallelism, bool) else 1
-    if ancestor == names.ANCESTOR_TRAINER and ml_policy is not None:
+    if ancestor == constants.ANCESTOR_TRAINER and ml_policy is not None:
         num_nodes = ml_policy.get("numNodes")
-        count = num_nodes if isinstance(num_nodes, int) and not isinstance(num_nodes, bool) else names.DEFAULT_NUM_NODES
+        count = num_nodes if isinstance(num_nodes, int) and not isinstance(num_nodes, bool) else constants.DEFAULT_NUM_NODES
     pod_spec = mapping(dig(job_template, "spec", "template", "spec"))
     try:
         requests = single_pod_requests(pod_spec)

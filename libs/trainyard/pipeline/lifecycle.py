@@ -19,13 +19,13 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from trainyard.clock import parse_time
+from trainyard.api import constants
 
-from . import names
 from .documents import as_document, dig, items, mapping
 
 # Failed conditions that do not end a TrainJob: nothing ran yet, and fixing the cause resumes it.
-NOT_FINAL_FAILURE_REASONS = frozenset({names.REASON_RUNTIME_NOT_SUPPORTED,
-                                       names.REASON_RESOURCES_CREATION_FAILED})
+NOT_FINAL_FAILURE_REASONS = frozenset({constants.REASON_TRAINING_RUNTIME_NOT_SUPPORTED,
+                                       constants.EVENT_REASON_RESOURCES_CREATION_FAILED})
 
 
 def _true_condition(conditions: Any, condition_type: str) -> dict[str, Any] | None:
@@ -36,10 +36,10 @@ def _true_condition(conditions: Any, condition_type: str) -> dict[str, Any] | No
 def finished_condition(status: Any) -> dict[str, Any] | None:
     """The condition that makes a TrainJob with this ``status`` finished, or None."""
     conditions = mapping(status).get("conditions")
-    complete = _true_condition(conditions, names.CONDITION_COMPLETE)
+    complete = _true_condition(conditions, constants.CONDITION_COMPLETE)
     if complete is not None:
         return complete
-    failed = _true_condition(conditions, names.CONDITION_FAILED)
+    failed = _true_condition(conditions, constants.CONDITION_FAILED)
     if failed is not None and failed.get("reason") not in NOT_FINAL_FAILURE_REASONS:
         return failed
     return None
@@ -52,13 +52,13 @@ def is_finished(trainjob: Any) -> bool:
 def trainjob_state(trainjob: Any, status: Any) -> str:
     """``status.state``: the last word on what the TrainJob is doing, never blank."""
     conditions = mapping(status).get("conditions")
-    if _true_condition(conditions, names.CONDITION_COMPLETE) is not None:
-        return names.CONDITION_COMPLETE
-    if _true_condition(conditions, names.CONDITION_FAILED) is not None:
-        return names.CONDITION_FAILED
+    if _true_condition(conditions, constants.CONDITION_COMPLETE) is not None:
+        return constants.CONDITION_COMPLETE
+    if _true_condition(conditions, constants.CONDITION_FAILED) is not None:
+        return constants.CONDITION_FAILED
     if dig(as_document(trainjob), "spec", "suspend") is True:
-        return names.STATE_SUSPENDED
-    return names.STATE_RUNNING
+        return constants.STATE_SUSPENDED
+    return constants.STATE_RUNNING
 
 
 def _resumed_at(trainjob: dict[str, Any], jobset: Any | None) -> datetime | None:
@@ -69,7 +69,7 @@ def _resumed_at(trainjob: dict[str, Any], jobset: Any | None) -> datetime | None
     for conditions in (dig(trainjob, "status", "conditions"),
                        dig(as_document(jobset), "status", "conditions") if jobset is not None else None):
         for condition in items(conditions):
-            if isinstance(condition, dict) and condition.get("type") == names.CONDITION_SUSPENDED \
+            if isinstance(condition, dict) and condition.get("type") == constants.CONDITION_SUSPENDED \
                     and condition.get("status") == "False":
                 moment = parse_time(condition.get("lastTransitionTime"))
                 if moment is not None:
@@ -78,7 +78,7 @@ def _resumed_at(trainjob: dict[str, Any], jobset: Any | None) -> datetime | None
 
 
 def _latest_suspended(conditions: Any) -> str | None:
-    found = [c for c in items(conditions) if isinstance(c, dict) and c.get("type") == names.CONDITION_SUSPENDED]
+    found = [c for c in items(conditions) if isinstance(c, dict) and c.get("type") == constants.CONDITION_SUSPENDED]
     return found[-1].get("status") if found else None
 
 
@@ -120,7 +120,7 @@ def deadline_exceeded(trainjob: Any, jobset: Any | None, now: datetime) -> bool:
 def ttl_seconds_after_finished(trainjob: Any) -> int | None:
     """The opt-in TTL annotation as a non-negative integer; None when absent or malformed."""
     value = mapping(dig(as_document(trainjob), "metadata", "annotations")).get(
-        names.ANNOTATION_TTL_SECONDS_AFTER_FINISHED)
+        constants.ANNOTATION_TTL_SECONDS_AFTER_FINISHED)
     if not isinstance(value, str) or not value.isdigit():
         return None
     return int(value)

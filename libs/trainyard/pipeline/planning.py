@@ -6,7 +6,6 @@ import json
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
-from . import names
 from .defaults import runtime_with_defaults, trainjob_with_defaults
 from .documents import as_document, dig
 from .errors import PlanningError
@@ -16,6 +15,7 @@ from .info import build_info
 from .observed import ObservedState
 from .plugins import REGISTRY
 from trainyard.apimachinery.quantity import QuantityError
+from trainyard.api import constants as c
 from .resolution import ResolvedRuntime, RuntimeLookupError, SUPPORTED_KEYS, lookup_runtime, \
     registry_key, unsupported_runtime_message
 from .curve_keys import CurveKeyFactory, new_curve_key_pair
@@ -61,7 +61,7 @@ def resolve(trainjob: dict[str, Any], observed: ObservedState, runtime: Any | No
     """
     message = unsupported_runtime_message(trainjob)
     if message is not None:
-        raise PlanningError(message, reason=names.REASON_RUNTIME_NOT_SUPPORTED)
+        raise PlanningError(message, reason=c.REASON_TRAINING_RUNTIME_NOT_SUPPORTED)
     if runtime is None:
         try:
             runtime = lookup_runtime(trainjob, observed)

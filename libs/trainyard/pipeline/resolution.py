@@ -6,14 +6,13 @@ from trainyard.api import constants as c
 from dataclasses import dataclass
 from typing import Any
 
-from . import names
 from .documents import dig, mapping
 from .errors import FieldError, PlanningError, invalid
 from .observed import ObservedState, ReadError, not_found_text
 
 SUPPORTED_KEYS = {
-    f"{names.TRAINING_RUNTIME_KIND}.{names.API_GROUP}": names.TRAINING_RUNTIME_KIND,
-    f"{names.CLUSTER_TRAINING_RUNTIME_KIND}.{names.API_GROUP}": names.CLUSTER_TRAINING_RUNTIME_KIND,
+    f"{c.TRAINING_RUNTIME_KIND}.{c.TRAINER_API_GROUP}": c.TRAINING_RUNTIME_KIND,
+    f"{c.CLUSTER_TRAINING_RUNTIME_KIND}.{c.TRAINER_API_GROUP}": c.CLUSTER_TRAINING_RUNTIME_KIND,
 }
 
 
@@ -53,12 +52,12 @@ class RuntimeLookupError(Exception):
         self.api_error = api_error
 
     def planning_error(self) -> PlanningError:
-        if self.kind == names.TRAINING_RUNTIME_KIND:
+        if self.kind == c.TRAINING_RUNTIME_KIND:
             return PlanningError(f"{c.ERR_TRAINING_RUNTIME_NOT_FOUND}{self.api_error}")
         return PlanningError(f"{c.ERR_CLUSTER_TRAINING_RUNTIME_NOT_FOUND}{self.api_error}")
 
     def field_error(self, runtime_ref: Any) -> FieldError:
-        if self.kind == names.TRAINING_RUNTIME_KIND:
+        if self.kind == c.TRAINING_RUNTIME_KIND:
             return invalid("spec.runtimeRef", runtime_ref, f"{self.api_error}: {c.ERR_TRAINING_RUNTIME_MUST_EXIST}")
         # Upstream quirk kept verbatim: capital R in the field path.
         return invalid("spec.RuntimeRef", runtime_ref, f"{self.api_error}: {c.ERR_CLUSTER_TRAINING_RUNTIME_MUST_EXIST}")
@@ -71,18 +70,18 @@ def lookup_runtime(trainjob: dict[str, Any], observed: ObservedState) -> dict[st
     """
     kind = SUPPORTED_KEYS[registry_key(trainjob)]
     name = str(dig(trainjob, "spec", "runtimeRef", "name") or "")
-    namespace = str(dig(trainjob, "metadata", "namespace") or "") if kind == names.TRAINING_RUNTIME_KIND else ""
+    namespace = str(dig(trainjob, "metadata", "namespace") or "") if kind == c.TRAINING_RUNTIME_KIND else ""
     try:
-        runtime = observed.get(names.API_VERSION, kind, namespace, name)
+        runtime = observed.get(c.TRAINER_API_VERSION, kind, namespace, name)
     except ReadError as err:
         raise RuntimeLookupError(kind, str(err)) from None
     if runtime is None:
-        raise RuntimeLookupError(kind, not_found_text(names.API_VERSION, kind, name))
+        raise RuntimeLookupError(kind, not_found_text(c.TRAINER_API_VERSION, kind, name))
     return runtime
 
 
 def is_deprecated(runtime: dict[str, Any]) -> bool:
-    return mapping(dig(runtime, "metadata", "labels")).get(names.LABEL_SUPPORT) == names.SUPPORT_DEPRECATED
+    return mapping(dig(runtime, "metadata", "labels")).get(c.LABEL_SUPPORT) == c.SUPPORT_DEPRECATED
 
 
 def referenced_deprecation_warning(runtime_name: str) -> str:
@@ -103,11 +102,11 @@ def referenced_runtime(trainjob: dict[str, Any]) -> tuple[str, str, str] | None:
     """
     ref = mapping(dig(trainjob, "spec", "runtimeRef"))
     kind, name = ref.get("kind"), ref.get("name")
-    if ref.get("apiGroup") != names.API_GROUP or not isinstance(name, str) or not name:
+    if ref.get("apiGroup") != c.TRAINER_API_GROUP or not isinstance(name, str) or not name:
         return None
-    if kind == names.TRAINING_RUNTIME_KIND:
+    if kind == c.TRAINING_RUNTIME_KIND:
         return kind, str(dig(trainjob, "metadata", "namespace") or ""), name
-    if kind == names.CLUSTER_TRAINING_RUNTIME_KIND:
+    if kind == c.CLUSTER_TRAINING_RUNTIME_KIND:
         return kind, "", name
     return None
 

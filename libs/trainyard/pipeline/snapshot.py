@@ -9,13 +9,14 @@ applier applies it like any other owned object). The error texts are upstream's
 """
 from __future__ import annotations
 
+from trainyard.api import constants as c
+
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
 import yaml
 
-from . import names
 from .documents import dig, items, mapping
 from .errors import PlanningError
 from .observed import ObservedState, ReadError
@@ -54,7 +55,7 @@ class RuntimeSnapshot:
 
 def _error_prefix(runtime_kind: str) -> str:
     # Upstream's two runtimes wrap the same errors differently.
-    if runtime_kind == names.TRAINING_RUNTIME_KIND:
+    if runtime_kind == c.TRAINING_RUNTIME_KIND:
         return "unable to get runtime snapshot: "
     return "getting runtime snapshot: "
 
@@ -133,7 +134,7 @@ _TEXTS: dict[tuple[str, str, str], str] = {}
 
 def _serialise(runtime: dict[str, Any], kind: str) -> str:
     document = {key: value for key, value in runtime.items() if key != "status"}
-    document.setdefault("apiVersion", names.API_VERSION)
+    document.setdefault("apiVersion", c.TRAINER_API_VERSION)
     document.setdefault("kind", kind)
     metadata = {k: v for k, v in mapping(document.get("metadata")).items() if k not in _DROPPED_METADATA}
     document["metadata"] = metadata

@@ -10,11 +10,12 @@ owner and keys.
 """
 from __future__ import annotations
 
+from trainyard.api import constants as c
+
 import base64
 from copy import deepcopy
 from typing import Any, Callable
 
-from . import names
 
 # Marks a planned Secret whose data the writer generates (the annotation never reaches the cluster).
 GENERATE_ANNOTATION = "trainyard.kubeflow.org/generate"
@@ -42,14 +43,14 @@ def deferred_ssh_key() -> tuple[bytes, bytes]:
 
 def _is_mpi_ssh_secret(obj: dict[str, Any]) -> bool:
     return obj.get("apiVersion") == "v1" and obj.get("kind") == "Secret" \
-        and obj.get("type") == names.MPI_SECRET_TYPE \
-        and str((obj.get("metadata") or {}).get("name", "")).endswith(names.MPI_SSH_AUTH_SUFFIX)
+        and obj.get("type") == c.MPI_SSH_SECRET_TYPE \
+        and str((obj.get("metadata") or {}).get("name", "")).endswith(c.MPI_SSH_AUTH_SECRET_SUFFIX)
 
 
 def _is_flux_curve_secret(obj: dict[str, Any]) -> bool:
     return obj.get("apiVersion") == "v1" and obj.get("kind") == "Secret" and "type" not in obj \
-        and str((obj.get("metadata") or {}).get("name", "")).endswith(names.FLUX_CURVE_SECRET_SUFFIX) \
-        and set(obj.get("data") or {}) == {names.FLUX_CURVE_CERT_KEY}
+        and str((obj.get("metadata") or {}).get("name", "")).endswith(c.FLUX_CURVE_SECRET_SUFFIX) \
+        and set(obj.get("data") or {}) == {c.FLUX_CURVE_CERT_KEY}
 
 
 def defer_generated_secrets(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -83,7 +84,7 @@ def materialize(obj: dict[str, Any], new_key: Callable[[], tuple[bytes, bytes]] 
     is_ssh = what == GENERATE_MPI_SSH_KEY and _is_mpi_ssh_secret(obj)
     # The planned Flux Secret has no data left to recognise it by: name and absent type.
     is_curve = what == GENERATE_FLUX_CURVE and obj.get("kind") == "Secret" and "type" not in obj \
-        and str(obj["metadata"].get("name", "")).endswith(names.FLUX_CURVE_SECRET_SUFFIX)
+        and str(obj["metadata"].get("name", "")).endswith(c.FLUX_CURVE_SECRET_SUFFIX)
     if not (is_ssh or is_curve):
         raise ValueError(f"cannot generate {what!r} for {obj.get('kind')} {obj['metadata'].get('name')}")
     obj = deepcopy(obj)
@@ -93,13 +94,13 @@ def materialize(obj: dict[str, Any], new_key: Callable[[], tuple[bytes, bytes]] 
         del obj["metadata"]["annotations"]
     if is_curve:
         secret, public = (new_key or new_curve_key_pair)()
-        trainjob = str(obj["metadata"]["name"])[: -len(names.FLUX_CURVE_SECRET_SUFFIX)]
+        trainjob = str(obj["metadata"]["name"])[: -len(c.FLUX_CURVE_SECRET_SUFFIX)]
         text = curve_certificate(trainjob, secret, public)
-        obj["data"] = {names.FLUX_CURVE_CERT_KEY: base64.b64encode(text.encode()).decode("ascii")}
+        obj["data"] = {c.FLUX_CURVE_CERT_KEY: base64.b64encode(text.encode()).decode("ascii")}
         return obj
     private_key, public_key = (new_key or new_ssh_key_pair)()
     obj["data"] = {
-        names.MPI_SSH_PRIVATE_KEY: base64.b64encode(private_key).decode("ascii"),
-        names.MPI_SSH_PUBLIC_KEY: base64.b64encode(public_key).decode("ascii"),
+        c.MPI_SSH_PRIVATE_KEY: base64.b64encode(private_key).decode("ascii"),
+        c.MPI_SSH_PUBLIC_KEY: base64.b64encode(public_key).decode("ascii"),
     }
     return obj

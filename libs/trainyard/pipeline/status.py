@@ -5,8 +5,9 @@ from datetime import datetime, timezone
 from typing import Any
 
 from trainyard.clock import format_time, parse_time
+from trainyard.api import constants
 
-from . import elastic, names
+from . import elastic
 from .defaults import trainjob_with_defaults
 from .documents import as_document, clone, dig, items, mapping
 from .lifecycle import deadline_exceeded, finished_condition
@@ -63,30 +64,30 @@ def compute_trainjob_status(trainjob: Any, jobset: Any | None, now: datetime | s
             if jobs_status:
                 status["jobsStatus"] = jobs_status
         return status
-    conditions = [c for c in items(status.get("conditions")) if mapping(c).get("type") != names.CONDITION_FAILED]
+    conditions = [c for c in items(status.get("conditions")) if mapping(c).get("type") != constants.CONDITION_FAILED]
     unsupported = unsupported_runtime_message(job)
     if unsupported is not None:
-        set_condition(conditions, {"type": names.CONDITION_FAILED, "status": "True",
-                                   "reason": names.REASON_RUNTIME_NOT_SUPPORTED, "message": unsupported}, moment)
+        set_condition(conditions, {"type": constants.CONDITION_FAILED, "status": "True",
+                                   "reason": constants.REASON_TRAINING_RUNTIME_NOT_SUPPORTED, "message": unsupported}, moment)
     if dig(job, "spec", "suspend") is True:
-        set_condition(conditions, {"type": names.CONDITION_SUSPENDED, "status": "True",
-                                   "reason": names.REASON_SUSPENDED, "message": names.MESSAGE_SUSPENDED}, moment)
+        set_condition(conditions, {"type": constants.CONDITION_SUSPENDED, "status": "True",
+                                   "reason": constants.REASON_SUSPENDED, "message": constants.MESSAGE_SUSPENDED}, moment)
     else:
         # Resume drops the Suspended condition instead of writing upstream's
         # Suspended=False/Resumed: the Kubeflow SDK reads any condition as "not Running"
         # (kubeflow/sdk#803) and the State column shows the last condition's type
         # (kubeflow/trainer#3666). The status service records the resume as an Event.
-        conditions = [c for c in conditions if mapping(c).get("type") != names.CONDITION_SUSPENDED]
+        conditions = [c for c in conditions if mapping(c).get("type") != constants.CONDITION_SUSPENDED]
     if unsupported is None and jobset is not None:
         jobset_doc = as_document(jobset)
         jobset_conditions = items(dig(jobset_doc, "status", "conditions"))
         policy = elastic.jobset_policy(jobset_doc)
-        for source, target in ((names.JOBSET_CONDITION_COMPLETED, names.CONDITION_COMPLETE),
-                               (names.JOBSET_CONDITION_FAILED, names.CONDITION_FAILED)):
+        for source, target in ((constants.JOBSET_CONDITION_COMPLETED, constants.CONDITION_COMPLETE),
+                               (constants.JOBSET_CONDITION_FAILED, constants.CONDITION_FAILED)):
             found = _condition(jobset_conditions, source)
             if found is not None and found.get("status") == "True":
                 copied = {**found, "type": target}
-                if policy is not None and target == names.CONDITION_FAILED:
+                if policy is not None and target == constants.CONDITION_FAILED:
                     # Elastic: a trainer Job fails only once torchrun's restart budget is spent.
                     copied["reason"] = elastic.REASON_RESTARTS_EXHAUSTED
                     copied["message"] = elastic.failed_message(policy, str(found.get("message") or ""))
@@ -105,9 +106,9 @@ def compute_trainjob_status(trainjob: Any, jobset: Any | None, now: datetime | s
             and finished_condition({"conditions": conditions}) is None \
             and deadline_exceeded(job, jobset, current):
         # v2.3.0 activeDeadlineSeconds; the status service also deletes the JobSet.
-        set_condition(conditions, {"type": names.CONDITION_FAILED, "status": "True",
-                                   "reason": names.REASON_DEADLINE_EXCEEDED,
-                                   "message": names.MESSAGE_DEADLINE_EXCEEDED}, moment)
+        set_condition(conditions, {"type": constants.CONDITION_FAILED, "status": "True",
+                                   "reason": constants.REASON_DEADLINE_EXCEEDED,
+                                   "message": constants.MESSAGE_DEADLINE_EXCEEDED}, moment)
     if conditions:
         status["conditions"] = conditions
     else:

@@ -14,19 +14,19 @@ from datetime import datetime, timezone
 from typing import Any
 
 from trainyard.apimachinery import serviceaccount_tokens as sat
+from trainyard.api import constants as c
 
-from . import names
 
 FIELD_MANAGER = "trainer-status"
 MAX_BODY_BYTES = 1 << 16
 
 
 def token_audience(namespace: str, name: str) -> str:
-    return f"{names.API_GROUP}/v1alpha1/namespaces/{namespace}/trainjobs/{name}/status"
+    return f"{c.TRAINER_API_GROUP}/v1alpha1/namespaces/{namespace}/trainjobs/{name}/status"
 
 
 def status_path(namespace: str, name: str) -> str:
-    return f"/apis/{names.API_GROUP}/v1alpha1/namespaces/{namespace}/trainjobs/{name}/status"
+    return f"/apis/{c.TRAINER_API_GROUP}/v1alpha1/namespaces/{namespace}/trainjobs/{name}/status"
 
 
 def bearer_token(header: str | None) -> str:
@@ -93,5 +93,5 @@ def status_apply(namespace: str, name: str, request: Any) -> dict[str, Any] | No
         status["metrics"] = [{"name": m.get("name", ""), "value": m.get("value", "")} for m in metrics]
     if reported.get("lastUpdatedTime") is not None:
         status["lastUpdatedTime"] = _rfc3339(reported["lastUpdatedTime"])
-    return {"apiVersion": names.API_VERSION, "kind": names.TRAINJOB_KIND,
+    return {"apiVersion": c.TRAINER_API_VERSION, "kind": c.TRAIN_JOB_KIND,
             "metadata": {"name": name, "namespace": namespace}, "status": {"trainerStatus": status}}

@@ -16,7 +16,7 @@ from trainyard.api.crds import CRDS, crds_at, generate_crd
 from trainyard.apimachinery.structural import apply_defaults
 from trainyard.apimachinery.structural import validate as validate_schema
 
-from . import elastic, names
+from . import elastic
 from .defaults import runtime_with_defaults, trainjob_with_defaults
 from .documents import as_document, dig, items, mapping
 from .errors import ErrorType, FieldError, PlanningError, aggregate_message, forbidden, from_cause, internal, invalid
@@ -31,9 +31,9 @@ from .resolution import (SUPPORTED_KEYS, ResolvedRuntime, RuntimeLookupError, cr
                          unsupported_runtime_message)
 
 _ANCESTOR_CONTAINERS = {
-    names.ANCESTOR_TRAINER: names.NODE,
-    names.ANCESTOR_DATASET: names.DATASET_INITIALIZER,
-    names.ANCESTOR_MODEL: names.MODEL_INITIALIZER,
+    c.ANCESTOR_TRAINER: c.NODE,
+    c.ANCESTOR_DATASET_INITIALIZER: c.DATASET_INITIALIZER,
+    c.ANCESTOR_MODEL_INITIALIZER: c.MODEL_INITIALIZER,
 }
 TRAINJOB_WEBHOOK = "validator.trainjob.trainer.kubeflow.org"
 TRAINING_RUNTIME_WEBHOOK = "validator.trainingruntime.trainer.kubeflow.org"
@@ -75,7 +75,7 @@ class ValidationResult:
         if self.code == 422:
             texts = self.texts()
             body = texts[0] if len(texts) == 1 else "\n" + "\n".join(f"* {t}" for t in texts)
-            return f'{kind}.{names.API_GROUP} "{name}" is invalid: {body}'
+            return f'{kind}.{c.TRAINER_API_GROUP} "{name}" is invalid: {body}'
         return f'admission webhook "{self.webhook}" denied the request: {self.message()}'
 
 
@@ -117,7 +117,7 @@ def trainjob_schema_errors(new: dict[str, Any], old: dict[str, Any] | None,
     """The TrainJob CRD's structural schema and CEL rules (§1.1) on a defaulted object, with
     the rule messages of the CRD that level installs."""
     errors = _name_errors(new)
-    for error in crd_errors(new, old, names.TRAINJOB_KIND, compat):
+    for error in crd_errors(new, old, c.TRAIN_JOB_KIND, compat):
         if error.field == "" and not errors:
             # Deviation (docs/compatibility.md row 8): the root name rules are shown on
             # metadata.name with the name as the value, not on the root as "object".
@@ -221,7 +221,7 @@ def validate_trainjob(new: Any, old: Any | None = None, runtime: Any | None = No
         result.code, result.errors = 403, [err.field_error(dig(new_doc, "spec", "runtimeRef"))]
         return result
     resolved = ResolvedRuntime(kind, runtime_with_defaults(document))
-    if kind == names.CLUSTER_TRAINING_RUNTIME_KIND and is_deprecated(resolved.document):
+    if kind == c.CLUSTER_TRAINING_RUNTIME_KIND and is_deprecated(resolved.document):
         result.warnings.append(referenced_deprecation_warning(resolved.name))
     try:
         info = build_info(new_doc, resolved.spec, compat)
@@ -286,8 +286,8 @@ def num_nodes_change_errors(new: dict[str, Any], old: dict[str, Any] | None,
 def runtime_schema_errors(new: dict[str, Any], old: dict[str, Any] | None) -> list[FieldError]:
     """The runtime CRDs' structural schema and CEL rules (§1.2) on a defaulted object."""
     # The two runtime CRDs share one schema; any other kind is checked as a TrainingRuntime.
-    kind = names.CLUSTER_TRAINING_RUNTIME_KIND if new.get("kind") == names.CLUSTER_TRAINING_RUNTIME_KIND \
-        else names.TRAINING_RUNTIME_KIND
+    kind = c.CLUSTER_TRAINING_RUNTIME_KIND if new.get("kind") == c.CLUSTER_TRAINING_RUNTIME_KIND \
+        else c.TRAINING_RUNTIME_KIND
     return _name_errors(new) + crd_errors(new, old, kind)
 
 
@@ -297,9 +297,9 @@ def replicated_job_errors(runtime: dict[str, Any]) -> list[FieldError]:
     for index, job in enumerate(items(dig(runtime, "spec", "template", "spec", "replicatedJobs"))):
         job = mapping(job)
         labels = dig(job, "template", "metadata", "labels")
-        if not isinstance(labels, dict) or labels.get(names.LABEL_ANCESTOR) not in _ANCESTOR_CONTAINERS:
+        if not isinstance(labels, dict) or labels.get(c.LABEL_TRAINJOB_ANCESTOR) not in _ANCESTOR_CONTAINERS:
             continue
-        ancestor = labels[names.LABEL_ANCESTOR]
+        ancestor = labels[c.LABEL_TRAINJOB_ANCESTOR]
         path = f"spec.template.spec.replicatedJobs[{index}]"
         replicas = job.get("replicas", 1)
         if replicas != 1:
@@ -317,15 +317,15 @@ def validate_runtime(new: Any, old: Any | None = None, *,
     new_doc = runtime_with_defaults(as_document(new))
     old_doc = runtime_with_defaults(as_document(old)) if old is not None else None
     kind = str(new_doc.get("kind") or "")
-    webhook = CLUSTER_TRAINING_RUNTIME_WEBHOOK if kind == names.CLUSTER_TRAINING_RUNTIME_KIND \
+    webhook = CLUSTER_TRAINING_RUNTIME_WEBHOOK if kind == c.CLUSTER_TRAINING_RUNTIME_KIND \
         else TRAINING_RUNTIME_WEBHOOK
     schema = _schema_errors(new_doc, old_doc, runtime_schema_errors, schema_check)
     if schema:
         return ValidationResult(code=422, errors=schema, webhook=webhook)
     result = ValidationResult(webhook=webhook)
-    if kind == names.TRAINING_RUNTIME_KIND and old_doc is not None:
+    if kind == c.TRAINING_RUNTIME_KIND and old_doc is not None:
         return result  # the TrainingRuntime webhook does not validate updates
-    if kind == names.CLUSTER_TRAINING_RUNTIME_KIND and old_doc is None and is_deprecated(new_doc):
+    if kind == c.CLUSTER_TRAINING_RUNTIME_KIND and old_doc is None and is_deprecated(new_doc):
         result.warnings.append(created_deprecation_warning(str(dig(new_doc, "metadata", "name") or "")))
     result.errors = replicated_job_errors(new_doc)
     if result.errors:

@@ -1,9 +1,10 @@
 """CoScheduling: scheduler-plugins PodGroup and the pod-group Pod label (spec §4.7)."""
 from __future__ import annotations
 
+from trainyard.api import constants as c
+
 from typing import Any
 
-from .. import names
 from ..documents import mapping
 from ..framework import ChildKind, PlanContext, Plugin
 from . import podgroup
@@ -16,21 +17,21 @@ def _policy(ctx: PlanContext) -> dict[str, Any] | None:
 
 def enforce_pod_group_policy(ctx: PlanContext) -> None:
     if _policy(ctx) is not None:
-        ctx.info.pod_labels[names.LABEL_POD_GROUP] = ctx.name
+        ctx.info.pod_labels[c.LABEL_COSCHEDULING_POD_GROUP] = ctx.name
 
 
 def build(ctx: PlanContext) -> list[dict[str, Any]]:
     policy = _policy(ctx)
-    if policy is None or not podgroup.should_emit(ctx, names.COSCHEDULING_API_VERSION):
+    if policy is None or not podgroup.should_emit(ctx, c.COSCHEDULING_API_VERSION):
         return []
     return [{
-        "apiVersion": names.COSCHEDULING_API_VERSION,
-        "kind": names.POD_GROUP_KIND,
+        "apiVersion": c.COSCHEDULING_API_VERSION,
+        "kind": c.POD_GROUP_KIND,
         "metadata": podgroup.metadata(ctx),
         "spec": {
             "minMember": podgroup.min_member(ctx),
             "minResources": podgroup.min_resources(ctx),
-            "scheduleTimeoutSeconds": policy.get("scheduleTimeoutSeconds", names.DEFAULT_SCHEDULE_TIMEOUT_SECONDS),
+            "scheduleTimeoutSeconds": policy.get("scheduleTimeoutSeconds", c.DEFAULT_SCHEDULE_TIMEOUT_SECONDS),
         },
     }]
 

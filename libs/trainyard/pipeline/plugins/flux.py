@@ -21,7 +21,6 @@ from typing import Any
 
 from trainyard.api import constants as c
 
-from .. import names
 from ..curve_keys import curve_certificate
 from ..documents import clone, ensure_list, items, mapping
 from ..errors import PlanningError, invalid
@@ -114,16 +113,16 @@ def enforce_ml_policy(ctx: PlanContext) -> None:
                     "secret": {"secretName": curve_secret_name(ctx.name),
                                "defaultMode": c.FLUX_CURVE_DEFAULT_MODE}}
     for pod_set in ctx.info.pod_sets:
-        if pod_set.name != names.NODE:
+        if pod_set.name != c.NODE:
             continue
         for volume in _view_volumes(cm_name):
             pod_set.upsert_volume(volume)
         pod_set.upsert_volume(curve_volume)
         ensure_list(pod_set.pod_spec, "initContainers").append(clone(installer))
-        container = pod_set.container(names.NODE)
+        container = pod_set.container(c.NODE)
         if container is None:
             continue
-        if pod_set.ancestor == names.ANCESTOR_TRAINER:
+        if pod_set.ancestor == c.ANCESTOR_TRAINER:
             container["command"] = list(command)  # also without spec.trainer (the builder skips it)
         mounts = ensure_list(container, "volumeMounts")
         for mount in (
@@ -145,7 +144,7 @@ def number_range(size: int, start: int = 0) -> str:
 
 def hostlist(prefix: str, size: int) -> str:
     """The node pods' host names as a Flux hostlist (replicated job ``node``, replica 0)."""
-    return f"{prefix}-{names.NODE}-0-[{number_range(size)}]"
+    return f"{prefix}-{c.NODE}-0-[{number_range(size)}]"
 
 
 def _toml_string(value: str) -> str:
@@ -299,8 +298,8 @@ def _num_nodes(ctx: PlanContext) -> int:
         return int(trainer["numNodes"])
     # Upstream dereferences spec.trainer.numNodes (a TrainJob without it crashes its
     # reconciler); trainyard uses the node count the runtime gives (docs/compatibility.md B6).
-    trainer_set = ctx.info.pod_set_by_ancestor(names.ANCESTOR_TRAINER)
-    return trainer_set.count if trainer_set is not None else names.DEFAULT_NUM_NODES
+    trainer_set = ctx.info.pod_set_by_ancestor(c.ANCESTOR_TRAINER)
+    return trainer_set.count if trainer_set is not None else c.DEFAULT_NUM_NODES
 
 
 def _num_proc_per_node(ctx: PlanContext) -> int:
@@ -321,7 +320,7 @@ def entrypoint_script(ctx: PlanContext) -> str:
         flags += f" -g {gpus}"  # GPUs per task
         rspec += f" --gpu={number_range(gpus)}"
     return ENTRYPOINT_SH.format(namespace=ctx.namespace, name=ctx.name, share=FLUX_SHARE,
-                                lead=f"{ctx.name}-{names.NODE}-0-0", rspec=rspec, flags=flags,
+                                lead=f"{ctx.name}-{c.NODE}-0-0", rspec=rspec, flags=flags,
                                 curve_dir=c.FLUX_CURVE_VOLUME_PATH)
 
 
@@ -372,7 +371,7 @@ def validate(ctx: ValidationContext) -> Verdict:
     if is_int(nproc) and nproc < 1:
         verdict.errors.append(invalid("spec.trainer.numProcPerNode", nproc,
                                       "must be greater than or equal to 1 for Flux TrainJob"))
-    node = ctx.info.pod_set_by_name(names.NODE)
+    node = ctx.info.pod_set_by_name(c.NODE)
     if node is not None:
         for init in items(node.pod_spec.get("initContainers")):
             if mapping(init).get("name") == FLUX_INSTALLER:

@@ -6,7 +6,7 @@ from trainyard.api import constants as c
 import re
 from typing import Any
 
-from .. import elastic, names
+from .. import elastic
 from ..documents import clone, dig, ensure_list, ensure_mapping, items, mapping
 from ..errors import FieldError, PlanningError, forbidden, internal, invalid, required
 from ..framework import ChildKind, PlanContext, Plugin, ValidationContext, Verdict
@@ -14,7 +14,7 @@ from ..observed import ReadError
 from ..upsert import api_env_var, upsert_env
 from .shared import is_int
 
-_RESERVED_OVERRIDE_CONTAINERS = (names.NODE, names.DATASET_INITIALIZER, names.MODEL_INITIALIZER)
+_RESERVED_OVERRIDE_CONTAINERS = (c.NODE, c.DATASET_INITIALIZER, c.MODEL_INITIALIZER)
 
 
 def identify_pod_network(ctx: PlanContext) -> None:
@@ -26,7 +26,7 @@ def identify_pod_network(ctx: PlanContext) -> None:
 
 def build(ctx: PlanContext) -> list[dict[str, Any]]:
     try:
-        existing = ctx.observed.get(names.JOBSET_API_VERSION, names.JOBSET_KIND, ctx.namespace, ctx.name)
+        existing = ctx.observed.get(c.JOBSET_API_VERSION, c.JOBSET_KIND, ctx.namespace, ctx.name)
     except ReadError as err:
         raise PlanningError(str(err)) from None
     if existing is not None and ctx.spec.get("suspend") is not True \
@@ -45,7 +45,7 @@ def _elastic_resize(ctx: PlanContext, existing: dict[str, Any]) -> bool:
     if any(mapping(cond).get("type") in ("Completed", "Failed") and mapping(cond).get("status") == "True"
            for cond in items(dig(existing, "status", "conditions"))):
         return False  # a finished JobSet is never resized
-    trainer_set = ctx.info.pod_set_by_ancestor(names.ANCESTOR_TRAINER)
+    trainer_set = ctx.info.pod_set_by_ancestor(c.ANCESTOR_TRAINER)
     size = elastic.jobset_size(existing)
     return trainer_set is not None and size is not None and size != trainer_set.count
 
@@ -66,23 +66,23 @@ def jobset_document(ctx: PlanContext) -> dict[str, Any]:
     if ctx.info.annotations:
         metadata["annotations"] = dict(ctx.info.annotations)
     metadata["ownerReferences"] = [ctx.owner_reference()]
-    return {"apiVersion": names.JOBSET_API_VERSION, "kind": names.JOBSET_KIND, "metadata": metadata, "spec": spec}
+    return {"apiVersion": c.JOBSET_API_VERSION, "kind": c.JOBSET_KIND, "metadata": metadata, "spec": spec}
 
 
 def _apply_initializers(ctx: PlanContext) -> None:
     initializer = mapping(ctx.spec.get("initializer"))
-    for ancestor, section in ((names.ANCESTOR_DATASET, "dataset"), (names.ANCESTOR_MODEL, "model")):
+    for ancestor, section in ((c.ANCESTOR_DATASET_INITIALIZER, "dataset"), (c.ANCESTOR_MODEL_INITIALIZER, "model")):
         settings = initializer.get(section)
         for pod_set in ctx.info.pod_sets:
             if pod_set.ancestor != ancestor:
                 continue
-            pod_set.job["replicas"] = names.ANCESTOR_JOB_REPLICAS
+            pod_set.job["replicas"] = c.ANCESTOR_JOB_REPLICAS
             container = pod_set.container(ancestor)
             if container is None or not isinstance(settings, dict):
                 continue
             storage_uri = settings.get("storageUri")
             if storage_uri is not None:  # set, even to "" (a Go pointer in upstream)
-                upsert_env(ensure_list(container, "env"), {"name": names.ENV_STORAGE_URI, "value": str(storage_uri)})
+                upsert_env(ensure_list(container, "env"), {"name": c.ENV_STORAGE_URI, "value": str(storage_uri)})
             for entry in items(settings.get("env")):
                 if isinstance(entry, dict):
                     upsert_env(ensure_list(container, "env"), api_env_var(entry))
@@ -93,8 +93,8 @@ def _apply_initializers(ctx: PlanContext) -> None:
 
 def _apply_trainer(ctx: PlanContext) -> None:
     for pod_set in ctx.info.pod_sets:
-        if pod_set.ancestor == names.ANCESTOR_TRAINER:
-            pod_set.job["replicas"] = names.ANCESTOR_JOB_REPLICAS  # even without spec.trainer
+        if pod_set.ancestor == c.ANCESTOR_TRAINER:
+            pod_set.job["replicas"] = c.ANCESTOR_JOB_REPLICAS  # even without spec.trainer
     trainer = ctx.trainer
     if trainer is None:
         return
@@ -102,10 +102,10 @@ def _apply_trainer(ctx: PlanContext) -> None:
     launcher_as_node = bool(mpi) and mpi.get("runLauncherAsNode") is True
     resources = trainer.get("resourcesPerNode")
     for pod_set in ctx.info.pod_sets:
-        is_trainer = pod_set.ancestor == names.ANCESTOR_TRAINER
-        if not is_trainer and not (launcher_as_node and pod_set.name == names.NODE):
+        is_trainer = pod_set.ancestor == c.ANCESTOR_TRAINER
+        if not is_trainer and not (launcher_as_node and pod_set.name == c.NODE):
             continue
-        container = pod_set.container(names.NODE)
+        container = pod_set.container(c.NODE)
         if container is None:
             continue
         if is_trainer:
@@ -167,8 +167,8 @@ def validate(ctx: ValidationContext) -> Verdict:
     runtime_ref = ctx.spec.get("runtimeRef")
     initializer = mapping(ctx.spec.get("initializer"))
     for section, job_name, missing_job, missing_container in (
-            ("dataset", names.DATASET_INITIALIZER, c.ERR_DATASET_INITIALIZER_JOB, c.ERR_DATASET_INITIALIZER_CONTAINER),
-            ("model", names.MODEL_INITIALIZER, c.ERR_MODEL_INITIALIZER_JOB, c.ERR_MODEL_INITIALIZER_CONTAINER)):
+            ("dataset", c.DATASET_INITIALIZER, c.ERR_DATASET_INITIALIZER_JOB, c.ERR_DATASET_INITIALIZER_CONTAINER),
+            ("model", c.MODEL_INITIALIZER, c.ERR_MODEL_INITIALIZER_JOB, c.ERR_MODEL_INITIALIZER_CONTAINER)):
         if initializer.get(section) is None:
             continue
         if job_name not in containers_by_job:
@@ -243,7 +243,7 @@ def _patch_mutation_errors(ctx: ValidationContext) -> list[FieldError]:
     name = str(dig(ctx.trainjob, "metadata", "name") or "")
     namespace = str(dig(ctx.trainjob, "metadata", "namespace") or "")
     try:
-        jobset = ctx.observed.get(names.JOBSET_API_VERSION, names.JOBSET_KIND, namespace, name)
+        jobset = ctx.observed.get(c.JOBSET_API_VERSION, c.JOBSET_KIND, namespace, name)
     except ReadError as err:
         return [internal(_PATCHES, str(err))]
     return [forbidden(_PATCHES, c.ERR_PATCHES_JOB_ACTIVE.format(job=status.get("name")))
@@ -289,7 +289,7 @@ def _override_mutation_errors(ctx: ValidationContext) -> list[FieldError]:
     name = str(dig(ctx.trainjob, "metadata", "name") or "")
     namespace = str(dig(ctx.trainjob, "metadata", "namespace") or "")
     try:
-        jobset = ctx.observed.get(names.JOBSET_API_VERSION, names.JOBSET_KIND, namespace, name)
+        jobset = ctx.observed.get(c.JOBSET_API_VERSION, c.JOBSET_KIND, namespace, name)
     except ReadError as err:
         return [internal(field, str(err))]
     if jobset is None:

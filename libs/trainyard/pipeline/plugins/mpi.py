@@ -6,7 +6,6 @@ from trainyard.api import constants as c
 import base64
 from typing import Any
 
-from .. import names
 from ..documents import clone, ensure_list, items
 from ..errors import PlanningError, invalid
 from ..framework import ChildKind, PlanContext, Plugin, ValidationContext, Verdict
@@ -25,7 +24,7 @@ def enforce_ml_policy(ctx: PlanContext) -> None:
     if mpi is None:
         return
     trainer = ctx.trainer or {}
-    node_set = ctx.info.pod_set_by_name(names.NODE)
+    node_set = ctx.info.pod_set_by_name(c.NODE)
     if is_int(trainer.get("numNodes")) and node_set is not None:
         num_nodes = int(trainer["numNodes"])
         node_set.count = max(num_nodes - 1, 1) if _run_launcher_as_node(mpi) else num_nodes
@@ -34,51 +33,51 @@ def enforce_ml_policy(ctx: PlanContext) -> None:
     # File modes as v2.3.0 sets them (v2.1.0 left them to the volume's default, 0644 for all):
     # the private key readable by its owner and group only (docs/compatibility.md A15).
     ssh_volume = {
-        "name": names.MPI_SSH_AUTH_VOLUME,
+        "name": c.MPI_SSH_AUTH_VOLUME_NAME,
         "secret": {
-            "secretName": f"{ctx.name}{names.MPI_SSH_AUTH_SUFFIX}",
+            "secretName": f"{ctx.name}{c.MPI_SSH_AUTH_SECRET_SUFFIX}",
             "defaultMode": c.MPI_SSH_AUTH_DEFAULT_MODE,
             "items": [
-                {"key": names.MPI_SSH_PRIVATE_KEY, "path": names.MPI_SSH_PRIVATE_KEY_FILE,
+                {"key": c.MPI_SSH_PRIVATE_KEY, "path": c.MPI_SSH_PRIVATE_KEY_FILE,
                  "mode": c.MPI_SSH_PRIVATE_KEY_FILE_MODE},
-                {"key": names.MPI_SSH_PUBLIC_KEY, "path": names.MPI_SSH_PUBLIC_KEY_FILE,
+                {"key": c.MPI_SSH_PUBLIC_KEY, "path": c.MPI_SSH_PUBLIC_KEY_FILE,
                  "mode": c.MPI_SSH_PUBLIC_KEY_FILE_MODE},
-                {"key": names.MPI_SSH_PUBLIC_KEY, "path": names.MPI_SSH_AUTHORIZED_KEYS_FILE,
+                {"key": c.MPI_SSH_PUBLIC_KEY, "path": c.MPI_SSH_AUTHORIZED_KEYS_FILE,
                  "mode": c.MPI_SSH_PUBLIC_KEY_FILE_MODE},
             ],
         },
     }
     hostfile_volume = {
-        "name": names.MPI_HOSTFILE_VOLUME,
+        "name": c.MPI_HOSTFILE_VOLUME_NAME,
         "configMap": {
-            "name": f"{ctx.name}{names.MPI_HOSTFILE_SUFFIX}",
-            "items": [{"key": names.MPI_HOSTFILE_KEY, "path": names.MPI_HOSTFILE_KEY,
-                       "mode": names.MPI_HOSTFILE_MODE}],
+            "name": f"{ctx.name}{c.MPI_HOSTFILE_CONFIGMAP_SUFFIX}",
+            "items": [{"key": c.MPI_HOSTFILE_NAME, "path": c.MPI_HOSTFILE_NAME,
+                       "mode": c.MPI_HOSTFILE_MODE}],
         },
     }
-    mount_path = mpi.get("sshAuthMountPath") or names.MPI_DEFAULT_SSH_MOUNT_PATH
+    mount_path = mpi.get("sshAuthMountPath") or c.DEFAULT_SSH_AUTH_MOUNT_PATH
     for pod_set in ctx.info.pod_sets:
-        if pod_set.name not in (names.NODE, names.LAUNCHER):
+        if pod_set.name not in (c.NODE, c.LAUNCHER):
             continue
-        is_launcher = pod_set.name == names.LAUNCHER
+        is_launcher = pod_set.name == c.LAUNCHER
         pod_set.upsert_volume(clone(ssh_volume))
         if is_launcher:
             pod_set.upsert_volume(clone(hostfile_volume))
-        container = pod_set.container(names.NODE)
+        container = pod_set.container(c.NODE)
         if container is None:
             continue
         mounts = ensure_list(container, "volumeMounts")
-        upsert_volume_mount(mounts, {"name": names.MPI_SSH_AUTH_VOLUME, "mountPath": mount_path})
+        upsert_volume_mount(mounts, {"name": c.MPI_SSH_AUTH_VOLUME_NAME, "mountPath": mount_path})
         if is_launcher:
-            upsert_volume_mount(mounts, {"name": names.MPI_HOSTFILE_VOLUME, "mountPath": names.MPI_HOSTFILE_DIR})
+            upsert_volume_mount(mounts, {"name": c.MPI_HOSTFILE_VOLUME_NAME, "mountPath": c.MPI_HOSTFILE_DIR})
             implementation = mpi.get("mpiImplementation")
-            if implementation != names.MPI_OPENMPI:
+            if implementation != c.MPI_IMPLEMENTATION_OPENMPI:
                 raise PlanningError(f"MPI implementation for {implementation} doesn't supported")
             env = ensure_list(container, "env")
-            upsert_env(env, {"name": names.ENV_OMPI_HOSTFILE, "value": names.MPI_HOSTFILE_PATH})
-            upsert_env(env, {"name": names.ENV_OMPI_KEEP_FQDN, "value": "true"})
-            upsert_env(env, {"name": names.ENV_OMPI_SLOTS, "value": str(slots)})
-            upsert_env(env, {"name": names.ENV_OMPI_RSH_ARGS, "value": names.OMPI_RSH_ARGS_VALUE})
+            upsert_env(env, {"name": c.ENV_OMPI_HOSTFILE, "value": c.MPI_HOSTFILE_PATH})
+            upsert_env(env, {"name": c.ENV_OMPI_KEEP_FQDN_HOSTNAMES, "value": "true"})
+            upsert_env(env, {"name": c.ENV_OMPI_SET_DEFAULT_SLOTS, "value": str(slots)})
+            upsert_env(env, {"name": c.ENV_OMPI_PLM_RSH_ARGS, "value": c.OMPI_PLM_RSH_ARGS_VALUE})
 
 
 def _slots(ctx: PlanContext, mpi: dict[str, Any]) -> int:
@@ -86,7 +85,7 @@ def _slots(ctx: PlanContext, mpi: dict[str, Any]) -> int:
     if is_int(trainer.get("numProcPerNode")):
         return int(trainer["numProcPerNode"])
     runtime_slots = mpi.get("numProcPerNode")
-    runtime_slots = int(runtime_slots) if is_int(runtime_slots) else names.MPI_DEFAULT_NUM_PROC_PER_NODE
+    runtime_slots = int(runtime_slots) if is_int(runtime_slots) else c.MPI_NUM_PROC_PER_NODE_DEFAULT
     if runtime_slots == 1:
         gpus = gpu_count(effective_resources_per_node(ctx.trainjob, ctx.info))
         if gpus > 1:
@@ -99,7 +98,7 @@ def build(ctx: PlanContext) -> list[dict[str, Any]]:
     if mpi is None:
         return []
     objects: list[dict[str, Any]] = []
-    secret_name = f"{ctx.name}{names.MPI_SSH_AUTH_SUFFIX}"
+    secret_name = f"{ctx.name}{c.MPI_SSH_AUTH_SECRET_SUFFIX}"
     try:
         existing = ctx.observed.get("v1", "Secret", ctx.namespace, secret_name)
     except ReadError as err:
@@ -119,30 +118,30 @@ def _ssh_secret(ctx: PlanContext, name: str) -> dict[str, Any]:
         "apiVersion": "v1",
         "kind": "Secret",
         "metadata": {"name": name, "namespace": ctx.namespace, "ownerReferences": [ctx.owner_reference()]},
-        "type": names.MPI_SECRET_TYPE,
+        "type": c.MPI_SSH_SECRET_TYPE,
         "immutable": True,
         "data": {
-            names.MPI_SSH_PRIVATE_KEY: base64.b64encode(private_key).decode("ascii"),
-            names.MPI_SSH_PUBLIC_KEY: base64.b64encode(public_key).decode("ascii"),
+            c.MPI_SSH_PRIVATE_KEY: base64.b64encode(private_key).decode("ascii"),
+            c.MPI_SSH_PUBLIC_KEY: base64.b64encode(public_key).decode("ascii"),
         },
     }
 
 
 def _hostfile_config_map(ctx: PlanContext, mpi: dict[str, Any]) -> dict[str, Any]:
-    slots = mpi.get("numProcPerNode", names.MPI_DEFAULT_NUM_PROC_PER_NODE)
+    slots = mpi.get("numProcPerNode", c.MPI_NUM_PROC_PER_NODE_DEFAULT)
     lines: list[str] = []
-    if mpi.get("mpiImplementation") == names.MPI_OPENMPI:
+    if mpi.get("mpiImplementation") == c.MPI_IMPLEMENTATION_OPENMPI:
         for pod_set in ctx.info.pod_sets:
-            is_host = pod_set.name == names.NODE or (
-                _run_launcher_as_node(mpi) and pod_set.name == names.LAUNCHER)
+            is_host = pod_set.name == c.NODE or (
+                _run_launcher_as_node(mpi) and pod_set.name == c.LAUNCHER)
             if is_host:
                 lines.extend(f"{endpoint} slots={slots}\n" for endpoint in pod_set.endpoints)
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": {"name": f"{ctx.name}{names.MPI_HOSTFILE_SUFFIX}", "namespace": ctx.namespace,
+        "metadata": {"name": f"{ctx.name}{c.MPI_HOSTFILE_CONFIGMAP_SUFFIX}", "namespace": ctx.namespace,
                      "ownerReferences": [ctx.owner_reference()]},
-        "data": {names.MPI_HOSTFILE_KEY: "".join(lines)},
+        "data": {c.MPI_HOSTFILE_NAME: "".join(lines)},
     }
 
 
@@ -159,7 +158,7 @@ def validate(ctx: ValidationContext) -> Verdict:
     num_nodes = trainer.get("numNodes") if is_int(trainer.get("numNodes")) else 1
     job_names = {p.name for p in ctx.info.pod_sets}
     if (num_nodes >= 2 and _run_launcher_as_node(ctx.info.mpi_policy)
-            and not {names.LAUNCHER, names.NODE} <= job_names):
+            and not {c.LAUNCHER, c.NODE} <= job_names):
         verdict.errors.append(invalid(
             "spec.trainer.numNodes", num_nodes,
             c.ERR_MPI_RUN_LAUNCHER_AS_NODE))

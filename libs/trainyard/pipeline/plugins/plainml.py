@@ -1,7 +1,8 @@
 """PlainML: node count and trainer env for runtimes without torch/mpi/jax policy (spec §4.5)."""
 from __future__ import annotations
 
-from .. import names
+from trainyard.api import constants as c
+
 from ..documents import ensure_list, items
 from ..framework import PlanContext, Plugin
 from ..upsert import api_env_var, upsert_env
@@ -17,12 +18,12 @@ def enforce_ml_policy(ctx: PlanContext) -> None:
     trainer = ctx.trainer
     if trainer is None:
         return
-    trainer_set = ctx.info.pod_set_by_ancestor(names.ANCESTOR_TRAINER)
+    trainer_set = ctx.info.pod_set_by_ancestor(c.ANCESTOR_TRAINER)
     if trainer_set is None:
         return
     if is_int(trainer.get("numNodes")):
         trainer_set.count = int(trainer["numNodes"])
-    container = trainer_set.container(names.NODE)
+    container = trainer_set.container(c.NODE)
     if container is not None and trainer.get("env"):
         env = ensure_list(container, "env")
         for entry in items(trainer.get("env")):

@@ -1,9 +1,10 @@
 """Definitions several plugins share (spec §4.1.1)."""
 from __future__ import annotations
 
+from trainyard.api import constants as c
+
 from typing import Any
 
-from .. import names
 from ..documents import dig, items, mapping
 from ..info import RuntimeInfo
 
@@ -14,16 +15,16 @@ def is_int(value: Any) -> bool:
 
 def master_address(trainjob_name: str) -> str:
     # Always the literal job name "node" and the TrainJob name as subdomain (upstream).
-    return f"{trainjob_name}-{names.NODE}-0-0.{trainjob_name}"
+    return f"{trainjob_name}-{c.NODE}-0-0.{trainjob_name}"
 
 
 def runtime_resources_per_node(info: RuntimeInfo) -> dict[str, Any] | None:
     """Resources of the first container ``node`` in the first job named ``node`` or
     labeled ancestor ``trainer`` (override-merged template), limits and requests only."""
     for pod_set in info.pod_sets:
-        if pod_set.name != names.NODE and pod_set.ancestor != names.ANCESTOR_TRAINER:
+        if pod_set.name != c.NODE and pod_set.ancestor != c.ANCESTOR_TRAINER:
             continue
-        container = pod_set.container(names.NODE)
+        container = pod_set.container(c.NODE)
         if container is None:
             continue
         resources = mapping(container.get("resources"))

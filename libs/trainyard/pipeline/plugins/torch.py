@@ -5,7 +5,7 @@ from trainyard.api import constants as c
 
 from typing import Any
 
-from .. import elastic, names
+from .. import elastic
 from ..documents import dig, ensure_list, ensure_mapping, items, mapping
 from ..errors import FieldError, PlanningError, invalid
 from ..framework import ChildKind, PlanContext, Plugin, ValidationContext, Verdict
@@ -33,7 +33,7 @@ def enforce_ml_policy(ctx: PlanContext) -> None:
     if torch_policy is None:
         return
     trainer = ctx.trainer
-    trainer_set = ctx.info.pod_set_by_ancestor(names.ANCESTOR_TRAINER)
+    trainer_set = ctx.info.pod_set_by_ancestor(c.ANCESTOR_TRAINER)
     if trainer_set is not None and trainer is not None and is_int(trainer.get("numNodes")):
         trainer_set.count = int(trainer["numNodes"])
     raw = (trainer or {}).get("numProcPerNode")
@@ -43,13 +43,13 @@ def enforce_ml_policy(ctx: PlanContext) -> None:
     nproc = resolve_num_proc_per_node(raw, resources)
     count = trainer_set.count if trainer_set is not None else 1
     pet_envs = [
-        {"name": names.ENV_NNODES, "value": str(count)},
-        {"name": names.ENV_NPROC_PER_NODE, "value": str(nproc)},
-        {"name": names.ENV_NODE_RANK, "valueFrom": {"fieldRef": {"fieldPath": names.JOB_COMPLETION_INDEX_FIELD_PATH}}},
+        {"name": c.ENV_PET_NNODES, "value": str(count)},
+        {"name": c.ENV_PET_NPROC_PER_NODE, "value": str(nproc)},
+        {"name": c.ENV_PET_NODE_RANK, "valueFrom": {"fieldRef": {"fieldPath": c.JOB_COMPLETION_INDEX_FIELD_PATH}}},
     ]
     master_envs = [
-        {"name": names.ENV_MASTER_ADDR, "value": master_address(ctx.name)},
-        {"name": names.ENV_MASTER_PORT, "value": str(names.CONTAINER_TRAINER_PORT)},
+        {"name": c.ENV_PET_MASTER_ADDR, "value": master_address(ctx.name)},
+        {"name": c.ENV_PET_MASTER_PORT, "value": str(c.CONTAINER_TRAINER_PORT)},
     ]
     elastic_policy = elastic.policy_of({"mlPolicy": {"torch": torch_policy}})
     if elastic_policy is not None and trainer_set is not None:
@@ -60,7 +60,7 @@ def enforce_ml_policy(ctx: PlanContext) -> None:
                                         master_address(ctx.name))
         master_envs = []
         _make_elastic(ctx, trainer_set, found)
-    container = trainer_set.container(names.NODE) if trainer is not None and trainer_set is not None else None
+    container = trainer_set.container(c.NODE) if trainer is not None and trainer_set is not None else None
     if container is not None:
         env = ensure_list(container, "env")
         for entry in items(trainer.get("env")):
@@ -73,7 +73,7 @@ def enforce_ml_policy(ctx: PlanContext) -> None:
         else:
             for entry in master_envs:
                 upsert_env(env, entry)
-        upsert_port(ensure_list(container, "ports"), {"containerPort": names.CONTAINER_TRAINER_PORT})
+        upsert_port(ensure_list(container, "ports"), {"containerPort": c.CONTAINER_TRAINER_PORT})
     # v2.3.0 envInjection: the same PET_* variables, master address included (sidecars and init
     # containers use it for preflight checks even under TorchTune), whether or not the TrainJob
     # has a trainer section.
@@ -106,7 +106,7 @@ def build(ctx: PlanContext) -> list[dict[str, Any]]:
     policy = elastic.policy_of({"mlPolicy": {"torch": torch_policy}}) if torch_policy is not None else None
     if policy is None or not items(policy.get("metrics")):
         return []
-    trainer_set = ctx.info.pod_set_by_ancestor(names.ANCESTOR_TRAINER)
+    trainer_set = ctx.info.pod_set_by_ancestor(c.ANCESTOR_TRAINER)
     count = trainer_set.count if trainer_set is not None else 1
     found = elastic.bounds(policy, count)
     assert found is not None
@@ -150,11 +150,11 @@ def validate(ctx: ValidationContext) -> Verdict:
     trainer = ctx.trainer
     raw = trainer.get("numProcPerNode")
     # v2.1.0 checked the rest only with numProcPerNode set; v2.3.0 checks it for every trainer.
-    if isinstance(raw, str) and raw not in names.TORCH_NPROC_KEYWORDS:
+    if isinstance(raw, str) and raw not in c.TORCH_NUM_PROC_PER_NODE_KEYWORDS:
         verdict.errors.append(invalid("spec.trainer.numProcPerNode", raw,
                                       c.ERR_TORCH_NUM_PROC_PER_NODE))
     reserved = sorted({str(e.get("name")) for e in items(trainer.get("env"))
-                       if isinstance(e, dict) and e.get("name") in names.TORCH_RESERVED_ENVS})
+                       if isinstance(e, dict) and e.get("name") in c.TORCH_RESERVED_ENV_NAMES})
     if reserved:
         verdict.errors.append(invalid("spec.trainer.env", trainer.get("env"),
                                       f"{c.ERR_TORCH_RESERVED_ENVS}[{' '.join(reserved)}]"))

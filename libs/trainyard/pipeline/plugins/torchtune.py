@@ -5,7 +5,6 @@ from trainyard.api import constants as c
 
 from typing import TYPE_CHECKING, Any
 
-from .. import names
 from ..documents import dig, items
 from ..errors import FieldError, invalid
 from ..resources import gpu_count
@@ -14,9 +13,9 @@ from .shared import effective_resources_per_node, is_int, master_address
 if TYPE_CHECKING:
     from ..framework import PlanContext, ValidationContext
 
-_LORA_MARKER = names.TORCHTUNE_ARG_LORA
-_QLORA_MARKER = names.TORCHTUNE_ARG_QLORA
-_DORA_MARKER = names.TORCHTUNE_ARG_DORA
+_LORA_MARKER = c.TORCHTUNE_ARG_LORA
+_QLORA_MARKER = c.TORCHTUNE_ARG_QLORA
+_DORA_MARKER = c.TORCHTUNE_ARG_DORA
 _MULTI_NODE_MODEL = "llama3_3/70B"
 _QWEN = "qwen2_5/1.5B"
 _LLAMA_SMALL = ("llama3_2/1B", "llama3_2/3B")
@@ -24,7 +23,7 @@ _LLAMA_SMALL = ("llama3_2/1B", "llama3_2/3B")
 
 def is_torchtune(trainer: dict[str, Any] | None) -> bool:
     """Exactly ``command: ["tune", "run"]`` switches TorchTune mode on."""
-    return isinstance(trainer, dict) and trainer.get("command") == names.TORCHTUNE_ENTRYPOINT
+    return isinstance(trainer, dict) and trainer.get("command") == list(c.TORCHTUNE_ENTRYPOINT)
 
 
 def model_of(runtime_name: str) -> str:
@@ -87,17 +86,17 @@ def mutated_command(ctx: "PlanContext", num_nodes: int, nproc: int | str,
     trainer = ctx.trainer or {}
     args = items(trainer.get("args"))
     gpus = gpu_count(resources)
-    command = list(names.TORCHTUNE_ENTRYPOINT)
+    command = list(c.TORCHTUNE_ENTRYPOINT)
     if _needs_rendezvous(num_nodes, nproc, gpus):
-        command.append(f"{names.TORCHTUNE_RDZV_FLAG}={master_address(ctx.name)}:{names.CONTAINER_TRAINER_PORT}")
+        command.append(f"{c.TORCHTUNE_RDZV_ENDPOINT_FLAG}={master_address(ctx.name)}:{c.CONTAINER_TRAINER_PORT}")
     recipe, config = recipe_and_config(model_of(_runtime_ref_name(ctx.trainjob)), num_nodes, nproc, gpus, args)
-    command += [recipe, names.TORCHTUNE_CONFIG_FLAG, config]
+    command += [recipe, c.TORCHTUNE_CONFIG_FLAG, config]
     for pod_set in ctx.info.pod_sets:
-        if pod_set.ancestor != names.ANCESTOR_TRAINER:
+        if pod_set.ancestor != c.ANCESTOR_TRAINER:
             continue
-        container = pod_set.container(names.NODE)
+        container = pod_set.container(c.NODE)
         for element in items((container or {}).get("command")):
-            if str(element).split("=", 1)[0] in names.TORCHTUNE_KEPT_CONFIG_KEYS:
+            if str(element).split("=", 1)[0] in c.TORCHTUNE_COPIED_CONFIG_KEYS:
                 command.append(element)
     return command
 
@@ -115,7 +114,7 @@ def validate(ctx: "ValidationContext") -> list[FieldError]:
         # Deviation (docs/compatibility.md): upstream dereferences an unset numNodes and the
         # request crashes; we validate with the node count planning would use.
         runtime_nodes = (ctx.info.ml_policy or {}).get("numNodes") if ctx.info else None
-        num_nodes = runtime_nodes if is_int(runtime_nodes) else names.DEFAULT_NUM_NODES
+        num_nodes = runtime_nodes if is_int(runtime_nodes) else c.DEFAULT_NUM_NODES
     raw = trainer.get("numProcPerNode")
     if raw is None:
         raw = "auto"  # v2.3.0 validates without numProcPerNode too, as auto
@@ -124,7 +123,7 @@ def validate(ctx: "ValidationContext") -> list[FieldError]:
     args = items(trainer.get("args"))
     _, config = recipe_and_config(model, num_nodes, nproc, gpus, args)
     errors: list[FieldError] = []
-    if model not in names.TORCHTUNE_SUPPORTED_MODELS:
+    if model not in c.TORCHTUNE_SUPPORTED_MODELS:
         errors.append(invalid("spec.runtimeRef.name", name,
                               f"{c.ERR_TORCHTUNE_UNSUPPORTED_MODEL}{model}"))
     if num_nodes > 1 and model != _MULTI_NODE_MODEL:
@@ -143,7 +142,7 @@ def validate(ctx: "ValidationContext") -> list[FieldError]:
     # v2.3.0: the configs the runtime injects may not be overridden.
     for index, arg in enumerate(args):
         key = str(arg).split("=", 1)[0]
-        if key in names.TORCHTUNE_KEPT_CONFIG_KEYS:
+        if key in c.TORCHTUNE_COPIED_CONFIG_KEYS:
             errors.append(invalid(f"spec.trainer.args[{index}]", arg,
                                   f'must not set immutable config "{key}" in trainer args; it is managed by the runtime'))
     return errors

@@ -11,11 +11,12 @@ that this plugin builds), injected into every container of the trainer pod set.
 """
 from __future__ import annotations
 
+from trainyard.api import constants as c
+
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Sequence
 
-from .. import names
 from ..documents import ensure_list
 from ..framework import ChildKind, PlanContext, Plugin
 from ..trainer_status import status_path, token_audience
@@ -43,7 +44,7 @@ class StatusEndpoint:
 
 
 def _enforce(endpoint: StatusEndpoint, ctx: PlanContext) -> None:
-    trainer_set = ctx.info.pod_set_by_ancestor(names.ANCESTOR_TRAINER)
+    trainer_set = ctx.info.pod_set_by_ancestor(c.ANCESTOR_TRAINER)
     if trainer_set is None:
         return
     env = [{"name": ENV_URL, "value": endpoint.base_url.rstrip("/") + status_path(ctx.namespace, ctx.name)},

@@ -5,14 +5,13 @@ from trainyard.api import constants as c
 
 from typing import Any
 
-from .. import names
 from ..documents import dig, items, mapping
 from ..errors import invalid
 from ..framework import ChildKind, PlanContext, Plugin, ValidationContext, Verdict
 from ..observed import ReadError, not_found_text
 from . import podgroup
 
-_SYSTEM_PRIORITY_CLASSES = names.VOLCANO_SYSTEM_PRIORITY_CLASSES
+_SYSTEM_PRIORITY_CLASSES = c.VOLCANO_SYSTEM_PRIORITY_CLASSES
 
 
 def _policy(pod_group_policy: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -22,15 +21,15 @@ def _policy(pod_group_policy: dict[str, Any] | None) -> dict[str, Any] | None:
 
 def enforce_pod_group_policy(ctx: PlanContext) -> None:
     if _policy(ctx.info.pod_group_policy) is not None:
-        ctx.info.pod_annotations[names.ANNOTATION_VOLCANO_GROUP_NAME] = ctx.name
+        ctx.info.pod_annotations[c.ANNOTATION_VOLCANO_GROUP_NAME] = ctx.name
 
 
 def build(ctx: PlanContext) -> list[dict[str, Any]]:
     policy = _policy(ctx.info.pod_group_policy)
-    if policy is None or not podgroup.should_emit(ctx, names.VOLCANO_API_VERSION):
+    if policy is None or not podgroup.should_emit(ctx, c.VOLCANO_API_VERSION):
         return []
     spec: dict[str, Any] = {"minMember": podgroup.min_member(ctx), "minResources": podgroup.min_resources(ctx)}
-    queue = ctx.info.annotations.get(names.ANNOTATION_VOLCANO_QUEUE)
+    queue = ctx.info.annotations.get(c.ANNOTATION_VOLCANO_QUEUE_NAME)
     if queue is not None:
         spec["queue"] = queue
     priority_class = None
@@ -44,7 +43,7 @@ def build(ctx: PlanContext) -> list[dict[str, Any]]:
     if isinstance(topology, dict):
         spec["networkTopology"] = {"mode": topology.get("mode", "hard"),
                                    "highestTierAllowed": topology.get("highestTierAllowed", 1)}
-    return [{"apiVersion": names.VOLCANO_API_VERSION, "kind": names.POD_GROUP_KIND,
+    return [{"apiVersion": c.VOLCANO_API_VERSION, "kind": c.POD_GROUP_KIND,
              "metadata": podgroup.metadata(ctx), "spec": spec}]
 
 
@@ -52,7 +51,7 @@ def validate(ctx: ValidationContext) -> Verdict:
     verdict = Verdict()
     if ctx.info is None or _policy(ctx.info.pod_group_policy) is None:
         return verdict
-    queue_key = names.ANNOTATION_VOLCANO_QUEUE
+    queue_key = c.ANNOTATION_VOLCANO_QUEUE_NAME
     if ctx.info.annotations.get(queue_key) == "":
         verdict.errors.append(invalid(f"spec.annotations[{queue_key}]", "", c.ERR_VOLCANO_EMPTY_QUEUE))
     for job in items(ctx.info.jobset_spec.get("replicatedJobs")):
@@ -62,9 +61,9 @@ def validate(ctx: ValidationContext) -> Verdict:
         if priority_class in _SYSTEM_PRIORITY_CLASSES:
             break  # upstream stops checking entirely here
         try:
-            found = ctx.observed.get(names.PRIORITY_CLASS_API_VERSION, "PriorityClass", "", priority_class)
+            found = ctx.observed.get(c.PRIORITY_CLASS_API_VERSION, "PriorityClass", "", priority_class)
             api_error = None if found is not None else not_found_text(
-                names.PRIORITY_CLASS_API_VERSION, "PriorityClass", priority_class)
+                c.PRIORITY_CLASS_API_VERSION, "PriorityClass", priority_class)
         except ReadError as err:
             api_error = str(err)
         if api_error is not None:

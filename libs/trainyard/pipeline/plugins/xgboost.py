@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from trainyard.api import constants as c
 
-from .. import names
 from ..documents import ensure_list, items, mapping
 from ..errors import forbidden
 from ..framework import PlanContext, Plugin, ValidationContext, Verdict
@@ -19,7 +18,7 @@ from .shared import effective_resources_per_node, is_int, master_address
 def enforce_ml_policy(ctx: PlanContext) -> None:
     if mapping(ctx.info.ml_policy).get("xgboost") is None:
         return
-    trainer_set = ctx.info.pod_set_by_ancestor(names.ANCESTOR_TRAINER)
+    trainer_set = ctx.info.pod_set_by_ancestor(c.ANCESTOR_TRAINER)
     if trainer_set is None:
         return
     trainer = ctx.trainer
@@ -27,17 +26,17 @@ def enforce_ml_policy(ctx: PlanContext) -> None:
         trainer_set.count = int(trainer["numNodes"])
     if trainer is None:
         return
-    container = trainer_set.container(names.NODE)
+    container = trainer_set.container(c.NODE)
     if container is None:
         return
     workers_per_node = gpu_count(effective_resources_per_node(ctx.trainjob, ctx.info)) or 1
     env = ensure_list(container, "env")
     upsert_env(env, {"name": c.ENV_XGBOOST_TRACKER_URI, "value": master_address(ctx.name)})
-    upsert_env(env, {"name": c.ENV_XGBOOST_TRACKER_PORT, "value": str(names.CONTAINER_TRAINER_PORT)})
+    upsert_env(env, {"name": c.ENV_XGBOOST_TRACKER_PORT, "value": str(c.CONTAINER_TRAINER_PORT)})
     upsert_env(env, {"name": c.ENV_XGBOOST_TASK_ID,
-                     "valueFrom": {"fieldRef": {"fieldPath": names.JOB_COMPLETION_INDEX_FIELD_PATH}}})
+                     "valueFrom": {"fieldRef": {"fieldPath": c.JOB_COMPLETION_INDEX_FIELD_PATH}}})
     upsert_env(env, {"name": c.ENV_XGBOOST_NUM_WORKER, "value": str(trainer_set.count * workers_per_node)})
-    upsert_port(ensure_list(container, "ports"), {"containerPort": names.CONTAINER_TRAINER_PORT})
+    upsert_port(ensure_list(container, "ports"), {"containerPort": c.CONTAINER_TRAINER_PORT})
 
 
 def validate(ctx: ValidationContext) -> Verdict:
