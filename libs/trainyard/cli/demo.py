@@ -74,21 +74,6 @@ class Snapshot:
         return self.state in ("Complete", "Failed")
 
 
-def trainjob_state(trainjob: dict[str, Any]) -> str:
-    """The state a user cares about: a terminal condition if any, else Suspended, else Running
-    once its JobSet has active jobs, else Created."""
-    status = trainjob.get("status") or {}
-    conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
-    for terminal in ("Failed", "Complete"):
-        if conditions.get(terminal) == "True":
-            return terminal
-    if conditions.get("Suspended") == "True":
-        return "Suspended"
-    if any((job.get("active") or 0) > 0 for job in status.get("jobsStatus") or []):
-        return "Running"
-    return "Created"
-
-
 def last_step_and_loss(log_text: str) -> tuple[str | None, str | None, str]:
     """The latest training step and loss printed in a log, and its last line."""
     lines = [line for line in log_text.splitlines() if line.strip()]
@@ -120,13 +105,14 @@ def render(snapshot: Snapshot, job: SubmittedJob, elapsed_s: float) -> Any:
 async def observe(client: Any, job: SubmittedJob, snapshot: Snapshot) -> None:
     from trainyard.kube.client import KubeError
     from trainyard.kube.resources import resource_for
+    from trainyard.pipeline.trainjobs import state_of
 
     ns = job.namespace
     trainjob = await client.get(resource_for("trainer.kubeflow.org/v1alpha1", "TrainJob"), ns, job.name,
                                 timeout_s=10)
     if trainjob is None:
         return
-    snapshot.state = trainjob_state(trainjob)
+    snapshot.state = state_of(trainjob.get("status"))
     snapshot.conditions = (trainjob.get("status") or {}).get("conditions") or []
     pods = (await client.request("GET", f"/api/v1/namespaces/{ns}/pods", timeout_s=10,
                                  query={"labelSelector": f"jobset.sigs.k8s.io/jobset-name={job.name}"}

@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from trainyard.cli.demo import DemoError, find_trainjob, last_step_and_loss, trainjob_state
+from trainyard.cli.demo import DemoError, find_trainjob, last_step_and_loss
+from trainyard.pipeline.trainjobs import state_of
 
 
 def condition(kind: str, status: str = "True") -> dict[str, str]:
@@ -15,16 +16,16 @@ def condition(kind: str, status: str = "True") -> dict[str, str]:
 @pytest.mark.parametrize(
     ("status", "state"),
     [
-        ({}, "Created"),
+        ({}, "Pending"),
         ({"jobsStatus": [{"name": "node", "active": 2, "ready": 2, "succeeded": 0, "failed": 0, "suspended": 0}]}, "Running"),
         ({"conditions": [condition("Suspended")]}, "Suspended"),
         ({"conditions": [condition("Suspended", "False"), condition("Complete")]}, "Complete"),
         ({"conditions": [condition("Failed")]}, "Failed"),
-        ({"conditions": [condition("Complete", "False")]}, "Created"),
+        ({"conditions": [condition("Complete", "False")]}, "Pending"),
     ],
 )
-def test_trainjob_state_from_status(status: dict, state: str) -> None:
-    assert trainjob_state({"status": status}) == state
+def test_the_demo_shows_the_state_the_dashboard_shows(status: dict, state: str) -> None:
+    assert state_of(status) == state
 
 
 def test_latest_step_and_loss_are_read_from_the_log() -> None:
