@@ -5,8 +5,8 @@ from typing import ClassVar, Literal
 
 from trainyard.api import constants as c
 from trainyard.api.meta import DateTime, Int32, KubeModel, KubeObject, Quantity, crd_field
+from trainyard.apimachinery.dns_names import DNS1123_SUBDOMAIN
 
-_DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 
 
 class PodGroupCounts(KubeModel):
@@ -79,7 +79,7 @@ class VolcanoPodGroupSpec(KubeModel):
     min_task_member: dict[str, Int32] | None = crd_field("Minimum pods per task.")
     min_resources: dict[str, Quantity] | None = crd_field("Resources the whole gang needs.")
     queue: str | None = crd_field(
-        "Volcano queue.", server_default="default", maxLength=253, pattern=_DNS_SUBDOMAIN
+        "Volcano queue.", server_default="default", maxLength=253, pattern=DNS1123_SUBDOMAIN.pattern
     )
     priority_class_name: str | None = crd_field("Priority class of the gang.", maxLength=253)
     network_topology: VolcanoNetworkTopologySpec | None = crd_field("Topology constraint.")
@@ -172,7 +172,7 @@ class VolcanoQueueSpec(KubeModel):
     affinity: QueueAffinity | None = crd_field("Node-group affinity.")
     extend_clusters: list[ExtendCluster] | None = crd_field("Clusters the queue may extend to.")
     reclaimable: bool | None = crd_field("Whether resources can be reclaimed.")
-    parent: str | None = crd_field("Parent queue.", maxLength=253, pattern=_DNS_SUBDOMAIN)
+    parent: str | None = crd_field("Parent queue.", maxLength=253, pattern=DNS1123_SUBDOMAIN.pattern)
     priority: Int32 | None = crd_field("Queue priority.", minimum=0)
     type: str | None = crd_field("Queue type.", maxLength=253)
     dequeue_strategy: Literal["fifo", "traverse"] | None = crd_field(

@@ -15,11 +15,11 @@ import re
 from dataclasses import dataclass
 from typing import Any, Collection, Iterable, Mapping
 
+from trainyard.apimachinery.dns_names import is_dns1123_subdomain
 from trainyard.apimachinery.errors import SelectorError
 
 _NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?"
 _NAME_RE = re.compile(f"^{_NAME}$")
-_DNS_SUBDOMAIN_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _SPECIAL_CHARACTERS = "=!(),<>"
 _WORD_OPERATORS = {"in": "in", "notin": "notin"}
 
@@ -219,7 +219,7 @@ def _is_operator(token: str) -> bool:
 def _valid_key(key: str) -> str:
     prefix, slash, name = key.rpartition("/")
     problems = []
-    if slash and (not prefix or len(prefix) > 253 or not _DNS_SUBDOMAIN_RE.match(prefix)):
+    if slash and (not prefix or not is_dns1123_subdomain(prefix)):
         problems.append("prefix part must be a lowercase RFC 1123 subdomain")
     if not name or len(name) > 63 or not _NAME_RE.match(name):
         problems.append("name part must consist of alphanumeric characters, '-', '_' or '.', at most 63 "

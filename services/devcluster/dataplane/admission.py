@@ -9,14 +9,11 @@ import copy
 import re
 from typing import Any
 
+from trainyard.apimachinery.dns_names import DNS1035_LABEL, DNS1035_LABEL_MESSAGE, DNS1123_SUBDOMAIN, is_dns1123_subdomain
+
 from .jobsets import CONTROLLER_NAME, JOB_FAILURE_REASONS
 
-DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 RULE_NAME = re.compile(r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
-DNS1035_MESSAGE = ("a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with "
-                   "an alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or "
-                   "'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')")
 MAX_INT32 = 2147483647
 ALLOWED_ACTIONS = ("FailJobSet", "RestartJobSet", "RestartJobSetAndIgnoreMaxRestarts")
 GATED_ACTIONS = ("RestartJob", "RestartJobAndIgnoreMaxRestarts")
@@ -86,8 +83,8 @@ def default_jobset(jobset: dict[str, Any]) -> dict[str, Any]:
 def _dns1035(value: str, too_long: str) -> list[str]:
     if len(value) > 63:
         return [too_long]
-    if not DNS1035.match(value):
-        return [DNS1035_MESSAGE]
+    if not DNS1035_LABEL.match(value):
+        return [DNS1035_LABEL_MESSAGE]
     return []
 
 
@@ -108,7 +105,7 @@ def validate_jobset(jobset: dict[str, Any], old: dict[str, Any] | None = None,
         errors.append("StartupPolicy and DependsOn APIs are mutually exclusive")
     subdomain = (spec.get("network") or {}).get("subdomain")
     if subdomain:
-        if not DNS1123_SUBDOMAIN.match(subdomain) or len(subdomain) > 253:
+        if not is_dns1123_subdomain(subdomain):
             errors.append(f"spec.network.subdomain: Invalid value: {subdomain!r}: a lowercase RFC 1123 subdomain")
         errors += _dns1035(subdomain, ".spec.network.subdomain is too long, must be less than 63 characters")
     managed_by = spec.get("managedBy")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from trainyard.api import constants as c
+from trainyard.apimachinery.dns_names import DNS1123_SUBDOMAIN, DNS1123_SUBDOMAIN_MESSAGE
 
 import re
 from typing import Any
@@ -206,10 +207,6 @@ def _mounts_initializer_volume(jobset_spec: dict[str, Any], job_name: str) -> bo
 
 
 _PATCHES = "spec.runtimePatches"
-_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_SUBDOMAIN_MSG = ("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "
-                  "and must start and end with an alphanumeric character (e.g. 'example.com', regex used for "
-                  "validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')")
 _HTTP_PATH_FMT = "[A-Za-z0-9/\\-._~%!$&'()*+,;=:]+"
 _HTTP_PATH = re.compile("^" + _HTTP_PATH_FMT + "$")
 
@@ -224,8 +221,8 @@ def domain_prefixed_path_errors(field: str, value: str) -> list[FieldError]:
     errors = []
     if len(host) > 253:
         errors.append(invalid(field, host, "must be no more than 253 characters"))
-    if not _SUBDOMAIN.match(host):
-        errors.append(invalid(field, host, _SUBDOMAIN_MSG))
+    if not DNS1123_SUBDOMAIN.match(host):
+        errors.append(invalid(field, host, DNS1123_SUBDOMAIN_MESSAGE))
     if not _HTTP_PATH.match(path):
         errors.append(invalid(field, path, f"Invalid path (regex used for validation is '{_HTTP_PATH_FMT}')"))
     return errors

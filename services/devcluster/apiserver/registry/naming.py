@@ -5,23 +5,17 @@ import json
 import re
 from typing import Any
 
+from trainyard.apimachinery.dns_names import (
+    DNS1035_LABEL, DNS1035_LABEL_MAX_LENGTH, DNS1035_LABEL_MESSAGE, DNS1123_LABEL, DNS1123_LABEL_MAX_LENGTH,
+    DNS1123_LABEL_MESSAGE, DNS1123_SUBDOMAIN, DNS1123_SUBDOMAIN_MAX_LENGTH, DNS1123_SUBDOMAIN_MESSAGE,
+    is_dns1123_subdomain,
+)
+
 from ..errors import field_cause
 
-_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 
-SUBDOMAIN_MSG = ("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "
-                 "and must start and end with an alphanumeric character (e.g. 'example.com', regex used for "
-                 "validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')")
-LABEL_MSG = ("a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start "
-             "and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is "
-             "'[a-z0-9]([-a-z0-9]*[a-z0-9])?')")
-DNS1035_MSG = ("a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic "
-               "character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for "
-               "validation is '[a-z]([-a-z0-9]*[a-z0-9])?')")
 
 def _invalid(field: str, value: Any, message: str) -> dict[str, str]:
     return field_cause(field, "FieldValueInvalid", f"Invalid value: {json.dumps(value)}: {message}")
@@ -41,17 +35,17 @@ def _pattern_errors(name: str, limit: int, pattern: re.Pattern[str], message: st
 
 def subdomain_name_errors(name: str) -> list[dict[str, str]]:
     """Most kinds: a DNS-1123 subdomain (253 characters)."""
-    return _pattern_errors(name, 253, _SUBDOMAIN, SUBDOMAIN_MSG)
+    return _pattern_errors(name, DNS1123_SUBDOMAIN_MAX_LENGTH, DNS1123_SUBDOMAIN, DNS1123_SUBDOMAIN_MESSAGE)
 
 
 def label_name_errors(name: str) -> list[dict[str, str]]:
     """Namespaces: a DNS-1123 label (63 characters)."""
-    return _pattern_errors(name, 63, _LABEL, LABEL_MSG)
+    return _pattern_errors(name, DNS1123_LABEL_MAX_LENGTH, DNS1123_LABEL, DNS1123_LABEL_MESSAGE)
 
 
 def dns1035_name_errors(name: str) -> list[dict[str, str]]:
     """Services: a DNS-1035 label (starts with a letter)."""
-    return _pattern_errors(name, 63, _DNS1035, DNS1035_MSG)
+    return _pattern_errors(name, DNS1035_LABEL_MAX_LENGTH, DNS1035_LABEL, DNS1035_LABEL_MESSAGE)
 
 
 def path_segment_name_errors(name: str) -> list[dict[str, str]]:
@@ -91,8 +85,8 @@ def label_errors(labels: Any, field: str = "metadata.labels") -> list[dict[str, 
 def qualified_name_errors(key: str, field: str) -> list[dict[str, str]]:
     prefix, _, name = key.rpartition("/")
     errors = []
-    if "/" in key and (not prefix or len(prefix) > 253 or not _SUBDOMAIN.match(prefix)):
-        errors.append(_invalid(field, key, "prefix part " + SUBDOMAIN_MSG))
+    if "/" in key and (not prefix or not is_dns1123_subdomain(prefix)):
+        errors.append(_invalid(field, key, "prefix part " + DNS1123_SUBDOMAIN_MESSAGE))
     if not name or len(name) > 63 or not _QUALIFIED_NAME.match(name):
         errors.append(_invalid(field, key, "name part must consist of alphanumeric characters, '-', '_' or '.', and "
                                "must start and end with an alphanumeric character (63 characters at most)"))
