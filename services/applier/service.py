@@ -15,8 +15,8 @@ from copy import deepcopy
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainyard.bus.consumer import Delivery, PermanentError
-from trainyard.bus.envelopes import ApplyResult, EnvelopeError, ObjectRef, PlanMessage, decode
+from trainyard.bus.consumer import Delivery, PermanentError, decoding
+from trainyard.bus.envelopes import ApplyResult, ObjectRef, PlanMessage
 from trainyard.bus.claims import Claim, ClaimLost, ClaimProtocol, Wanted, remembered_hashes
 from trainyard.bus.kv import AppliedPlan, Outcome, applied_key
 from trainyard.bus.session import BusSession
@@ -62,18 +62,14 @@ class Applier:
         legacy = (f"{PLANS_PREFIX}.{encode_token(cluster)}.>",)
         # A newer plan queued behind an older one of the same TrainJob makes it redundant.
         return [Subscription(PLANS_STREAM, ROLE, lambda p: [partition_filter(PLANS_PREFIX, cluster, p)],
-                             self.handle, ack_wait_s=self.ack_wait_s, max_deliver=8, coalesce=True,
+                             decoding(PlanMessage, self.handle), ack_wait_s=self.ack_wait_s, max_deliver=8, coalesce=True,
                              retires=((durable_name(ROLE, cluster), legacy), (ROLE, legacy)))]
 
     def subscriber(self) -> PartitionedSubscriber:
         return PartitionedSubscriber(self.bus, ROLE, self.cluster, self.subscriptions(), service="applier",
                                      partitions=self.partitions, on_release=self.claims.forget_partition)
 
-    async def handle(self, delivery: Delivery) -> None:
-        try:
-            plan = decode(PlanMessage, delivery.data)
-        except EnvelopeError as err:
-            raise PermanentError(str(err)) from None
+    async def handle(self, plan: PlanMessage, delivery: Delivery) -> None:
         started = time.perf_counter()
         outcome = await self.apply_plan(plan)
         metrics.APPLIES.labels(outcome).inc()

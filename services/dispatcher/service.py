@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainyard.clock import now_rfc3339
-from trainyard.bus.consumer import Delivery, PermanentError
-from trainyard.bus.envelopes import EnvelopeError, ObjectEvent, decode
+from trainyard.bus.consumer import Delivery, decoding
+from trainyard.bus.envelopes import ObjectEvent
 from trainyard.bus.partitions import PartitionedSubscriber, Subscription
 from trainyard.bus.session import BusSession
 from trainyard.bus.subjects import EVENTS_PREFIX, encode_token, event_filter, partitions_setting, trainjob_partition
@@ -139,7 +139,7 @@ class Dispatcher:
         # TrainJob's namespace and name, so the workers' watchers publish it on the same
         # partition (one partition count per bus): both reach the TrainJob's home replica.
         return [Subscription(
-            EVENTS_STREAM, ROLE, lambda p: [event_filter(None, "TrainJob", p)], self.handle,
+            EVENTS_STREAM, ROLE, lambda p: [event_filter(None, "TrainJob", p)], decoding(ObjectEvent, self.handle),
             ack_wait_s=self.ack_wait_s, max_deliver=5, key_of=_lane, deliver_new_only=True,
             # Every pass reads (or is handed) the newest state: of one object's queued events
             # only the newest needs one (a deletion is always kept).
@@ -185,11 +185,7 @@ class Dispatcher:
         """The newest state of a manager TrainJob this replica saw (None: gone, or not delegated)."""
         self._seen[key] = (time.time(), trainjob if trainjob is not None and d.is_delegated(trainjob) else None)
 
-    async def handle(self, delivery: Delivery) -> None:
-        try:
-            event = decode(ObjectEvent, delivery.data)
-        except EnvelopeError as err:
-            raise PermanentError(str(err)) from None
+    async def handle(self, event: ObjectEvent, delivery: Delivery) -> None:
         if self.kueue_present:
             return
         obj = event.object or {}

@@ -7,8 +7,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainyard.bus.consumer import Delivery, PermanentError
-from trainyard.bus.envelopes import EnvelopeError, ObjectEvent, decode
+from trainyard.bus.consumer import Delivery, decoding
+from trainyard.bus.envelopes import ObjectEvent
 from trainyard.bus.session import BusSession
 from trainyard.bus.partitions import PartitionedSubscriber, Subscription
 from trainyard.bus.subjects import (EVENTS_PREFIX, ObjectKey, encode_token, event_filter, partition_of_subject,
@@ -57,11 +57,7 @@ class Planner:
     memory: PlannerMemory = field(default_factory=PlannerMemory)
     _runtime_lists: dict[tuple[str, int], asyncio.Future] = field(default_factory=dict)
 
-    async def handle(self, delivery: Delivery) -> None:
-        try:
-            event = decode(ObjectEvent, delivery.data)
-        except EnvelopeError as err:
-            raise PermanentError(str(err)) from None
+    async def handle(self, event: ObjectEvent, delivery: Delivery) -> None:
         if event.cluster != self.cluster:
             return
         if event.kind == "TrainJob" and event.type == "DELETED":
@@ -99,7 +95,8 @@ class Planner:
         cluster = self.cluster
         return [Subscription(
             EVENTS_STREAM, ROLE, lambda p: [event_filter(cluster, None, p), event_filter(cluster, None, None)],
-            self.handle, ack_wait_s=self.ack_wait_s, max_deliver=5, key_of=trainjob_lane, coalesce=True,
+            decoding(ObjectEvent, self.handle), ack_wait_s=self.ack_wait_s, max_deliver=5,
+            key_of=trainjob_lane, coalesce=True,
             retires=((durable_name(ROLE, cluster), (f"{EVENTS_PREFIX}.{encode_token(cluster)}.*.*.*",)),
                      (ROLE, (f"{EVENTS_PREFIX}.{encode_token(cluster)}.*.*.*",))),
         )]

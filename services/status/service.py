@@ -18,8 +18,8 @@ from typing import Any
 
 from opentelemetry import trace
 
-from trainyard.bus.consumer import Delivery, PermanentError
-from trainyard.bus.envelopes import ApplyResult, EnvelopeError, ObjectEvent, decode
+from trainyard.bus.consumer import Delivery, decoding
+from trainyard.bus.envelopes import ApplyResult, ObjectEvent
 from trainyard.bus.kv import applied_key
 from trainyard.bus.session import BusSession
 from trainyard.bus.partitions import PartitionedSubscriber, Subscription
@@ -108,12 +108,12 @@ class StatusService:
         legacy_results = (f"{RESULTS_PREFIX}.{token}.>",)
         lane = _namespace_name_lane
         return [
-            Subscription(EVENTS_STREAM, "status", events, self.handle_event, ack_wait_s=self.ack_wait_s,
+            Subscription(EVENTS_STREAM, "status", events, decoding(ObjectEvent, self.handle_event), ack_wait_s=self.ack_wait_s,
                          max_deliver=5, key_of=lane, coalesce=True,
                          retires=((durable_name("status", cluster), legacy_events), ("status", legacy_events))),
             # Not coalesced: each failure result records its own Warning event.
             Subscription(RESULTS_STREAM, "status-results", lambda p: [partition_filter(RESULTS_PREFIX, cluster, p)],
-                         self.handle_result, ack_wait_s=self.ack_wait_s, max_deliver=5, key_of=lane,
+                         decoding(ApplyResult, self.handle_result), ack_wait_s=self.ack_wait_s, max_deliver=5, key_of=lane,
                          retires=((durable_name("status-results", cluster), legacy_results),
                                   ("status-results", legacy_results))),
         ]
@@ -122,11 +122,7 @@ class StatusService:
         return PartitionedSubscriber(self.bus, "status", self.cluster, self.subscriptions(), service="status",
                                      partitions=self.partitions)
 
-    async def handle_event(self, delivery: Delivery) -> None:
-        try:
-            event = decode(ObjectEvent, delivery.data)
-        except EnvelopeError as err:
-            raise PermanentError(str(err)) from None
+    async def handle_event(self, event: ObjectEvent, delivery: Delivery) -> None:
         if event.kind in RUNTIME_COMPONENTS:
             # Every partition reads it; the runtime's own partition keeps its finalizer.
             if delivery.consumer == partition_durable("status", self.cluster,
@@ -163,11 +159,7 @@ class StatusService:
             with trainjob_span(_tracer, f"fold {event.kind} status", owner.get("uid"), links=links):
                 await self.reconcile_trainjob(event.namespace, owner["name"], jobset_copy=jobset)
 
-    async def handle_result(self, delivery: Delivery) -> None:
-        try:
-            result = decode(ApplyResult, delivery.data)
-        except EnvelopeError as err:
-            raise PermanentError(str(err)) from None
+    async def handle_result(self, result: ApplyResult, delivery: Delivery) -> None:
         if result.outcome in ("failed", "plan-failed"):
             await self.reconcile_trainjob(result.namespace, result.name, result=result)
             return

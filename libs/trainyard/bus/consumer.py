@@ -20,7 +20,7 @@ import logging
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, AsyncContextManager, Awaitable, Callable
+from typing import Any, AsyncContextManager, Awaitable, Callable, TypeVar
 
 from nats.aio.msg import Msg
 from nats.errors import ConnectionClosedError, NoRespondersError, TimeoutError as NatsTimeoutError
@@ -28,7 +28,7 @@ from nats.js import JetStreamContext
 from nats.js.errors import NoStreamResponseError, ServiceUnavailableError
 
 from trainyard.bus import readfloor, subjects
-from trainyard.bus.envelopes import DEAD_LETTER_DATA_MAX, DeadLetter
+from trainyard.bus.envelopes import DEAD_LETTER_DATA_MAX, DeadLetter, Envelope, EnvelopeError, decode
 from trainyard.bus.publisher import Publisher
 from trainyard.bus.topology import ConsumerSpec, ensure_consumer, retire_consumers
 from trainyard.bus.tracing import consume_span
@@ -73,6 +73,20 @@ class Delivery:
 
 
 Handler = Callable[[Delivery], Awaitable[None]]
+Message = TypeVar("Message", bound=Envelope)
+
+
+def decoding(envelope: type[Message], handle: Callable[[Message, Delivery], Awaitable[None]]) -> Handler:
+    """The handler of a consumer whose messages are ``envelope``s: each is decoded before
+    ``handle`` sees it, and one that does not decode is dead-lettered (a PermanentError: no
+    redelivery would decode it)."""
+    async def handler(delivery: Delivery) -> None:
+        try:
+            message = decode(envelope, delivery.data)
+        except EnvelopeError as err:
+            raise PermanentError(str(err)) from None
+        await handle(message, delivery)
+    return handler
 
 
 def subject_key(subject: str) -> str:

@@ -528,7 +528,7 @@ def test_a_replica_fed_by_the_bus_lists_the_trainjobs_only_every_few_passes(clus
         async def event(name: str, kind: str = "MODIFIED") -> None:
             """The manager TrainJob's event as the watcher publishes it, delivered."""
             found = ObjectEvent.from_object("manager", kind, await setup.manager.get(setup.r.TRAINJOB, "default", name))
-            await dispatcher.handle(Delivery(found.subject(dispatcher.partitions), encode(found), {}, 1, 1))
+            await dispatcher.handle(found, Delivery(found.subject(dispatcher.partitions), encode(found), {}, 1, 1))
 
         setup.manager.request = counted
         await setup.create("la", "lb", "lc")

@@ -90,6 +90,7 @@ def test_a_late_copy_event_is_only_a_trigger() -> None:
     import json
 
     from trainyard.bus.consumer import Delivery
+    from trainyard.bus.envelopes import ObjectEvent, decode
     from trainyard.multicluster.delegation import ORIGIN_LABEL
 
     def copy_event(published_at: float) -> Delivery:
@@ -102,7 +103,8 @@ def test_a_late_copy_event_is_only_a_trigger() -> None:
 
     async def handled(published_at: float) -> tuple:
         replica = dispatcher()
-        await replica.handle(copy_event(published_at))
+        delivery = copy_event(published_at)
+        await replica.handle(decode(ObjectEvent, delivery.data), delivery)
         hint = replica._mirrors[KEY]
         for task in replica._tasks:
             task.cancel()
