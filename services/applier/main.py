@@ -4,8 +4,6 @@ from __future__ import annotations
 import argparse
 import os
 
-from trainyard.errors import UserError
-
 HELP = "Apply planned objects with server-side apply (field manager trainer), newest plan wins."
 
 
@@ -19,15 +17,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from trainyard.host.service import config_from_args, run_service
+    from trainyard.host.service import config_from_args, run_service, seconds_flag
 
     config = config_from_args("applier", args)
-    try:
-        lease = float(args.claim_lease)
-    except ValueError:
-        raise UserError(f"--claim-lease: expected seconds, got {args.claim_lease!r}") from None
-    if lease <= 0:
-        raise UserError("--claim-lease: must be greater than 0")
+    lease = seconds_flag(args.claim_lease, "--claim-lease")
 
     async def main(stop) -> None:
         from trainyard.host.runtime import ServiceRuntime

@@ -30,24 +30,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "(env TRAINYARD_RESYNC_INTERVAL; default 10)")
 
 
-def _seconds(value: str, flag: str) -> float:
-
-    try:
-        seconds = float(value)
-    except ValueError:
-        raise UserError(f"{flag}: expected seconds, got {value!r}") from None
-    if seconds <= 0:
-        raise UserError(f"{flag}: must be greater than 0")
-    return seconds
-
-
 def run(args: argparse.Namespace) -> int:
-    from trainyard.host.service import config_from_args, run_service
+    from trainyard.host.service import config_from_args, run_service, seconds_flag
 
     config = config_from_args("dispatcher", args)
-    lost_timeout = _seconds(args.worker_lost_timeout, "--worker-lost-timeout")
-    probe = _seconds(args.probe_interval, "--probe-interval")
-    resync = _seconds(args.resync_interval, "--resync-interval")
+    lost_timeout = seconds_flag(args.worker_lost_timeout, "--worker-lost-timeout")
+    probe = seconds_flag(args.probe_interval, "--probe-interval")
+    resync = seconds_flag(args.resync_interval, "--resync-interval")
     if not args.secrets_namespace:
         raise UserError("--secrets-namespace: must not be empty")
 

@@ -48,20 +48,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from trainyard.host.service import config_from_args, port_or_off, run_service
+    from trainyard.host.service import config_from_args, port_or_off, run_service, seconds_flag
 
     config = config_from_args("planner", args)
     webhook_port = port_or_off(args.webhook_port, "--webhook-port")
-    try:
-        check_interval = float(args.cert_check_interval)
-    except ValueError:
-        raise UserError(f"--cert-check-interval: expected seconds, got {args.cert_check_interval!r}") from None
-    try:
-        drain_s = float(args.webhook_drain)
-    except ValueError:
-        raise UserError(f"--webhook-drain: expected seconds, got {args.webhook_drain!r}") from None
-    if drain_s < 0:
-        raise UserError(f"--webhook-drain: must be 0 or more, got {args.webhook_drain!r}")
+    check_interval = seconds_flag(args.cert_check_interval, "--cert-check-interval")
+    drain_s = seconds_flag(args.webhook_drain, "--webhook-drain", zero_allowed=True)
     if args.webhook_url and not str(args.webhook_url).startswith("https://"):
         raise UserError(f"--webhook-url: must start with https://, got {args.webhook_url!r}")
     plugins = _plugins(args, UserError)

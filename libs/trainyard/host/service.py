@@ -119,6 +119,20 @@ def _parse_number(value: object, flag: str, kind: type):
         raise UserError(f"{flag}: expected a number, got {value!r}") from None
 
 
+def seconds_flag(value: object, flag: str, *, zero_allowed: bool = False) -> float:
+    """A duration flag in seconds: a clear error naming ``flag`` for anything else, and for a
+    value below 0 (or at 0, unless ``zero_allowed``)."""
+    try:
+        seconds = float(str(value))
+    except ValueError:
+        raise UserError(f"{flag}: expected seconds, got {value!r}") from None
+    if zero_allowed and seconds < 0:
+        raise UserError(f"{flag}: must be 0 or more, got {value!r}")
+    if not zero_allowed and seconds <= 0:
+        raise UserError(f"{flag}: must be greater than 0")
+    return seconds
+
+
 def port_or_off(value: object, flag: str) -> int | None:
     """A port flag that also takes ``off`` (None): a clear error naming ``flag`` otherwise."""
 

@@ -40,6 +40,18 @@ def test_bad_flags_name_the_flag(argv, message):
     assert str(err.value) == message
 
 
+@pytest.mark.parametrize("argv,message", [
+    (["applier", "--claim-lease", "soon"], "--claim-lease: expected seconds, got 'soon'"),
+    (["applier", "--claim-lease", "0"], "--claim-lease: must be greater than 0"),
+    (["planner", "--webhook-drain", "-1"], "--webhook-drain: must be 0 or more, got '-1'"),
+    (["planner", "--cert-check-interval", "0"], "--cert-check-interval: must be greater than 0"),
+    (["dispatcher", "--probe-interval", "x"], "--probe-interval: expected seconds, got 'x'"),
+])
+def test_bad_durations_name_the_flag_through_the_cli(capsys, argv, message):
+    assert main(argv) == 2
+    assert capsys.readouterr().err == f"error: {message}\n"
+
+
 def test_bad_flag_through_the_cli_is_one_line_not_a_traceback(capsys):
     assert main(["planner", "--webhook-port", "huge"]) == 2
     assert capsys.readouterr().err == "error: --webhook-port: expected a port number or 'off', got 'huge'\n"
