@@ -10,6 +10,7 @@ import pytest
 from trainyard.cli.main import main
 from trainyard.errors import UserError
 from trainyard.host.health import HealthServer
+from trainyard.telemetry import metrics  # noqa: F401 - registers the service metrics /metrics must serve
 from trainyard.telemetry.logging import JsonFormatter
 from trainyard.host.service import add_common_flags, config_from_args
 
