@@ -55,26 +55,9 @@ def jobset_name(trainjob_name: str) -> str:
     return trainjob_name
 
 
-def pod_group_name(trainjob_name: str) -> str:
-    return trainjob_name
-
-
-def mpi_ssh_auth_secret_name(trainjob_name: str) -> str:
-    return trainjob_name + MPI_SSH_AUTH_SECRET_SUFFIX
-
-
-def mpi_hostfile_configmap_name(trainjob_name: str) -> str:
-    return trainjob_name + MPI_HOSTFILE_CONFIGMAP_SUFFIX
-
-
 def pod_endpoint(trainjob_name: str, replicated_job: str, pod_index: int, subdomain: str) -> str:
     """``<trainJob>-<replicatedJob>-0-<podIndex>.<subdomain>``."""
     return f"{trainjob_name}-{replicated_job}-0-{pod_index}.{subdomain}"
-
-
-def torch_master_address(trainjob_name: str) -> str:
-    """``<trainJob>-node-0-0.<trainJob>``."""
-    return pod_endpoint(trainjob_name, NODE, 0, trainjob_name)
 
 
 # --- 7.3 Environment variables ------------------------------------------------------------
@@ -239,13 +222,6 @@ EVENT_MESSAGE_RESOURCES_CREATION_FAILED = "TrainJob resources reconciliation fai
 def unsupported_runtime_message(registry_key: str) -> str:
     """``unsupported runtime: <key>`` (the key may be empty)."""
     return f"unsupported runtime: {registry_key}"
-
-
-def resources_creation_failed_message(error: str) -> str:
-    """The Warning event message: the error cut to 950 characters, then `` ...``."""
-    if len(error) > EVENT_MESSAGE_MAX_CHARS:
-        error = error[:EVENT_MESSAGE_MAX_CHARS] + EVENT_MESSAGE_TRUNCATION_SUFFIX
-    return EVENT_MESSAGE_RESOURCES_CREATION_FAILED + error
 
 
 # CEL rule messages of the CRDs (verbatim).

@@ -536,11 +536,3 @@ def crd_file_names(infos: tuple[CrdInfo, ...] = CRDS) -> dict[str, dict[str, Any
     return {info.file_name: generate_crd(info) for info in infos}
 
 
-def schema_for_kind(api_version: str, kind: str) -> Schema | None:
-    """The generated openAPIV3Schema of a kind trainyard defines, or None."""
-    for info in CRDS + MULTICLUSTER_CRDS:
-        if info.model.API_VERSION == api_version and info.kind == kind:
-            return object_schema(info.model)
-    return None
-
-

@@ -78,14 +78,6 @@ def format_validation_error(exc: ValidationError, prefix: str = "") -> list[str]
     return lines
 
 
-def parse_model(model: type[KubeModel], data: Any, prefix: str = "") -> KubeModel:
-    """Validate ``data`` as ``model`` by wire names; errors become :class:`FieldError`."""
-    try:
-        return model.model_validate(data, by_alias=True, by_name=False)
-    except ValidationError as exc:
-        raise FieldError(format_validation_error(exc, prefix)) from None
-
-
 def parse_object(doc: Any, *, strict: bool = False, source: str | None = None) -> KubeObject:
     """Parse one API object, dispatching on apiVersion and kind.
 

@@ -148,7 +148,3 @@ def _parse_element(key: str) -> PathElement:
     return (kind, text)
 
 
-def with_prefix(fields: Iterable[Path], prefix: Path) -> FieldSet:
-    """The paths of `fields` at or under `prefix`."""
-    size = len(prefix)
-    return {path for path in fields if path[:size] == prefix}

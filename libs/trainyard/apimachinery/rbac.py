@@ -107,10 +107,6 @@ class Attributes:
     path: str = ""
     api_version: str = ""
 
-    def with_user(self, user: UserInfo) -> "Attributes":
-        return Attributes(user, self.verb, self.resource_request, self.namespace, self.api_group, self.resource,
-                          self.subresource, self.name, self.path, self.api_version)
-
 
 def _exact_name(field_selector: str) -> str:
     """The name a ``metadata.name=<n>`` (or ``==``) term of a field selector requires, if any."""

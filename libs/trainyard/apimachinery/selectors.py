@@ -75,9 +75,6 @@ class LabelSelector:
         current = labels or {}
         return all(requirement.matches(current) for requirement in self.requirements)
 
-    def matches_object(self, obj: Mapping[str, Any]) -> bool:
-        return self.matches((obj.get("metadata") or {}).get("labels"))
-
     @property
     def empty(self) -> bool:
         return not self.requirements and not self.nothing

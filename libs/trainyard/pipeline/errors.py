@@ -123,11 +123,6 @@ def internal(field: str, detail: str) -> FieldError:
     return FieldError(ErrorType.INTERNAL, field, detail=detail)
 
 
-def not_supported(field: str, value: Any, allowed: list[str]) -> FieldError:
-    detail = "supported values: " + ", ".join(json.dumps(a) for a in allowed)
-    return FieldError(ErrorType.NOT_SUPPORTED, field, value, detail)
-
-
 def aggregate_message(texts: list[str]) -> str:
     """Join error texts like Kubernetes' ``utilerrors.NewAggregate``.
 

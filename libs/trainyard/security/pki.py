@@ -36,14 +36,6 @@ class CertBundle:
         return x509.load_pem_x509_certificate(self.cert_pem).not_valid_after_utc
 
     @property
-    def not_before(self) -> dt.datetime:
-        return x509.load_pem_x509_certificate(self.cert_pem).not_valid_before_utc
-
-    @property
-    def ca_not_after(self) -> dt.datetime:
-        return x509.load_pem_x509_certificate(self.ca_cert_pem).not_valid_after_utc
-
-    @property
     def chain_pem(self) -> bytes:
         """The serving certificate followed by its CA (what a server presents)."""
         return self.cert_pem + self.ca_cert_pem

@@ -109,9 +109,5 @@ def internal(message: str) -> ApiError:
     return ApiError(500, "InternalError", f"Internal error occurred: {message}")
 
 
-def forbidden_message(message: str) -> ApiError:
-    return ApiError(403, "Forbidden", message)
-
-
 def unauthorized() -> ApiError:
     return ApiError(401, "Unauthorized", "Unauthorized")

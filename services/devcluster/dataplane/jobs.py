@@ -418,10 +418,3 @@ def _tidy(status: dict[str, Any]) -> dict[str, Any]:
     return status
 
 
-def job_finished(job: dict[str, Any]) -> str | None:
-    """"Complete" or "Failed" when the Job is finished, else None."""
-    conditions = (job.get("status") or {}).get("conditions") or []
-    for kind in ("Complete", "Failed"):
-        if is_true(conditions, kind):
-            return kind
-    return None

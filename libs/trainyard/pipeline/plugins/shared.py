@@ -5,7 +5,7 @@ from trainyard.api import constants as c
 
 from typing import Any
 
-from ..documents import dig, items, mapping
+from ..documents import dig, mapping
 from ..info import RuntimeInfo
 
 
@@ -39,5 +39,3 @@ def effective_resources_per_node(trainjob: dict[str, Any], info: RuntimeInfo) ->
     return runtime_resources_per_node(info)
 
 
-def env_names(env: Any) -> list[str]:
-    return [str(e.get("name")) for e in items(env) if isinstance(e, dict)]
