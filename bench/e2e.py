@@ -66,13 +66,15 @@ from fixtures.nats import NatsServer, free_port  # noqa: E402
 
 import httpx  # noqa: E402
 
+from trainyard.roles import CLUSTER_ROLES  # noqa: E402
+
 from waiting import SAY_EVERY_S, GaveUp, missing, say, wait_until  # noqa: E402  (bench/)
 from cpu_quota import (  # noqa: E402  (bench/)
     LimitedReplicas, add_arguments as add_limit_arguments, limit_lines, limit_shares, limited_saturation,
     parse_limit,
 )
 
-SERVICES = ("watcher", "planner", "applier", "status")
+SERVICES = CLUSTER_ROLES
 TRAINJOBS = "/apis/trainer.kubeflow.org/v1alpha1/namespaces/{ns}/trainjobs"
 JOBSETS = "/apis/jobset.x-k8s.io/v1alpha2/namespaces/{ns}/jobsets"
 RUNTIME = {

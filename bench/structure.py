@@ -37,8 +37,10 @@ from pathlib import Path
 
 import grimp
 
+from trainyard.roles import CONTROL_PLANE_ROLES
+
 REPO = Path(__file__).resolve().parents[1]
-CONTROL_PLANE_SERVICES = ("watcher", "planner", "applier", "status", "dispatcher")
+CONTROL_PLANE_SERVICES = CONTROL_PLANE_ROLES
 MAX_CLASS_LINES = 400
 MAX_FUNCTION_LINES = 100
 DUPLICATE_RUN = 6  # lines that make a pair

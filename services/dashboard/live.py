@@ -37,12 +37,13 @@ from trainyard.kube.client import KubeClient, KubeError
 from trainyard.multicluster.delegation import WORKER_ANNOTATION
 from trainyard.multicluster.placement import node_allocatable, pods_in_use
 from trainyard.pipeline.trainjobs import finished_condition, owner_reference, state_of
+from trainyard.roles import CONTROL_PLANE_ROLES
 from trainyard_services.dashboard.charts import Lifetime, progress_point, stack_series, worker_row
 
 log = logging.getLogger(__name__)
 
 STAGES = ("created", "observed", "planned", "applied", "running", "finished")
-SERVICE_NAMES = ("watcher", "planner", "applier", "status", "dispatcher")
+SERVICE_NAMES = CONTROL_PLANE_ROLES
 
 
 @dataclass(frozen=True)

@@ -15,11 +15,12 @@ from pathlib import Path
 import pytest
 
 from fixtures.stack import skip_unless_stack_available, start_stack
+from trainyard.roles import CLUSTER_ROLES
 
 pytestmark = pytest.mark.slow
 
 BURST = 24
-SERVICES = ("watcher", "planner", "applier", "status")
+SERVICES = CLUSTER_ROLES
 
 
 def trainjob(index: int) -> str:

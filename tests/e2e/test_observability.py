@@ -25,10 +25,11 @@ import yaml
 from fixtures.prometheus import PROMETHEUS, Prometheus, scrape_config as prometheus_scrape_config
 from fixtures.stack import REPO, RunningStack, skip_unless_stack_available, start_stack
 from fixtures.trainers import chart_points, reporting_command, wait_for_charts
+from trainyard.roles import CLUSTER_ROLES
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
-SERVICES = ("watcher", "planner", "applier", "status")
+SERVICES = CLUSTER_ROLES
 RUNTIME = "obs-quick"
 BURST = 4
 # Grafana's variables as the test substitutes them (scrape interval 1 s, burst within minutes).

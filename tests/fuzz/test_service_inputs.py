@@ -39,11 +39,12 @@ from trainyard.bus.envelopes import DEAD_LETTER_DATA_MAX
 from trainyard.bus.subjects import (DEFAULT_PARTITIONS, ObjectKey, event_subject, plan_subject, result_subject,
                                     trainjob_partition)
 from trainyard.bus.topology import partition_durable
+from trainyard.roles import CLUSTER_ROLES
 
 REPO = Path(__file__).resolve().parents[2]
 CRDS = REPO / "deploy" / "crds"
 EXAMPLES = int(os.environ.get("TRAINYARD_FUZZ_EXAMPLES", "0"))
-SERVICES = ("watcher", "planner", "applier", "status")
+SERVICES = CLUSTER_ROLES
 # The junk is published on the real subjects of TrainJob default/junk: its home partition's
 # subjects, read by each role's durable consumer of that partition.
 JUNK_PARTITION = trainjob_partition("default", "junk", DEFAULT_PARTITIONS)

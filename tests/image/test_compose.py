@@ -12,8 +12,10 @@ import httpx
 import pytest
 import yaml
 
+from trainyard.roles import CLUSTER_ROLES
+
 REPO = Path(__file__).resolve().parents[2]
-SERVICES = ("watcher", "planner", "applier", "status")
+SERVICES = CLUSTER_ROLES
 
 
 def test_compose_file_builds_from_the_dockerfile_with_healthchecks() -> None:

@@ -23,10 +23,12 @@ import httpx
 import pytest
 import yaml
 
+from trainyard.roles import CLUSTER_ROLES
+
 REPO = Path(__file__).resolve().parents[2]
 IMAGE = os.environ.get("TRAINYARD_TEST_IMAGE", "")
 STORAGE = ["--storage-driver", "vfs"]
-SERVICES = ("watcher", "planner", "applier", "status")
+SERVICES = CLUSTER_ROLES
 
 pytestmark = [
     pytest.mark.image,

@@ -20,11 +20,13 @@ from pathlib import Path
 
 import pytest
 
+from trainyard.roles import CLUSTER_ROLES
+
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(600)]
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBECTL = str(Path(sys.executable).parent / "kubectl")
-SERVICES = ("watcher", "planner", "applier", "status")
+SERVICES = CLUSTER_ROLES
 
 
 def _docker_engine_problem() -> str | None:

@@ -26,12 +26,11 @@ from trainyard.bus.topology import (
     APPLIED_BUCKET, CHECKED_BUCKETS, EVENTS_STREAM, FLOOR_KEY, LEASES_BUCKET, MEMBERS_BUCKET, OUTCOMES_BUCKET, PLANS_STREAM,
     PRESENCE_ADVISORIES, PRESENCE_STREAM, PROGRESS_STREAM, RESULTS_STREAM, SLOTS_BUCKET, SNAPSHOTS_BUCKET,
 )
+from trainyard.roles import CLUSTER_ROLES, MANAGER_ROLES
 
 CREDENTIALS_ENV = "TRAINYARD_NATS_CREDENTIALS"
 BOOTSTRAP = "bootstrap"
 ADMIN = "admin"  # the operator's (and tests') full access, for inspecting and repairing the bus
-CLUSTER_ROLES = ("watcher", "planner", "applier", "status")
-MANAGER_ROLES = ("dispatcher", "dashboard")
 BUCKETS = (SNAPSHOTS_BUCKET, APPLIED_BUCKET, OUTCOMES_BUCKET)
 API = "$JS.API"
 

@@ -20,8 +20,9 @@ from trainyard.supervisor.ports import LOOPBACK, PortRequest, free_port
 from trainyard.supervisor.proctable import ProcessId, become_child_subreaper, descendants, signal_process
 from trainyard.supervisor.shutdown import kill_leftover_children
 from trainyard.supervisor.state import StackState, write_pid_file, write_state
+from trainyard.roles import CLUSTER_ROLES
 
-SERVICES = ("watcher", "planner", "applier", "status")
+SERVICES = CLUSTER_ROLES
 COMPONENTS = ("nats", "devcluster", *SERVICES, "dashboard")
 # Cluster names on the bus: a single cluster keeps the services' default; with workers, the
 # manager is "manager" (the origin label of its copies) and the workers worker-1..worker-N.

@@ -18,10 +18,11 @@ import pytest
 
 from trainyard.apimachinery import serviceaccount_tokens as sat
 from trainyard.supervisor import identities
+from trainyard.roles import CLUSTER_ROLES
 
 REPO = Path(__file__).resolve().parents[3]
 SYSTEM = "kubeflow-system"
-SERVICES = ["watcher", "planner", "applier", "status"]
+SERVICES = list(CLUSTER_ROLES)
 TJ = "trainjobs.trainer.kubeflow.org"
 
 

@@ -24,10 +24,11 @@ from fixtures.nats import NATS_SERVER, free_port
 from trainyard.bus.auth import Credentials
 from trainyard.bus.connection import connect
 from trainyard.bus.session import BusSession
+from trainyard.roles import CLUSTER_ROLES
 
 REPO = Path(__file__).resolve().parents[3]
 BUS_MOUNT = "/etc/trainyard/bus"
-SERVICES = ("watcher", "planner", "applier", "status")
+SERVICES = CLUSTER_ROLES
 
 
 def interpolate(value: str) -> str:
