@@ -21,6 +21,7 @@ hands to every program it builds: this module is used only through the one evalu
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Callable
 from urllib.parse import urlsplit
@@ -222,25 +223,42 @@ def _parse(text: str) -> Quantity:
     return parse_quantity(text)
 
 
-def _quantity(text: Any) -> Any:
-    if isinstance(text, QuantityValue):
-        return text
-    if not isinstance(text, str):
-        return _error("no such overload: quantity")
-    try:
-        return QuantityValue(_parse(str(text)))
-    except QuantityError as err:
-        return _error(f"quantities must match the regular expression: {err}")
+def _from_string(name: str, parse: Callable[[str], Any], wrap: Callable[[Any], Any],
+                 message: Callable[[str, ValueError], str]) -> Callable[[Any], Any]:
+    """A CEL conversion from a string (``quantity()``, ``ip()``, ``cidr()``): "no such overload"
+    for another type, the conversion's own error for text that does not parse."""
+    def call(text: Any) -> Any:
+        if not isinstance(text, str):
+            return _error(f"no such overload: {name}")
+        try:
+            return wrap(parse(str(text)))
+        except ValueError as err:
+            return _error(message(str(text), err))
+    return call
 
 
-def _is_quantity(text: Any) -> Any:
-    if not isinstance(text, str):
-        return _error("no such overload: isQuantity")
-    try:
-        _parse(str(text))
-    except QuantityError:
-        return celtypes.BoolType(False)
-    return celtypes.BoolType(True)
+def _is_parsable(parse: Callable[[str], Any], name: str) -> Callable[[Any], Any]:
+    """A CEL ``is<Type>()`` check: whether a string converts (another type has no overload)."""
+    def call(text: Any) -> Any:
+        if not isinstance(text, str):
+            return _error(f"no such overload: {name}")
+        try:
+            parse(str(text))
+        except ValueError:
+            return celtypes.BoolType(False)
+        return celtypes.BoolType(True)
+    return call
+
+
+_quantity_from_string = _from_string("quantity", _parse, QuantityValue,
+                                     lambda text, err: f"quantities must match the regular expression: {err}")
+
+
+def _quantity(value: Any) -> Any:
+    return value if isinstance(value, QuantityValue) else _quantity_from_string(value)
+
+
+_is_quantity = _is_parsable(_parse, "isQuantity")
 
 
 def _as_quantity(value: Any, name: str) -> QuantityValue | CELEvalError:
@@ -348,33 +366,21 @@ def _query(value: Any) -> Any:
 
 # --- IP and CIDR ----------------------------------------------------------------------------
 
+@dataclass(frozen=True)
 class IPValue:
     """An IP address (``ip('10.0.0.1')``); Kubernetes refuses zones and IPv4-mapped IPv6."""
 
-    def __init__(self, address: Any) -> None:
-        self.address = address
-
-    def __eq__(self, other: Any) -> bool:
-        return isinstance(other, IPValue) and self.address == other.address
-
-    def __hash__(self) -> int:
-        return hash(self.address)
+    address: Any
 
     def __str__(self) -> str:
         return str(self.address)
 
 
+@dataclass(frozen=True)
 class CIDRValue:
     """A subnet as written (``cidr('10.0.0.1/8')`` keeps its address; ``masked()`` clears it)."""
 
-    def __init__(self, interface: Any) -> None:
-        self.interface = interface
-
-    def __eq__(self, other: Any) -> bool:
-        return isinstance(other, CIDRValue) and self.interface == other.interface
-
-    def __hash__(self) -> int:
-        return hash(self.interface)
+    interface: Any
 
     def __str__(self) -> str:
         return str(self.interface)
@@ -402,34 +408,10 @@ def _parse_cidr(text: str) -> Any:
     return interface
 
 
-def _ip(text: Any) -> Any:
-    if not isinstance(text, str):
-        return _error("no such overload: ip")
-    try:
-        return IPValue(_parse_ip(str(text)))
-    except ValueError as err:
-        return _error(f"IP Address {str(text)!r} parse error during conversion from string: {err}")
-
-
-def _cidr(text: Any) -> Any:
-    if not isinstance(text, str):
-        return _error("no such overload: cidr")
-    try:
-        return CIDRValue(_parse_cidr(str(text)))
-    except ValueError as err:
-        return _error(f"network address parse error during conversion from string: {err}")
-
-
-def _is_parsable(parse: Callable[[str], Any], name: str) -> Callable[[Any], Any]:
-    def call(text: Any) -> Any:
-        if not isinstance(text, str):
-            return _error(f"no such overload: {name}")
-        try:
-            parse(str(text))
-        except ValueError:
-            return celtypes.BoolType(False)
-        return celtypes.BoolType(True)
-    return call
+_ip = _from_string("ip", _parse_ip, IPValue,
+                   lambda text, err: f"IP Address {text!r} parse error during conversion from string: {err}")
+_cidr = _from_string("cidr", _parse_cidr, CIDRValue,
+                     lambda text, err: f"network address parse error during conversion from string: {err}")
 
 
 def _ip_method(name: str, fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
