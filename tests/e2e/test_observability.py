@@ -22,6 +22,7 @@ import httpx
 import pytest
 import yaml
 
+from fixtures.pipeline_builders import torch_cluster_runtime
 from fixtures.prometheus import PROMETHEUS, Prometheus, scrape_config as prometheus_scrape_config
 from fixtures.stack import REPO, RunningStack, skip_unless_stack_available, start_stack
 from fixtures.trainers import chart_points, reporting_command, wait_for_charts
@@ -118,24 +119,7 @@ def scrape_config(stack: RunningStack, token_file: Path) -> dict[str, Any]:
 
 def quick_runtime() -> dict[str, Any]:
     """A torch-shaped ClusterTrainingRuntime whose pod runs a few seconds and logs a loss."""
-    return {
-        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
-        "metadata": {"name": RUNTIME, "labels": {"trainer.kubeflow.org/framework": "torch"}},
-        "spec": {
-            "mlPolicy": {"numNodes": 1, "torch": {"numProcPerNode": "auto"}},
-            "template": {"spec": {"replicatedJobs": [{
-                "name": "node",
-                "template": {
-                    "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
-                    "spec": {"template": {"spec": {"containers": [{
-                        "name": "node", "image": "pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime",
-                        "command": ["/bin/sh", "-c",
-                                    "echo 'step 1 loss 0.91'; sleep 3; echo 'step 2 loss 0.42'"],
-                    }]}}},
-                },
-            }]}},
-        },
-    }
+    return torch_cluster_runtime(RUNTIME, ["/bin/sh", "-c", "echo 'step 1 loss 0.91'; sleep 3; echo 'step 2 loss 0.42'"])
 
 
 def trainjob(name: str) -> dict[str, Any]:

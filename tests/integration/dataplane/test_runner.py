@@ -5,7 +5,7 @@ import asyncio
 import base64
 import os
 
-from fixtures.dataplane import make_pod
+from fixtures.dataplane import make_pod, pids_of_pod
 
 PY = "python3"
 
@@ -177,13 +177,13 @@ async def test_termination_signals_process_group_and_leaves_no_orphan(runner_har
     # takes a while to start Python): wait until both programs say so.
     while "started" not in runner_harness.log(graceful.pod, "c") or "up" not in runner_harness.log(stubborn.pod, "c"):
         await asyncio.sleep(0.05)
-    escaped = [pid for pid in _pids_with_marker(graceful.uid)]
+    escaped = [pid for pid in pids_of_pod(graceful.uid)]
     assert len(escaped) >= 2  # the shell and the setsid'd sleep
     await asyncio.gather(graceful.terminate(5), stubborn.terminate(0.5))
     assert terminated(graceful.status())["exitCode"] == 143
     assert terminated(stubborn.status())["exitCode"] == 137
     assert graceful.status()["phase"] == "Failed"
-    assert _pids_with_marker(graceful.uid) == [] and _pids_with_marker(stubborn.uid) == []
+    assert pids_of_pod(graceful.uid) == [] and pids_of_pod(stubborn.uid) == []
 
 
 async def test_a_pod_deleted_while_its_container_starts_stops_at_once(runner_harness, monkeypatch):
@@ -211,21 +211,7 @@ async def test_a_pod_deleted_while_its_container_starts_stops_at_once(runner_har
         status = await runner_harness.finished(runner, timeout=15)
         await asyncio.wait_for(stops[-1], 5)
         assert terminated(status)["exitCode"] in (143, 137), status  # SIGTERM, or SIGKILL after the grace
-        assert _pids_with_marker(runner.uid) == []
-
-
-def _pids_with_marker(uid: str) -> list[int]:
-    needle = f"TRAINYARD_POD_UID={uid}".encode()
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/environ", "rb") as handle:
-                    if needle in handle.read().split(b"\0"):
-                        found.append(int(entry))
-            except OSError:
-                pass
-    return found
+        assert pids_of_pod(runner.uid) == []
 
 
 async def test_restart_policy_always_restarts_even_after_success(runner_harness):

@@ -15,6 +15,8 @@ from typing import Iterator
 
 import pytest
 
+from fixtures.pipeline_builders import torch_cluster_runtime
+
 REPO = Path(__file__).resolve().parents[3]
 CRDS = REPO / "deploy" / "crds"
 HOST = "127.0.0.1"
@@ -238,23 +240,7 @@ def trainjob(name: str, ns: str = "default", runtime: str = "torch-distributed",
 
 def small_runtime(name: str = "torch-distributed") -> dict:
     """A ClusterTrainingRuntime shaped like upstream's torch-distributed (image kept)."""
-    return {
-        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
-        "metadata": {"name": name, "labels": {"trainer.kubeflow.org/framework": "torch"}},
-        "spec": {
-            "mlPolicy": {"numNodes": 1, "torch": {"numProcPerNode": "auto"}},
-            "template": {"spec": {"replicatedJobs": [{
-                "name": "node",
-                "template": {
-                    "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
-                    "spec": {"template": {"spec": {"containers": [{
-                        "name": "node", "image": "pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime",
-                        "command": ["/bin/sh", "-c", "echo training"],
-                    }]}}},
-                },
-            }]}},
-        },
-    }
+    return torch_cluster_runtime(name, ["/bin/sh", "-c", "echo training"])
 
 
 @pytest.fixture
