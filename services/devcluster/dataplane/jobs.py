@@ -212,23 +212,11 @@ def _finish_time(pod: dict[str, Any]) -> datetime | None:
     return latest
 
 
-def plan_job(job: dict[str, Any], pods: list[dict[str, Any]], now: datetime,
-             time_scale: float = 1.0) -> JobPlan:
-    plan = JobPlan()
-    spec = job.get("spec") or {}
-    old = job.get("status") or {}
-    status: dict[str, Any] = copy.deepcopy(old)
-    conditions: list[dict[str, Any]] = status.setdefault("conditions", [])
-    stamp = format_time(now)
-    completions = spec.get("completions")
-    completions = int(completions) if completions is not None else 1
-    parallelism = int(spec.get("parallelism") if spec.get("parallelism") is not None else 1)
-    backoff_limit = int(spec.get("backoffLimit") if spec.get("backoffLimit") is not None else DEFAULT_BACKOFF_LIMIT)
-    suspended = bool(spec.get("suspend"))
-    restart_policy = (((spec.get("template") or {}).get("spec")) or {}).get("restartPolicy", "Never")
-    finished = is_true(conditions, "Complete") or is_true(conditions, "Failed")
-
-    # -- count finished pods once (finalizer protocol) --------------------------------
+def _count_terminated(job: dict[str, Any], pods: list[dict[str, Any]], status: dict[str, Any],
+                      completions: int, plan: JobPlan) -> tuple[set[int], int, tuple[str, str] | None]:
+    """Counts each finished pod once (the finalizer protocol): into ``status`` (succeeded and
+    failed counts, completed indexes, uncounted pods) and ``plan`` (finalizers to remove).
+    Returns (succeeded indexes, failures, the first pod failure policy FailJob match)."""
     uncounted = status.get("uncountedTerminatedPods") or {}
     uncounted_ok = set(uncounted.get("succeeded") or [])
     uncounted_failed = set(uncounted.get("failed") or [])
@@ -280,6 +268,92 @@ def plan_job(job: dict[str, Any], pods: list[dict[str, Any]], now: datetime,
     status["completedIndexes"] = compress_indexes(succeeded_indexes)
     status["succeeded"] = len(succeeded_indexes)
     status["failed"] = failed
+    return succeeded_indexes, failed, failure_match
+
+
+def _failure(spec: dict[str, Any], status: dict[str, Any], conditions: list[dict[str, Any]],
+             pods: list[dict[str, Any]], failed: int, failure_match: tuple[str, str] | None,
+             now: datetime, plan: JobPlan) -> tuple[str, str] | None:
+    """(reason, message) of the Job's failure, if it failed: a FailureTarget already set, a pod
+    failure policy's FailJob, the back-off limit, or the active deadline (which, not yet reached,
+    sets when to look again)."""
+    backoff_limit = int(spec.get("backoffLimit") if spec.get("backoffLimit") is not None else DEFAULT_BACKOFF_LIMIT)
+    restart_policy = (((spec.get("template") or {}).get("spec")) or {}).get("restartPolicy", "Never")
+    failure: tuple[str, str] | None = None
+    target = condition(conditions, "FailureTarget")
+    if target is not None and target.get("status") == "True":
+        failure = (target.get("reason", ""), target.get("message", ""))
+    elif failure_match is not None:
+        failure = ("PodFailurePolicy", failure_match[1])
+    elif failed > backoff_limit:
+        failure = ("BackoffLimitExceeded", MSG_BACKOFF)
+    elif restart_policy == "OnFailure":
+        restarts = sum(int(s.get("restartCount") or 0)
+                       for p in pods if phase(p) in ("Running", "Pending")
+                       for s in ((p.get("status") or {}).get("containerStatuses") or [])
+                       + ((p.get("status") or {}).get("initContainerStatuses") or []))
+        if (backoff_limit == 0 and restarts > 0) or (backoff_limit > 0 and restarts >= backoff_limit):
+            failure = ("BackoffLimitExceeded", MSG_BACKOFF)
+    if failure is None and spec.get("activeDeadlineSeconds") is not None:
+        started = parse_time(status.get("startTime")) or now
+        deadline = float(spec["activeDeadlineSeconds"])
+        elapsed = (now - started).total_seconds()
+        if elapsed >= deadline:
+            failure = ("DeadlineExceeded", MSG_DEADLINE)
+        else:
+            plan.requeue_after = deadline - elapsed
+    return failure
+
+
+def _plan_pods(job: dict[str, Any], pods: list[dict[str, Any]], active: list[dict[str, Any]],
+               succeeded_indexes: set[int], completions: int, now: datetime, time_scale: float,
+               plan: JobPlan) -> None:
+    """The pods to create (the missing indexes, up to parallelism, after the failure back-off)
+    and to delete (duplicates, indexes done or beyond completions) of a running Job."""
+    spec = job.get("spec") or {}
+    parallelism = int(spec.get("parallelism") if spec.get("parallelism") is not None else 1)
+    restart_policy = (((spec.get("template") or {}).get("spec")) or {}).get("restartPolicy", "Never")
+    held: dict[int, list[dict[str, Any]]] = {}
+    for pod in active:
+        index = pod_index(pod)
+        if index is None or index >= completions or index in succeeded_indexes:
+            plan.delete.append(pod["metadata"]["name"])
+            continue
+        held.setdefault(index, []).append(pod)
+    for index, holders in held.items():
+        holders.sort(key=lambda p: (pod_ready(p), phase(p) == "Running"), reverse=True)
+        plan.delete.extend(p["metadata"]["name"] for p in holders[1:])
+    wanted = max(0, min(parallelism, completions - len(succeeded_indexes)))
+    running = len(held)
+    missing = [i for i in range(completions) if i not in succeeded_indexes and i not in held]
+    to_create = missing[:max(0, wanted - running)]
+    if to_create and restart_policy == "Never":
+        # pods removed by a scale-down are not failures: they start no back-off
+        delay = _failure_backoff([p for p in pods if (pod_index(p) or 0) < completions], time_scale)
+        if delay is not None:
+            last_failure, seconds = delay
+            remaining = (last_failure - now).total_seconds() + seconds
+            if remaining > 0:
+                plan.requeue_after = min(plan.requeue_after or remaining, remaining)
+                to_create = []
+    plan.create = [build_pod(job, index) for index in to_create]
+
+
+def plan_job(job: dict[str, Any], pods: list[dict[str, Any]], now: datetime,
+             time_scale: float = 1.0) -> JobPlan:
+    plan = JobPlan()
+    spec = job.get("spec") or {}
+    old = job.get("status") or {}
+    status: dict[str, Any] = copy.deepcopy(old)
+    conditions: list[dict[str, Any]] = status.setdefault("conditions", [])
+    stamp = format_time(now)
+    completions = spec.get("completions")
+    completions = int(completions) if completions is not None else 1
+    suspended = bool(spec.get("suspend"))
+    finished = is_true(conditions, "Complete") or is_true(conditions, "Failed")
+
+    # -- count finished pods once (finalizer protocol) --------------------------------
+    succeeded_indexes, failed, failure_match = _count_terminated(job, pods, status, completions, plan)
 
     active = [p for p in pods if phase(p) not in ("Succeeded", "Failed") and not is_deleting(p)]
     terminating = [p for p in pods if phase(p) not in ("Succeeded", "Failed") and is_deleting(p)]
@@ -318,29 +392,7 @@ def plan_job(job: dict[str, Any], pods: list[dict[str, Any]], now: datetime,
         status["startTime"] = stamp
 
     # -- failure ----------------------------------------------------------------------
-    failure: tuple[str, str] | None = None
-    target = condition(conditions, "FailureTarget")
-    if target is not None and target.get("status") == "True":
-        failure = (target.get("reason", ""), target.get("message", ""))
-    elif failure_match is not None:
-        failure = ("PodFailurePolicy", failure_match[1])
-    elif failed > backoff_limit:
-        failure = ("BackoffLimitExceeded", MSG_BACKOFF)
-    elif restart_policy == "OnFailure":
-        restarts = sum(int(s.get("restartCount") or 0)
-                       for p in pods if phase(p) in ("Running", "Pending")
-                       for s in ((p.get("status") or {}).get("containerStatuses") or [])
-                       + ((p.get("status") or {}).get("initContainerStatuses") or []))
-        if (backoff_limit == 0 and restarts > 0) or (backoff_limit > 0 and restarts >= backoff_limit):
-            failure = ("BackoffLimitExceeded", MSG_BACKOFF)
-    if failure is None and spec.get("activeDeadlineSeconds") is not None:
-        started = parse_time(status.get("startTime")) or now
-        deadline = float(spec["activeDeadlineSeconds"])
-        elapsed = (now - started).total_seconds()
-        if elapsed >= deadline:
-            failure = ("DeadlineExceeded", MSG_DEADLINE)
-        else:
-            plan.requeue_after = deadline - elapsed
+    failure = _failure(spec, status, conditions, pods, failed, failure_match, now, plan)
     if failure is not None:
         set_job_condition(conditions, "FailureTarget", "True", failure[0], failure[1], stamp)
         plan.delete.extend(p["metadata"]["name"] for p in active)
@@ -364,30 +416,7 @@ def plan_job(job: dict[str, Any], pods: list[dict[str, Any]], now: datetime,
         return plan
 
     # -- pods to create / delete ------------------------------------------------------
-    held: dict[int, list[dict[str, Any]]] = {}
-    for pod in active:
-        index = pod_index(pod)
-        if index is None or index >= completions or index in succeeded_indexes:
-            plan.delete.append(pod["metadata"]["name"])
-            continue
-        held.setdefault(index, []).append(pod)
-    for index, holders in held.items():
-        holders.sort(key=lambda p: (pod_ready(p), phase(p) == "Running"), reverse=True)
-        plan.delete.extend(p["metadata"]["name"] for p in holders[1:])
-    wanted = max(0, min(parallelism, completions - len(succeeded_indexes)))
-    running = len(held)
-    missing = [i for i in range(completions) if i not in succeeded_indexes and i not in held]
-    to_create = missing[:max(0, wanted - running)]
-    if to_create and restart_policy == "Never":
-        # pods removed by a scale-down are not failures: they start no back-off
-        delay = _failure_backoff([p for p in pods if (pod_index(p) or 0) < completions], time_scale)
-        if delay is not None:
-            last_failure, seconds = delay
-            remaining = (last_failure - now).total_seconds() + seconds
-            if remaining > 0:
-                plan.requeue_after = min(plan.requeue_after or remaining, remaining)
-                to_create = []
-    plan.create = [build_pod(job, index) for index in to_create]
+    _plan_pods(job, pods, active, succeeded_indexes, completions, now, time_scale, plan)
     status["active"] = len(active) - len(set(plan.delete))
     plan.status = _tidy(status)
     return plan
