@@ -480,6 +480,73 @@ def _scale_jobs(rjobs: list[dict[str, Any]], active: list[dict[str, Any]]) -> li
     return out
 
 
+def _create_missing_jobs(jobset: dict[str, Any], owned: list[dict[str, Any]], buckets: Any,
+                         counts: dict[str, dict[str, Any]], replicas: dict[str, int], status: dict[str, Any],
+                         stamp: str, plan: JobSetPlan) -> None:
+    """The Jobs to create, honoring startup order and dependsOn (§3.4), with the startup
+    policy's conditions."""
+    meta, spec = jobset.get("metadata") or {}, jobset.get("spec") or {}
+    rjobs = spec.get("replicatedJobs") or []
+    suspended = bool(spec.get("suspend"))
+    conditions = status["conditions"]
+    existing = {j["metadata"]["name"] for j in owned}
+    in_order = ((spec.get("startupPolicy") or {}).get("startupPolicyOrder") == "InOrder")
+    blocking = ((spec.get("failurePolicy") or {}).get("restartStrategy") == "BlockingRecreate")
+    walk_complete = True
+    for position, rjob in enumerate(rjobs):
+        missing = [j for j in range(replicas_of(rjob))
+                   if job_name(meta["name"], rjob["name"], j) not in existing]
+        if blocking and buckets.previous:
+            missing = []
+        if not _satisfied(rjob, counts, replicas):
+            continue
+        if not suspended and in_order and _started(rjob, counts):
+            continue
+        plan.create_jobs.extend(build_job(jobset, position, j, status["restarts"]) for j in missing)
+        if not suspended and in_order:
+            if set_jobset_condition(conditions, "StartupPolicyInProgress", "True",
+                                    "InOrderStartupPolicyInProgress",
+                                    "in order startup policy is in progress", stamp):
+                plan.events.append(("Normal", "InOrderStartupPolicyInProgress",
+                                    "in order startup policy is in progress"))
+            walk_complete = False
+            break
+    if walk_complete and not suspended and in_order:
+        if set_jobset_condition(conditions, "StartupPolicyCompleted", "True",
+                                "InOrderStartupPolicyCompleted",
+                                "in order startup policy has completed", stamp):
+            plan.events.append(("Normal", "InOrderStartupPolicyCompleted",
+                                "in order startup policy has completed"))
+
+
+def _resume_jobs(jobset: dict[str, Any], buckets: Any, counts: dict[str, dict[str, Any]],
+                 replicas: dict[str, int], conditions: list[dict[str, Any]], stamp: str, plan: JobSetPlan) -> None:
+    """The suspended Jobs of a resumed JobSet to resume (in startup order when it asks), and the
+    Suspended condition's end once all are (§3.5)."""
+    spec = jobset.get("spec") or {}
+    rjobs = spec.get("replicatedJobs") or []
+    in_order = ((spec.get("startupPolicy") or {}).get("startupPolicyOrder") == "InOrder")
+    resume_complete = True
+    for rjob in rjobs:
+        if not _satisfied(rjob, counts, replicas):
+            continue
+        if in_order and _started(rjob, counts):
+            continue
+        for job in buckets.active:
+            if _rjob_of(job) == rjob["name"] and (job.get("spec") or {}).get("suspend"):
+                clear = bool((job.get("status") or {}).get("startTime"))
+                plan.resume_jobs.append((job["metadata"]["name"], _merge_template(job, rjob), clear))
+        if in_order:
+            set_jobset_condition(conditions, "StartupPolicyInProgress", "True",
+                                 "InOrderStartupPolicyInProgress",
+                                 "in order startup policy is in progress", stamp)
+            resume_complete = False
+            break
+    if resume_complete:
+        if set_jobset_condition(conditions, "Suspended", "False", "ResumeJobs", "jobset is resumed", stamp):
+            plan.events.append(("Normal", "ResumeJobs", "jobset is resumed"))
+
+
 def plan_jobset(jobset: dict[str, Any], jobs: list[dict[str, Any]], service_exists: bool,
                 now: datetime, elastic: bool = False) -> JobSetPlan:
     """``elastic``: the ``ElasticJobSet`` feature gate is on."""
@@ -551,34 +618,7 @@ def plan_jobset(jobset: dict[str, Any], jobs: list[dict[str, Any]], service_exis
         plan.scale_jobs = _scale_jobs(rjobs, buckets.active)
 
     # Create missing Jobs, honoring startup order and dependsOn (§3.4).
-    existing = {j["metadata"]["name"] for j in owned}
-    in_order = ((spec.get("startupPolicy") or {}).get("startupPolicyOrder") == "InOrder")
-    blocking = ((spec.get("failurePolicy") or {}).get("restartStrategy") == "BlockingRecreate")
-    walk_complete = True
-    for position, rjob in enumerate(rjobs):
-        missing = [j for j in range(replicas_of(rjob))
-                   if job_name(meta["name"], rjob["name"], j) not in existing]
-        if blocking and buckets.previous:
-            missing = []
-        if not _satisfied(rjob, counts, replicas):
-            continue
-        if not suspended and in_order and _started(rjob, counts):
-            continue
-        plan.create_jobs.extend(build_job(jobset, position, j, status["restarts"]) for j in missing)
-        if not suspended and in_order:
-            if set_jobset_condition(conditions, "StartupPolicyInProgress", "True",
-                                    "InOrderStartupPolicyInProgress",
-                                    "in order startup policy is in progress", stamp):
-                plan.events.append(("Normal", "InOrderStartupPolicyInProgress",
-                                    "in order startup policy is in progress"))
-            walk_complete = False
-            break
-    if walk_complete and not suspended and in_order:
-        if set_jobset_condition(conditions, "StartupPolicyCompleted", "True",
-                                "InOrderStartupPolicyCompleted",
-                                "in order startup policy has completed", stamp):
-            plan.events.append(("Normal", "InOrderStartupPolicyCompleted",
-                                "in order startup policy has completed"))
+    _create_missing_jobs(jobset, owned, buckets, counts, replicas, status, stamp, plan)
 
     # Suspend or resume (§3.5).
     if suspended:
@@ -589,23 +629,5 @@ def plan_jobset(jobset: dict[str, Any], jobs: list[dict[str, Any]], service_exis
         set_jobset_condition(conditions, "RestartingJobSet", "False", "JobSetSuspended",
                              "jobset is suspended", stamp)
         return finish()
-    resume_complete = True
-    for rjob in rjobs:
-        if not _satisfied(rjob, counts, replicas):
-            continue
-        if in_order and _started(rjob, counts):
-            continue
-        for job in buckets.active:
-            if _rjob_of(job) == rjob["name"] and (job.get("spec") or {}).get("suspend"):
-                clear = bool((job.get("status") or {}).get("startTime"))
-                plan.resume_jobs.append((job["metadata"]["name"], _merge_template(job, rjob), clear))
-        if in_order:
-            set_jobset_condition(conditions, "StartupPolicyInProgress", "True",
-                                 "InOrderStartupPolicyInProgress",
-                                 "in order startup policy is in progress", stamp)
-            resume_complete = False
-            break
-    if resume_complete:
-        if set_jobset_condition(conditions, "Suspended", "False", "ResumeJobs", "jobset is resumed", stamp):
-            plan.events.append(("Normal", "ResumeJobs", "jobset is resumed"))
+    _resume_jobs(jobset, buckets, counts, replicas, conditions, stamp, plan)
     return finish()
