@@ -104,6 +104,43 @@ def selector_matches(pod: Mapping[str, Any], node_labels: Mapping[str, str]) -> 
     return all(node_labels.get(key) == value for key, value in selector.items())
 
 
+def _place_gang(gang: GangKey, members: list[Mapping[str, Any]], needed: int, already: int,
+                free: dict[str, int], decision: Decision) -> dict[str, int]:
+    """Binds a gang's pending members that fit, all of them or none: only when they and the ones
+    already bound reach ``needed`` (its PodGroup's minMember). Returns what is left free."""
+    tentative = dict(free)
+    fitting: list[str] = []
+    missing_any: set[str] = set()
+    for member in members:
+        try:
+            requests = pod_requests(member)
+        except QuantityError:
+            continue
+        missing = _fits(requests, tentative)
+        if missing:
+            missing_any.update(missing)
+            continue
+        for name, amount in requests.items():
+            tentative[name] = tentative.get(name, 0) - amount
+        fitting.append(pod_key(member))
+    if already + len(fitting) >= needed:
+        decision.bind.extend(fitting)
+        for member in members:
+            if pod_key(member) not in fitting:
+                decision.unschedulable[pod_key(member)] = (
+                    "Unschedulable", _insufficient(sorted(missing_any) or ["pods"]))
+        return tentative
+    message = (f'0/1 nodes are available: pod group "{gang}" needs {needed} pods '
+               f"scheduled together; {already} bound, {len(fitting)} of "
+               f"{len(members)} pending fit")
+    if missing_any:
+        message += " (" + ", ".join(f"Insufficient {m}" for m in sorted(missing_any)) + ")"
+    message += "."
+    for member in members:
+        decision.unschedulable[pod_key(member)] = ("Unschedulable", message)
+    return free
+
+
 def schedule(allocatable: Mapping[str, int], bound: Iterable[Mapping[str, Any]],
              pending: Iterable[Mapping[str, Any]],
              gang_min_members: Mapping[GangKey, int],
@@ -177,39 +214,7 @@ def schedule(allocatable: Mapping[str, int], bound: Iterable[Mapping[str, Any]],
             for member in members:
                 decision.unschedulable[pod_key(member)] = ("Unschedulable", message)
             continue
-        needed = gang_min_members[gang]
-        tentative = dict(free)
-        fitting: list[str] = []
-        missing_any: set[str] = set()
-        for member in members:
-            try:
-                requests = pod_requests(member)
-            except QuantityError:
-                continue
-            missing = _fits(requests, tentative)
-            if missing:
-                missing_any.update(missing)
-                continue
-            for name, amount in requests.items():
-                tentative[name] = tentative.get(name, 0) - amount
-            fitting.append(pod_key(member))
-        already = bound_members.get(gang, 0)
-        if already + len(fitting) >= needed:
-            free = tentative
-            decision.bind.extend(fitting)
-            for member in members:
-                if pod_key(member) not in fitting:
-                    decision.unschedulable[pod_key(member)] = (
-                        "Unschedulable", _insufficient(sorted(missing_any) or ["pods"]))
-        else:
-            message = (f'0/1 nodes are available: pod group "{gang}" needs {needed} pods '
-                       f"scheduled together; {already} bound, {len(fitting)} of "
-                       f"{len(members)} pending fit")
-            if missing_any:
-                message += " (" + ", ".join(f"Insufficient {m}" for m in sorted(missing_any)) + ")"
-            message += "."
-            for member in members:
-                decision.unschedulable[pod_key(member)] = ("Unschedulable", message)
+        free = _place_gang(gang, members, gang_min_members[gang], bound_members.get(gang, 0), free, decision)
     return decision
 
 
