@@ -148,6 +148,40 @@ async def server_span(request: web.Request, handler: Any) -> web.StreamResponse:
         return response
 
 
+async def read_review(request: web.Request, kind: str) -> tuple[dict[str, Any], str] | web.Response:
+    """The review's request, or a 400 naming what is wrong: the review itself
+    (admission.k8s.io/v1 AdmissionReview), its uid, or an object or oldObject that is not
+    of the kind this webhook admits (a Scale on the scale subresource)."""
+    raw = await _read_limited(request)
+    if raw is None:
+        return bad_review(f"request body: larger than {MAX_REVIEW_BYTES // (1024 * 1024)} MiB")
+    try:
+        body = json.loads(raw)
+    except (ValueError, RecursionError):
+        return bad_review("request body: not JSON")
+    if not isinstance(body, dict):
+        return bad_review("request body: not a JSON object")
+    review = body.get("request")
+    if not isinstance(review, dict):
+        return bad_review("request: missing AdmissionReview.request")
+    uid = review.get("uid")
+    if not isinstance(uid, str) or not uid:
+        return bad_review("request.uid: missing (a non-empty string)")
+    if not isinstance(review.get("object"), dict):
+        return bad_review("request.object: missing")
+    expected = "Scale" if kind == "TrainJob" and review.get("subResource") == "scale" else kind
+    for field in ("object", "oldObject"):
+        value = review.get(field)
+        if field == "oldObject" and value is None:
+            continue
+        if not isinstance(value, dict) or value.get("kind") != expected:
+            return bad_review(f"request.{field}.kind: expected {expected}, got {_named_kind(value)[:80]}")
+    if body.get("apiVersion") != REVIEW_API_VERSION or body.get("kind") != "AdmissionReview":
+        return bad_review(f"apiVersion, kind: expected {REVIEW_API_VERSION} AdmissionReview, got "
+                          f"{str(body.get('apiVersion'))[:60]!r} {str(body.get('kind'))[:60]!r}")
+    return review, uid
+
+
 def build_app(observed_for: ObservedLookup, trainjob_for: TrainJobLookup | None = None,
               compat: TrainerCompat = DEFAULT_COMPAT) -> web.Application:
     """``compat``: which release's admission rules apply where v2.1.0 and v2.3.0 differ."""
@@ -161,39 +195,6 @@ def build_app(observed_for: ObservedLookup, trainjob_for: TrainJobLookup | None 
     for _, _, resource in WEBHOOKS:
         for allowed in ("true", "false"):
             metrics.WEBHOOK_REQUESTS.labels(resource, allowed)
-
-    async def read_review(request: web.Request, kind: str) -> tuple[dict[str, Any], str] | web.Response:
-        """The review's request, or a 400 naming what is wrong: the review itself
-        (admission.k8s.io/v1 AdmissionReview), its uid, or an object or oldObject that is not
-        of the kind this webhook admits (a Scale on the scale subresource)."""
-        raw = await _read_limited(request)
-        if raw is None:
-            return bad_review(f"request body: larger than {MAX_REVIEW_BYTES // (1024 * 1024)} MiB")
-        try:
-            body = json.loads(raw)
-        except (ValueError, RecursionError):
-            return bad_review("request body: not JSON")
-        if not isinstance(body, dict):
-            return bad_review("request body: not a JSON object")
-        review = body.get("request")
-        if not isinstance(review, dict):
-            return bad_review("request: missing AdmissionReview.request")
-        uid = review.get("uid")
-        if not isinstance(uid, str) or not uid:
-            return bad_review("request.uid: missing (a non-empty string)")
-        if not isinstance(review.get("object"), dict):
-            return bad_review("request.object: missing")
-        expected = "Scale" if kind == "TrainJob" and review.get("subResource") == "scale" else kind
-        for field in ("object", "oldObject"):
-            value = review.get(field)
-            if field == "oldObject" and value is None:
-                continue
-            if not isinstance(value, dict) or value.get("kind") != expected:
-                return bad_review(f"request.{field}.kind: expected {expected}, got {_named_kind(value)[:80]}")
-        if body.get("apiVersion") != REVIEW_API_VERSION or body.get("kind") != "AdmissionReview":
-            return bad_review(f"apiVersion, kind: expected {REVIEW_API_VERSION} AdmissionReview, got "
-                              f"{str(body.get('apiVersion'))[:60]!r} {str(body.get('kind'))[:60]!r}")
-        return review, uid
 
     async def trainjob(request: web.Request) -> web.Response:
         parsed = await read_review(request, "TrainJob")
