@@ -98,11 +98,12 @@ def _count(kv: KeyValue, op: str) -> None:
 
 
 def _ttl_refused(err: Exception) -> bool:
-    return "ttl" in str(err).lower() and not _is_cas_conflict(err)
+    return "ttl" in str(err).lower() and not is_cas_conflict(err)
 
 
-async def _write(kv: KeyValue, key: str, value: bytes, revision: int | None, ttl: float | None) -> int:
-    """Create (revision None) or compare-and-set update; ``ttl``: the entry expires after that
+async def write_entry(kv: KeyValue, key: str, value: bytes, revision: int | None, ttl: float | None) -> int:
+    """Create (revision None) or compare-and-set update (a lost race raises what
+    :func:`is_cas_conflict` recognises); ``ttl``: the entry expires after that
     many seconds (a bucket made without per-message TTL keeps it instead)."""
     _count(kv, "create" if revision is None else "update")
     if ttl:
@@ -171,7 +172,7 @@ async def _remove(kv: KeyValue, key: str, ttl: float) -> None:
         pass
 
 
-async def _get(kv: KeyValue, key: str) -> tuple[bytes | None, int | None]:
+async def read_entry(kv: KeyValue, key: str) -> tuple[bytes | None, int | None]:
     """The entry's value and revision; (None, None) when absent, deleted or purged."""
     _count(kv, "get")
     if kv._direct:
@@ -222,16 +223,16 @@ class SnapshotStore:
                 # reading first (an existing entry makes the create fail, and then it reads).
                 revision = None
             else:
-                raw, revision = await _get(self._kv, name)
+                raw, revision = await read_entry(self._kv, name)
                 if raw is not None:
                     current = Snapshot.model_validate_json(raw)
                     if not _supersedes_parts((current.object.get("metadata") or {}).get("uid"), current.deleted,
                                              current.resource_version, meta, rv, deleted):
                         return False
             try:
-                written = await _write(self._kv, name, value, revision, self.tombstone_ttl_s if deleted else None)
+                written = await write_entry(self._kv, name, value, revision, self.tombstone_ttl_s if deleted else None)
             except Exception as err:
-                if not _is_cas_conflict(err):
+                if not is_cas_conflict(err):
                     raise
                 self._written.pop(name, None)
                 continue
@@ -247,7 +248,7 @@ class SnapshotStore:
         the caller already holds (an event's); when the snapshot is that very version (same
         resourceVersion, read from the entry's head) it is returned instead of parsing the
         entry again — a JobSet is kilobytes of JSON."""
-        raw, _ = await _get(self._kv, kv_key(key))
+        raw, _ = await read_entry(self._kv, kv_key(key))
         if raw is not None and known is not None:
             rv = str((known.get("metadata") or {}).get("resourceVersion") or "")
             head = _SNAPSHOT_HEAD.match(raw)
@@ -581,7 +582,7 @@ def _supersedes_parts(current_uid: str | None, current_deleted: bool, current_rv
     return resource_version_newer(rv, current_rv)
 
 
-def _is_cas_conflict(err: Exception) -> bool:
+def is_cas_conflict(err: Exception) -> bool:
     if isinstance(err, KeyWrongLastSequenceError):
         return True
     text = str(err).lower()
@@ -637,7 +638,7 @@ class AppliedPlanStore:
         return cls(await js.key_value(APPLIED_BUCKET))
 
     async def read(self, key: str) -> Versioned:
-        raw, revision = await _get(self._kv, key)
+        raw, revision = await read_entry(self._kv, key)
         if raw is None:
             return Versioned(None, revision)
         return Versioned(AppliedPlan.model_validate_json(raw), revision)
@@ -649,7 +650,7 @@ class AppliedPlanStore:
         try:
             return await _put(self._kv, key, data, revision, None)
         except Exception as err:
-            if _is_cas_conflict(err):
+            if is_cas_conflict(err):
                 raise CasConflict(key) from err
             raise
 
@@ -679,7 +680,7 @@ class OutcomeStore:
         return cls(await js.key_value(OUTCOMES_BUCKET))
 
     async def get(self, key: str) -> Outcome | None:
-        raw, _ = await _get(self._kv, key)
+        raw, _ = await read_entry(self._kv, key)
         if raw is None or raw == b"":
             return None
         try:

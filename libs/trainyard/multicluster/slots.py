@@ -24,7 +24,7 @@ from typing import Callable
 from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
 
-from trainyard.bus.kv import _get, _is_cas_conflict, _write
+from trainyard.bus.kv import is_cas_conflict, read_entry, write_entry
 from trainyard.bus.subjects import encode_token
 from trainyard.bus.topology import SLOTS_BUCKET
 from trainyard.multicluster.placement import Amounts
@@ -106,7 +106,7 @@ class SlotLedger:
         return key in self.cached(worker).holds
 
     async def read(self, worker: str) -> Holds:
-        raw, revision = await _get(self.kv, self._key(worker))
+        raw, revision = await read_entry(self.kv, self._key(worker))
         holds = _decode(raw)
         previous = self._entries.get(worker)
         removals = previous.removals if previous else 0
@@ -128,9 +128,9 @@ class SlotLedger:
                 if wanted is None:
                     return False
                 try:
-                    revision = await _write(self.kv, self._key(worker), _encode(wanted), entry.revision, None)
+                    revision = await write_entry(self.kv, self._key(worker), _encode(wanted), entry.revision, None)
                 except Exception as err:
-                    if not _is_cas_conflict(err):
+                    if not is_cas_conflict(err):
                         raise
                     self.conflicts += 1
                     metrics.SLOT_WRITE_CONFLICTS.inc()
