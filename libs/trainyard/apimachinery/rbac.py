@@ -271,7 +271,7 @@ class Policy:
         # grants of a subject never change while it lives (bounded: cleared when it grows large).
         self._visited: dict[tuple[str, tuple[str, ...], str], list[tuple[Grant | None, str | None]]] = {}
 
-    def _role_rules(self, ref: Mapping[str, Any], namespace: str) -> tuple[list[Mapping[str, Any]], str | None]:
+    def role_rules(self, ref: Mapping[str, Any], namespace: str) -> tuple[list[Mapping[str, Any]], str | None]:
         kind, name = ref.get("kind"), str(ref.get("name", ""))
         if kind == "ClusterRole":
             role = self.cluster_roles.get(name)
@@ -295,7 +295,7 @@ class Policy:
             if subject is None:
                 continue
             ref = binding.get("roleRef") if isinstance(binding.get("roleRef"), dict) else {}
-            rules, error = self._role_rules(ref, "")
+            rules, error = self.role_rules(ref, "")
             source = (f'ClusterRoleBinding "{_meta(binding).get("name", "")}" of {ref.get("kind")} '
                       f'"{ref.get("name")}" to {_describe_subject(subject, "")}')
             if error:
@@ -310,7 +310,7 @@ class Policy:
             if subject is None:
                 continue
             ref = binding.get("roleRef") if isinstance(binding.get("roleRef"), dict) else {}
-            rules, error = self._role_rules(ref, namespace)
+            rules, error = self.role_rules(ref, namespace)
             source = (f'RoleBinding "{_meta(binding).get("name", "")}/{namespace}" of {ref.get("kind")} '
                       f'"{ref.get("name")}" to {_describe_subject(subject, namespace)}')
             if error:

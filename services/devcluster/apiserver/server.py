@@ -485,12 +485,12 @@ class ApiServer:
     def _list(self, rt: ResourceType, ns: str | None, query: dict[str, str], as_table: bool) -> web.Response:
         rv, items = self.api.list(rt, ns, query.get("labelSelector", ""), query.get("fieldSelector", ""))
         if as_table:
-            objs = [self.api._view(rt, s.load()) for s in items]
+            objs = [self.api.view(rt, s.load()) for s in items]
             return self._json(tables.table(rt, objs, str(rv), include_object=query.get("includeObject", "Metadata")),
                               content_type=tables.TABLE_MEDIA_TYPE)
         head = dumps({"kind": f"{rt.kind}List", "apiVersion": rt.api_version, "metadata": {"resourceVersion": str(rv)}})
-        if self.api._needs_view(rt):
-            parts = [dumps(self.api._view(rt, s.load())) for s in items]
+        if self.api.needs_view(rt):
+            parts = [dumps(self.api.view(rt, s.load())) for s in items]
         else:
             parts = [s.raw for s in items]
         body = head[:-1] + b',"items":[' + b",".join(parts) + b"]}"

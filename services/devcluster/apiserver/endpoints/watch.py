@@ -137,7 +137,7 @@ async def stream(request: web.Request, api: Api, rt: ResourceType, namespace: st
                  as_table: bool, stopping: asyncio.Event) -> web.StreamResponse:
     store = api.store
     selection = WatchFilter(rt, namespace, options)
-    encoder = EventEncoder(rt, lambda obj: api._view(rt, obj), api._needs_view(rt), as_table, options.include_object)
+    encoder = EventEncoder(rt, lambda obj: api.view(rt, obj), api.needs_view(rt), as_table, options.include_object)
     response = web.StreamResponse(status=200)
     response.headers["Content-Type"] = tables.TABLE_MEDIA_TYPE if as_table else "application/json"
     response.enable_chunked_encoding()

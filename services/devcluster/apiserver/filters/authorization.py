@@ -117,7 +117,7 @@ class Authorization:
             bind = rbac.Attributes(user, "bind", True, namespace, rt.group, role_resource, "", str(ref.get("name", "")))
             if self.decide(bind)[0]:
                 return
-            granted, _ = policy._role_rules(ref, namespace)
+            granted, _ = policy.role_rules(ref, namespace)
         held, _ = policy.rules_for(user, namespace)
         missing = rbac.missing_rules(held, [r for r in granted if isinstance(r, dict)])
         if missing:

@@ -80,22 +80,22 @@ class Api:
 
     # ------------------------------------------------------------------ reads
 
-    def _stored(self, rt: ResourceType, namespace: str | None, name: str) -> StoredObject:
+    def stored(self, rt: ResourceType, namespace: str | None, name: str) -> StoredObject:
         return stored_or_404(self.store, rt, namespace, name)
 
     def get(self, rt: ResourceType, namespace: str | None, name: str) -> dict[str, Any]:
-        return self._view(rt, self._stored(rt, namespace, name).load())
+        return self.view(rt, self.stored(rt, namespace, name).load())
 
     def get_raw(self, rt: ResourceType, namespace: str | None, name: str) -> bytes:
-        stored = self._stored(rt, namespace, name)
-        if self._needs_view(rt):
-            return dumps(self._view(rt, stored.load()))
+        stored = self.stored(rt, namespace, name)
+        if self.needs_view(rt):
+            return dumps(self.view(rt, stored.load()))
         return stored.raw
 
-    def _needs_view(self, rt: ResourceType) -> bool:
+    def needs_view(self, rt: ResourceType) -> bool:
         return (not rt.builtin and len(rt.served_versions) > 1) or self.strategies.stored_as(rt) is not None
 
-    def _view(self, rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
+    def view(self, rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
         """The stored object as the requested version (CR versions share one schema: no conversion)."""
         stored_as = self.strategies.stored_as(rt)
         if stored_as is not None:
@@ -211,7 +211,7 @@ class Api:
             return stored_as.from_stored(await self._update_once(self._stored_type(stored_as), namespace, name,
                                                                  stored_as.to_stored(body), opts))
         obj = check_body(rt, body)
-        old = self._stored(rt, namespace, name).load()
+        old = self.stored(rt, namespace, name).load()
         meta = _meta(obj)
         check_identity(rt, namespace, name, meta)
         rv = meta.get("resourceVersion")
@@ -222,7 +222,7 @@ class Api:
                     "Invalid value: 0x0: must be specified for an update")])
         elif rv != old["metadata"].get("resourceVersion"):
             raise errors.conflict(rt.qualified_resource, name, rt.group, rt.resource)
-        return await self._update_from(rt, old, obj, opts)
+        return await self.update_from(rt, old, obj, opts)
 
     async def patch(self, rt: ResourceType, namespace: str | None, name: str, patch_type: str, body: bytes,
                     opts: WriteOptions) -> tuple[int, dict[str, Any]]:
@@ -256,7 +256,7 @@ class Api:
         if rv and rv != old["metadata"].get("resourceVersion"):
             raise errors.conflict(rt.qualified_resource, name, rt.group, rt.resource)
         patched["apiVersion"] = rt.api_version
-        return 200, await self._update_from(rt, old, patched, opts)
+        return 200, await self.update_from(rt, old, patched, opts)
 
     async def _patch_stored_as(self, rt: ResourceType, stored_as: StoredAs, namespace: str | None, name: str,
                                patch_type: str, body: bytes, opts: WriteOptions) -> tuple[int, dict[str, Any]]:
@@ -268,17 +268,17 @@ class Api:
             code, obj = await self._apply(core, namespace, name, self.store.get(core.storage_key, namespace or "", name),
                                           dumps(config), opts)
             return code, stored_as.from_stored(obj)
-        view = stored_as.from_stored(self._stored(rt, namespace, name).load())
+        view = stored_as.from_stored(self.stored(rt, namespace, name).load())
         patched = machinery.apply_patch(rt, patch_type, view, body)
         if not isinstance(patched, dict):
             raise errors.bad_request("the patch result is not a JSON object")
-        old = self._stored(core, namespace, name).load()
+        old = self.stored(core, namespace, name).load()
         new = check_body(core, stored_as.to_stored(patched))
         check_identity(core, namespace, name, new["metadata"])
         rv = new["metadata"].get("resourceVersion")
         if rv and rv != old["metadata"].get("resourceVersion"):
             raise errors.conflict(rt.qualified_resource, name, rt.group, rt.resource)
-        return 200, stored_as.from_stored(await self._update_from(core, old, new, opts))
+        return 200, stored_as.from_stored(await self.update_from(core, old, new, opts))
 
     async def _apply(self, rt: ResourceType, namespace: str | None, name: str, stored: StoredObject | None,
                      body: bytes, opts: WriteOptions) -> tuple[int, dict[str, Any]]:
@@ -318,7 +318,7 @@ class Api:
         if not result.changed:
             self._remember_apply(memo_key, stored.rv, digest, opts)
             return 200, old
-        applied = await self._update_from(rt, old, result.object, opts, managed_fields_done=True)
+        applied = await self.update_from(rt, old, result.object, opts, managed_fields_done=True)
         self._remember_apply(memo_key, int(applied["metadata"]["resourceVersion"]), digest, opts)
         return 200, applied
 
@@ -335,7 +335,7 @@ class Api:
             return machinery.check_builtin_fields(rt, config, opts)
         return self.schemas.process_config(rt, config, opts)
 
-    async def _update_from(self, rt: ResourceType, old: dict[str, Any], new: dict[str, Any], opts: WriteOptions,
+    async def update_from(self, rt: ResourceType, old: dict[str, Any], new: dict[str, Any], opts: WriteOptions,
                            managed_fields_done: bool = False) -> dict[str, Any]:
         meta, old_meta = new["metadata"], old["metadata"]
         for key in ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation"):

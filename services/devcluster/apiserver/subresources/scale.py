@@ -86,7 +86,7 @@ class ScaleEndpoint:
         ``force``), and the resulting ownership goes back to the object."""
         config = rt.scale or {}
         applied = decode_scale(machinery.parse_apply_body(body), opts)
-        old = self.api._stored(rt, namespace, name).load()  # noqa: SLF001 - the server's own Api
+        old = self.api.stored(rt, namespace, name).load()
         live, found = scale_or_400(old, config)
         if not found:
             live["spec"]["replicas"] = UNSET_REPLICAS
@@ -106,12 +106,12 @@ class ScaleEndpoint:
             config, rt.api_version)
         if not new["metadata"]["managedFields"]:
             new["metadata"].pop("managedFields")
-        updated = await self.api._update_from(rt, old, new, opts, managed_fields_done=True)  # noqa: SLF001
+        updated = await self.api.update_from(rt, old, new, opts, managed_fields_done=True)
         return scale_or_400(updated, config)[0]
 
     async def _write(self, rt: ResourceType, namespace: str | None, name: str, opts: WriteOptions, make: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:
         config = rt.scale or {}
-        old = self.api._stored(rt, namespace, name).load()  # noqa: SLF001 - the server's own Api
+        old = self.api.stored(rt, namespace, name).load()
         old_scale, found = scale_or_400(old, config)
         if not found:
             old_scale["spec"]["replicas"] = UNSET_REPLICAS
@@ -124,5 +124,5 @@ class ScaleEndpoint:
         rv = meta.get("resourceVersion")
         if rv and rv != old["metadata"].get("resourceVersion"):
             raise errors.conflict(rt.qualified_resource, name, rt.group, rt.resource)
-        updated = await self.api._update_from(rt, old, with_replicas(old, config, replicas), opts)  # noqa: SLF001
+        updated = await self.api.update_from(rt, old, with_replicas(old, config, replicas), opts)
         return scale_or_400(updated, config)[0]
