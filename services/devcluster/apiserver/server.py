@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import re
 import ssl
 import time
 from dataclasses import dataclass
@@ -29,7 +28,7 @@ from .subresources import logs as podlogs
 from .endpoints import tables, watch
 from .filters.authentication import ADMIN, Authenticator, ensure_controllers_token
 from .admission.policies import ValidatingPolicies
-from .filters.audit import AUDIT_ANNOTATIONS, AUTHENTICATED_USER as AUDIT_USER, AuditLog
+from .filters.audit import AUTHENTICATED_USER as AUDIT_USER, AuditLog
 from .admission.stage import Admission
 from .subresources import Subresources
 from .filters.authorization import Authorization
@@ -37,6 +36,8 @@ from .errors import ApiError
 from .endpoints.openapi import OpenApiCache
 from .registry.kinds import Registry, ResourceType
 from .registry.store import Api, WriteOptions
+from .registry.options import AUDIT_ANNOTATIONS
+from .codec import JSON, MAX_BODY, PATCH_TYPES, decode_object, json_response, read_body, write_options
 from .query import parse_bool
 from ..storage.datadir import PODS_NAME
 from ..storage.store import Store, dumps
@@ -52,27 +53,6 @@ KUBERNETES_VERSION = {"major": "1", "minor": "36", "emulationMajor": "1", "emula
                       "gitVersion": "v1.36.0", "gitCommit": "trainyard-devcluster", "gitTreeState": "clean",
                       "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.25.0", "compiler": "gc",
                       "platform": "linux/amd64"}
-MAX_BODY = 3 * 1024 * 1024
-JSON = "application/json"
-_PATCH_TYPES = {
-    "application/merge-patch+json": "merge",
-    "application/json-patch+json": "json",
-    "application/strategic-merge-patch+json": "strategic",
-    "application/apply-patch+yaml": "apply",
-    "application/apply-patch+json": "apply",
-}
-
-
-_CONTROL = re.compile("[\x00-\x1f\x7f]")
-
-
-def _warning_header(text: str) -> str:
-    # A control character (from a field name in the body) may not appear in a header at all:
-    # aiohttp drops the connection instead of answering. Written as a \u escape instead.
-    text = text.replace("\\", "\\\\").replace('"', '\\"')
-    return '299 - "' + _CONTROL.sub(lambda m: f"\\u{ord(m.group()):04x}", text) + '"'
-
-
 @dataclass
 class Target:
     group: str
@@ -107,29 +87,6 @@ def parse_resource_path(segments: list[str]) -> Target | None:
     return Target(group, version, namespace, rest[0], rest[1] if len(rest) > 1 else None, rest[2] if len(rest) > 2 else None)
 
 
-class _Codec:
-    """The server's request decoding and answer encoding, as the subresource handlers use it."""
-
-    def __init__(self, server: ApiServer) -> None:
-        self.server = server
-
-    def json(self, body: Any, status: int = 200, warnings: list[str] | None = None) -> web.Response:
-        return self.server._json(body, status, warnings=warnings)  # noqa: SLF001 - the server's own codec
-
-    async def body(self, request: web.Request) -> bytes:
-        return await self.server._body(request)  # noqa: SLF001
-
-    async def decode_object(self, request: web.Request) -> Any:
-        return await self.server._decode_object(request)  # noqa: SLF001
-
-    def options(self, request: web.Request, query: dict[str, str], subresource: str | None) -> WriteOptions:
-        return self.server._options(request, query, subresource)  # noqa: SLF001
-
-    def patch_type(self, request: web.Request) -> str | None:
-        content_type = (request.headers.get("Content-Type") or "").split(";")[0].strip().lower()
-        return _PATCH_TYPES.get(content_type)
-
-
 class ApiServer:
     def __init__(self, data_dir: Path, credentials: Credentials | None, history_size: int = 4096,
                  require_auth: bool = True, authorization_mode: str = "RBAC", store: Store | None = None) -> None:
@@ -152,7 +109,7 @@ class ApiServer:
         self.authz = Authorization(self.api, self.registry, authorization_mode)
         devcluster_metrics.register_store(self.store)
         # log, token, binding, scale (apiserver/subresources/); status is the generic store's
-        self.subresources = Subresources(self.api, self.registry, _Codec(self), self.logs, TokenRequests(self.tokens))
+        self.subresources = Subresources(self.api, self.registry, self.logs, TokenRequests(self.tokens))
         self.audit: AuditLog | None = None  # --audit-log-path (audit.py)
 
     # ---------------------------------------------------------------- app
@@ -241,14 +198,6 @@ class ApiServer:
     def _status_response(self, err: ApiError) -> web.Response:
         return web.Response(body=dumps(err.status()), status=err.code, content_type=JSON)
 
-    def _json(self, body: Any, status: int = 200, content_type: str = JSON, warnings: list[str] | None = None) -> web.Response:
-        raw = body if isinstance(body, bytes) else dumps(body)
-        response = web.Response(body=raw, status=status)
-        response.headers["Content-Type"] = content_type
-        for text in warnings or []:
-            response.headers.add("Warning", _warning_header(text))
-        return response
-
     def _written_body(self, rt: ResourceType, obj: dict[str, Any], opts: WriteOptions) -> dict[str, Any] | bytes:
         """The JSON the store encoded for a custom resource just written (or left unchanged), so
         the answer does not encode the same object a second time. A resourceVersion names one
@@ -271,13 +220,13 @@ class ApiServer:
         if segments and segments[0] in ("healthz", "readyz", "livez"):
             return web.Response(text="ok", content_type="text/plain")
         if segments == ["version"]:
-            return self._json(KUBERNETES_VERSION)
+            return json_response(KUBERNETES_VERSION)
         # Service account issuer discovery: public keys, served without credentials so that
         # relying parties (the trainer status endpoint) need none.
         if segments == [".well-known", "openid-configuration"] and method == "GET":
-            return self._json(self.tokens.discovery())
+            return json_response(self.tokens.discovery())
         if segments == ["openid", "v1", "jwks"] and method == "GET":
-            return self._json(self.tokens.jwks(), content_type="application/jwk-set+json")
+            return json_response(self.tokens.jwks(), content_type="application/jwk-set+json")
         # every request sees the writes that finished before it, through whichever API worker
         # (one process: nothing to wait for)
         await self.store.sync()
@@ -291,7 +240,7 @@ class ApiServer:
         accept = request.headers.get("Accept", "")
         if not segments:
             paths = ["/api", "/api/v1", "/apis", "/healthz", "/livez", "/openapi/v3", "/readyz", "/version"]
-            return self._json({"paths": paths})
+            return json_response({"paths": paths})
         if segments[0] == "openapi":
             return self._openapi(segments)
         if segments[0] not in ("api", "apis"):
@@ -316,81 +265,34 @@ class ApiServer:
         if segments == ["api"] or segments == ["apis"]:
             media = discovery.wants_aggregated(accept)
             if media is not None:
-                return self._json(discovery.aggregated(self.registry, core=segments == ["api"]), content_type=media)
+                return json_response(discovery.aggregated(self.registry, core=segments == ["api"]), content_type=media)
             if segments == ["api"]:
-                return self._json(discovery.api_versions(self.address))
-            return self._json(discovery.api_group_list(self.registry))
+                return json_response(discovery.api_versions(self.address))
+            return json_response(discovery.api_group_list(self.registry))
         if segments == ["api", "v1"]:
-            return self._json(discovery.resource_list(self.registry, "", "v1"))
+            return json_response(discovery.resource_list(self.registry, "", "v1"))
         if segments[0] == "apis" and len(segments) == 2:
             group = discovery.api_group(self.registry, segments[1])
             if group is None:
                 raise errors.not_found_path()
-            return self._json(group)
+            return json_response(group)
         if segments[0] == "apis" and len(segments) == 3:
             doc = discovery.resource_list(self.registry, segments[1], segments[2])
             if doc is None:
                 raise errors.not_found_path()
-            return self._json(doc)
+            return json_response(doc)
         return None
 
     def _openapi(self, segments: list[str]) -> web.Response:
         if segments[:2] == ["openapi", "v3"]:
             if len(segments) == 2:
-                return self._json(self.openapi.index())
+                return json_response(self.openapi.index())
             doc = self.openapi.document("/".join(segments[2:]))
             if doc is not None:
-                return self._json(doc)
+                return json_response(doc)
         raise errors.not_found_path()
 
     # ---------------------------------------------------------------- resources
-
-    def _options(self, request: web.Request, query: dict[str, str], subresource: str | None) -> WriteOptions:
-        manager = query.get("fieldManager") or request.headers.get("User-Agent", "").split("/", 1)[0] or "unknown"
-        if len(manager) > 128:
-            raise errors.bad_request("fieldManager: Too long: may not be more than 128 bytes")
-        validation = query.get("fieldValidation") or "Warn"
-        if validation not in ("Strict", "Warn", "Ignore"):
-            raise errors.bad_request(f'Invalid value: "{validation}": fieldValidation must be one of "Ignore", "Warn", or "Strict"')
-        dry_run = query.get("dryRun", "")
-        if dry_run not in ("", "All"):
-            raise errors.bad_request(f'Unsupported value: "{dry_run}": supported values: "All"')
-        return WriteOptions(audit_annotations=request.setdefault(AUDIT_ANNOTATIONS, {}),
-                            manager=manager, manager_given=bool(query.get("fieldManager")),
-                            field_validation=validation, dry_run=dry_run == "All",
-                            force=parse_bool(query.get("force"), "force"), subresource=subresource,
-                            user=request.get("user"))
-
-    async def _body(self, request: web.Request) -> bytes:
-        if request.content_length is not None and request.content_length > MAX_BODY:
-            raise errors.too_large(MAX_BODY)
-        try:
-            body = await request.read()
-        except web.HTTPRequestEntityTooLarge as err:
-            raise errors.too_large(MAX_BODY) from err
-        if len(body) > MAX_BODY:
-            raise errors.too_large(MAX_BODY)
-        return body
-
-    async def _decode_object(self, request: web.Request) -> Any:
-        body = await self._body(request)
-        content_type = (request.headers.get("Content-Type") or JSON).split(";")[0].strip().lower()
-        if content_type == "application/vnd.kubernetes.protobuf":
-            return machinery.decode_protobuf(body)
-        if not body.strip():
-            raise errors.bad_request("the request body is empty: expected a JSON object")
-        if content_type in ("application/yaml", "application/x-yaml", "text/yaml"):
-            try:
-                text = body.decode("utf-8")
-            except UnicodeDecodeError as err:
-                raise errors.bad_request(f"error decoding YAML: {err}") from err
-            return machinery.load_yaml(text)
-        if content_type not in ("application/json", "*/*", ""):
-            raise errors.unsupported_media_type(["application/json", "application/yaml", "application/vnd.kubernetes.protobuf"])
-        try:
-            return machinery.loads(body)
-        except (ValueError, UnicodeDecodeError) as err:
-            raise errors.bad_request(f"error decoding the request body as JSON: {err}") from err
 
     async def _resource(self, request: web.Request, rt: ResourceType, target: Target, query: dict[str, str],
                         accept: str) -> web.StreamResponse:
@@ -400,8 +302,8 @@ class ApiServer:
         if rt.virtual:
             if method != "POST" or name is not None:
                 raise errors.method_not_allowed(method, rt.qualified_resource, rt.group, rt.resource)
-            review = await self._decode_object(request)
-            return self._json(self.authz.review(rt, review, request["user"], ns), 201)
+            review = await decode_object(request)
+            return json_response(self.authz.review(rt, review, request["user"], ns), 201)
         handler = self.subresources.handler(sub, name)
         if handler is not None and name is not None:
             return await handler(request, rt, ns, name, query)
@@ -411,17 +313,17 @@ class ApiServer:
                     return await self._watch(request, rt, ns, query, as_table)
                 return self._list(rt, ns, query, as_table)
             if method == "POST":
-                opts = self._options(request, query, None)
-                body = await self._decode_object(request)
+                opts = write_options(request, query, None)
+                body = await decode_object(request)
                 if rt.namespaced and ns is None:
                     raise errors.method_not_allowed("POST", rt.qualified_resource, rt.group, rt.resource)
                 obj = await self.api.create(rt, ns, body, opts)
-                return self._json(self._written_body(rt, obj, opts), 201, warnings=opts.warnings)
+                return json_response(self._written_body(rt, obj, opts), 201, warnings=opts.warnings)
             if method == "DELETE":
                 options = await self._delete_options(request, query)
                 await self.api.delete_collection(rt, ns, query.get("labelSelector", ""), query.get("fieldSelector", ""),
-                                                 options, self._options(request, query, None))
-                return self._json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"})
+                                                 options, write_options(request, query, None))
+                return json_response({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"})
             raise errors.method_not_allowed(method, rt.qualified_resource, rt.group, rt.resource)
         if rt.namespaced and ns is None:
             raise errors.not_found_path()
@@ -429,38 +331,38 @@ class ApiServer:
             raw = self.api.get_raw(rt, ns, name)
             if as_table:
                 obj = json.loads(raw)
-                return self._json(tables.table(rt, [obj], obj["metadata"].get("resourceVersion", ""),
+                return json_response(tables.table(rt, [obj], obj["metadata"].get("resourceVersion", ""),
                                                include_object=query.get("includeObject", "Metadata")),
                                   content_type=tables.TABLE_MEDIA_TYPE)
-            return self._json(raw)
+            return json_response(raw)
         if method == "PUT":
             if sub == "finalize":
                 sub = None
-            opts = self._options(request, query, sub)
-            body = await self._decode_object(request)
+            opts = write_options(request, query, sub)
+            body = await decode_object(request)
             obj = await self.api.update(rt, ns, name, body, opts)
-            return self._json(self._written_body(rt, obj, opts), warnings=opts.warnings)
+            return json_response(self._written_body(rt, obj, opts), warnings=opts.warnings)
         if method == "PATCH":
-            opts = self._options(request, query, sub)
+            opts = write_options(request, query, sub)
             content_type = (request.headers.get("Content-Type") or "").split(";")[0].strip().lower()
-            patch_type = _PATCH_TYPES.get(content_type)
+            patch_type = PATCH_TYPES.get(content_type)
             if patch_type is None or (patch_type == "strategic" and not rt.builtin):
                 raise errors.unsupported_media_type(machinery.BUILTIN_PATCH_TYPES if rt.builtin else machinery.CR_PATCH_TYPES)
-            body = await self._body(request)
+            body = await read_body(request)
             if patch_type == "apply" and not sub and self.api.store.get(rt.storage_key, ns or "", name) is None:
                 self.authz.check_create_on_update(request["user"], rt, ns, name)
             code, obj = await self.api.patch(rt, ns, name, patch_type, body, opts)
-            return self._json(self._written_body(rt, obj, opts), code, warnings=opts.warnings)
+            return json_response(self._written_body(rt, obj, opts), code, warnings=opts.warnings)
         if method == "DELETE":
             if sub:
                 raise errors.method_not_allowed(method, rt.qualified_resource, rt.group, rt.resource)
             options = await self._delete_options(request, query)
-            body, _ = await self.api.delete(rt, ns, name, options, self._options(request, query, None))
-            return self._json(body)
+            body, _ = await self.api.delete(rt, ns, name, options, write_options(request, query, None))
+            return json_response(body)
         raise errors.method_not_allowed(method, rt.qualified_resource, rt.group, rt.resource)
 
     async def _delete_options(self, request: web.Request, query: dict[str, str]) -> dict[str, Any]:
-        body = await self._body(request)
+        body = await read_body(request)
         options: dict[str, Any] = {}
         if body.strip():
             try:
@@ -486,7 +388,7 @@ class ApiServer:
         rv, items = self.api.list(rt, ns, query.get("labelSelector", ""), query.get("fieldSelector", ""))
         if as_table:
             objs = [self.api.view(rt, s.load()) for s in items]
-            return self._json(tables.table(rt, objs, str(rv), include_object=query.get("includeObject", "Metadata")),
+            return json_response(tables.table(rt, objs, str(rv), include_object=query.get("includeObject", "Metadata")),
                               content_type=tables.TABLE_MEDIA_TYPE)
         head = dumps({"kind": f"{rt.kind}List", "apiVersion": rt.api_version, "metadata": {"resourceVersion": str(rv)}})
         if self.api.needs_view(rt):
@@ -494,7 +396,7 @@ class ApiServer:
         else:
             parts = [s.raw for s in items]
         body = head[:-1] + b',"items":[' + b",".join(parts) + b"]}"
-        return self._json(body)
+        return json_response(body)
 
     # ---------------------------------------------------------------- watch
 

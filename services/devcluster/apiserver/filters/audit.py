@@ -21,7 +21,6 @@ from typing import IO, Any, Mapping
 
 from trainyard.apimachinery import rbac
 
-AUDIT_ANNOTATIONS = "devcluster.audit_annotations"  # request key of the admission annotations
 AUTHENTICATED_USER = "devcluster.authenticated_user"  # request key of the user before impersonation
 
 

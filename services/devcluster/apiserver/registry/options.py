@@ -5,6 +5,10 @@ from dataclasses import dataclass, field
 
 from trainyard.apimachinery.rbac import UserInfo
 
+# The request key under which a request's WriteOptions.audit_annotations are kept for its audit
+# event (filters/audit.py writes the event at the request's end).
+AUDIT_ANNOTATIONS = "devcluster.audit_annotations"
+
 
 @dataclass
 class WriteOptions:

@@ -1,6 +1,6 @@
 """Subresources with their own REST handler, registered by name: log, token, binding, scale.
 
-The registry (``registry.py``) says which kinds have which subresource (pods: status, log,
+The registry (``registry/kinds.py``) says which kinds have which subresource (pods: status, log,
 binding; serviceaccounts: token; a custom resource: what its CRD declares); the server refuses
 any other before routing. ``status`` (and a namespace's ``finalize``) are the generic store's
 update and patch with the subresource's strategy (``WriteOptions.subresource``), as
@@ -9,11 +9,11 @@ request, its kind, namespace and name.
 """
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable, Protocol
+from typing import Awaitable, Callable
 
 from aiohttp import web
 
-from .. import errors
+from .. import codec, errors
 from ..registry import machinery
 from ..registry.clock import now_rfc3339
 from .logs import PodLogs
@@ -28,20 +28,6 @@ Handler = Callable[[web.Request, ResourceType, str | None, str, dict[str, str]],
 STATUS_SUCCESS = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}
 
 
-class Codec(Protocol):
-    """The server's request decoding and answer encoding, which the handlers share."""
-
-    def json(self, body: Any, status: int = 200, warnings: list[str] | None = None) -> web.Response: ...
-
-    async def body(self, request: web.Request) -> bytes: ...
-
-    async def decode_object(self, request: web.Request) -> Any: ...
-
-    def options(self, request: web.Request, query: dict[str, str], subresource: str | None) -> WriteOptions: ...
-
-    def patch_type(self, request: web.Request) -> str | None: ...
-
-
 def _only(method: str, request: web.Request, rt: ResourceType) -> None:
     if request.method != method:
         raise errors.method_not_allowed(request.method, rt.qualified_resource, rt.group, rt.resource)
@@ -50,10 +36,9 @@ def _only(method: str, request: web.Request, rt: ResourceType) -> None:
 class Subresources:
     """The handlers by subresource name."""
 
-    def __init__(self, api: Api, registry: Registry, codec: Codec, logs: PodLogs, tokens: TokenRequests) -> None:
+    def __init__(self, api: Api, registry: Registry, logs: PodLogs, tokens: TokenRequests) -> None:
         self.api = api
         self.registry = registry
-        self.codec = codec
         self.logs = logs
         self.tokens = tokens
         self._handlers: dict[str, Handler] = {"log": self.log, "token": self.token, "binding": self.binding,
@@ -75,16 +60,16 @@ class Subresources:
                     query: dict[str, str]) -> web.StreamResponse:
         """``serviceaccounts/token``: a TokenRequest (``tokens.py``)."""
         _only("POST", request, rt)
-        body = await self.codec.decode_object(request)
-        return self.codec.json(self.tokens.token_request(self.api, self.registry, ns or "default", name, body), 201)
+        body = await codec.decode_object(request)
+        return codec.json_response(self.tokens.token_request(self.api, self.registry, ns or "default", name, body), 201)
 
     async def binding(self, request: web.Request, rt: ResourceType, ns: str | None, name: str,
                       query: dict[str, str]) -> web.StreamResponse:
         """``pods/binding``: the scheduler's assignment of a pod to a node: ``spec.nodeName``
         (409 when already assigned), then the ``PodScheduled`` condition in the status."""
         _only("POST", request, rt)
-        body = await self.codec.decode_object(request)
-        opts = self.codec.options(request, query, None)
+        body = await codec.decode_object(request)
+        opts = codec.write_options(request, query, None)
         namespace = ns or "default"
         if not isinstance(body, dict) or not isinstance(body.get("target"), dict) or not body["target"].get("name"):
             raise errors.bad_request("a Binding needs target.name (the node)")
@@ -113,7 +98,7 @@ class Subresources:
 
         await guaranteed_update(key, assign, opts)
         await guaranteed_update(key, scheduled)
-        return self.codec.json({**STATUS_SUCCESS, "code": 201}, 201)
+        return codec.json_response({**STATUS_SUCCESS, "code": 201}, 201)
 
     async def scale(self, request: web.Request, rt: ResourceType, ns: str | None, name: str,
                     query: dict[str, str]) -> web.StreamResponse:
@@ -122,22 +107,22 @@ class Subresources:
         if rt.namespaced and ns is None:
             raise errors.not_found_path()
         if request.method == "GET":
-            return self.codec.json(endpoint.get(rt, ns, name))
+            return codec.json_response(endpoint.get(rt, ns, name))
         if request.method not in ("PUT", "PATCH"):
             raise errors.method_not_allowed(request.method, rt.qualified_resource, rt.group, rt.resource)
-        opts = self.codec.options(request, query, "scale")
+        opts = codec.write_options(request, query, "scale")
         if request.method == "PUT":
-            body = await self.codec.decode_object(request)
+            body = await codec.decode_object(request)
             scale = await guaranteed_update((rt.storage_key, ns or "", name),
                                             lambda: endpoint.update(rt, ns, name, body, opts), opts)
-            return self.codec.json(scale, warnings=opts.warnings)
-        patch_type = self.codec.patch_type(request)
+            return codec.json_response(scale, warnings=opts.warnings)
+        patch_type = codec.patch_type(request)
         if patch_type is None:
             raise errors.unsupported_media_type(machinery.BUILTIN_PATCH_TYPES)
         if patch_type == "apply" and not opts.manager_given:
             raise errors.bad_request('PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: '
                                      "is required for apply patch")
-        body = await self.codec.body(request)
+        body = await codec.read_body(request)
         scale = await guaranteed_update((rt.storage_key, ns or "", name),
                                         lambda: endpoint.patch(rt, ns, name, patch_type, body, opts), opts)
-        return self.codec.json(scale, warnings=opts.warnings)
+        return codec.json_response(scale, warnings=opts.warnings)
