@@ -117,9 +117,7 @@ def hooks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hooks]:
 
 @pytest.fixture(scope="module")
 def client(devcluster_module) -> Iterator[httpx.Client]:
-    ctx = ssl.create_default_context(cafile=str(devcluster_module.ca_cert))
-    with httpx.Client(base_url=devcluster_module.url, verify=ctx, timeout=30, limits=devcluster_module.http_limits,
-                      headers={"Authorization": f"Bearer {devcluster_module.token}"}) as c:
+    with devcluster_module.client(timeout=30) as c:
         yield c
 
 

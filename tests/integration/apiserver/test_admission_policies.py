@@ -8,7 +8,6 @@ Policies and bindings are removed after every case.
 from __future__ import annotations
 
 import json
-import ssl
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -43,9 +42,7 @@ def last_audit_event(cluster: Devcluster) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def client(devcluster_module) -> Iterator[httpx.Client]:
-    ctx = ssl.create_default_context(cafile=str(devcluster_module.ca_cert))
-    with httpx.Client(base_url=devcluster_module.url, verify=ctx, timeout=20, limits=devcluster_module.http_limits,
-                      headers={"Authorization": f"Bearer {devcluster_module.token}"}) as c:
+    with devcluster_module.client(timeout=20) as c:
         for name, labels in (("team-a", {"tenant": "a"}), ("team-b", {"tenant": "b"}), ("plain", {})):
             assert c.post(NS, json={"apiVersion": "v1", "kind": "Namespace",
                                     "metadata": {"name": name, "labels": labels}}).status_code == 201

@@ -7,7 +7,6 @@ One devcluster for the module. Each row names the kube-apiserver source of the r
 """
 from __future__ import annotations
 
-import ssl
 from typing import Any, Iterator
 
 import httpx
@@ -18,9 +17,7 @@ RBAC = "/apis/rbac.authorization.k8s.io/v1"
 
 @pytest.fixture(scope="module")
 def client(devcluster_module) -> Iterator[httpx.Client]:
-    ctx = ssl.create_default_context(cafile=str(devcluster_module.ca_cert))
-    with httpx.Client(base_url=devcluster_module.url, verify=ctx, timeout=20, limits=devcluster_module.http_limits,
-                      headers={"Authorization": f"Bearer {devcluster_module.token}"}) as c:
+    with devcluster_module.client(timeout=20) as c:
         yield c
 
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import ssl
 import subprocess
 import sys
 
@@ -19,9 +18,7 @@ CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 
 
 def http(cluster) -> httpx.Client:
-    ctx = ssl.create_default_context(cafile=str(cluster.ca_cert))
-    return httpx.Client(base_url=cluster.url, verify=ctx, headers={"Authorization": f"Bearer {cluster.token}"}, timeout=10,
-                        limits=cluster.http_limits)
+    return cluster.client(timeout=10)
 
 
 def test_restart_keeps_objects_crds_and_resource_version(tmp_path, api_workers):
@@ -169,8 +166,7 @@ def test_a_port_in_use_is_a_clear_error(cluster, tmp_path):
 
 
 def test_requests_without_the_token_are_unauthorized(cluster):
-    ctx = ssl.create_default_context(cafile=str(cluster.ca_cert))
-    with httpx.Client(base_url=cluster.url, verify=ctx, timeout=10, limits=cluster.http_limits) as c:
+    with cluster.client(token=None, timeout=10) as c:
         _status(c.get("/api/v1/namespaces"), 401, "Unauthorized")
         assert c.get("/version").json()["gitVersion"].startswith("v1.36.")
 

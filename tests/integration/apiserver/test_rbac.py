@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import ssl
 import subprocess
 import sys
 import time
@@ -58,8 +57,7 @@ def cluster(devcluster_module, tmp_path_factory):
 
 def http(cluster, token: str | None = None) -> httpx.Client:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    return httpx.Client(base_url=cluster.url, verify=ssl.create_default_context(cafile=str(cluster.ca_cert)),
-                        headers=headers, timeout=10, limits=cluster.http_limits)
+    return cluster.client(token=None, headers=headers, timeout=10)
 
 
 def can_i(cluster, identity: str, *args: str) -> bool:

@@ -50,9 +50,7 @@ def cluster(devcluster_module):
 
 
 def client(cluster) -> httpx.Client:
-    ctx = ssl.create_default_context(cafile=str(cluster.ca_cert))
-    return httpx.Client(base_url=cluster.url, verify=ctx, timeout=20, limits=cluster.http_limits,
-                        headers={"Authorization": f"Bearer {cluster.token}"})
+    return cluster.client(timeout=20)
 
 
 def test_discovery_names_the_scale_subresource_as_autoscaling_v1_scale(cluster):

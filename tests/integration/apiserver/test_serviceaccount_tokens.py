@@ -4,7 +4,6 @@ fetched without credentials."""
 from __future__ import annotations
 
 import json
-import ssl
 import time
 
 import httpx
@@ -23,8 +22,7 @@ def cluster(devcluster_module):
 
 
 def anonymous(cluster) -> httpx.Client:
-    return httpx.Client(base_url=cluster.url, verify=ssl.create_default_context(cafile=str(cluster.ca_cert)), timeout=10,
-                        limits=cluster.http_limits)
+    return cluster.client(token=None, timeout=10)
 
 
 def relying_party_verify(cluster, token: str, audience: str) -> dict:

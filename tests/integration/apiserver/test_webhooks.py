@@ -29,9 +29,7 @@ def devcluster(devcluster_module):
 @pytest.fixture(autouse=True)
 def clean(devcluster) -> Iterator[None]:
     yield
-    ctx = ssl.create_default_context(cafile=str(devcluster.ca_cert))
-    with httpx.Client(base_url=devcluster.url, verify=ctx, timeout=20,
-                      headers={"Authorization": f"Bearer {devcluster.token}"}) as c:
+    with devcluster.client(timeout=20) as c:
         for kind in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations"):
             assert c.delete(f"{ADM}/{kind}").status_code == 200
 
@@ -96,9 +94,7 @@ def _hook(name: str, url: str, ca: str, policy: str = "Fail", selector: dict | N
 
 async def test_mutating_and_validating_webhooks_are_called(devcluster, webhook_server):
     url, ca, seen = webhook_server
-    ctx = ssl.create_default_context(cafile=str(devcluster.ca_cert))
-    async with httpx.AsyncClient(base_url=devcluster.url, verify=ctx, limits=devcluster.http_limits, timeout=20,
-                                 headers={"Authorization": f"Bearer {devcluster.token}"}) as c:
+    async with devcluster.async_client(timeout=20) as c:
         mwc = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
                "metadata": {"name": "labeller"}, "webhooks": [_hook("labeller.example.com", url + "/mutate", ca,
                                                                       selector={"matchLabels": {"hooked": "yes"}})]}
@@ -145,9 +141,7 @@ async def test_writes_with_one_resource_version_store_exactly_one_while_a_webhoo
     resourceVersion, exactly one is stored and seven answer 409, although all eight wait in
     a slow webhook together; patches without a precondition all land, none lost."""
     url, ca, _ = webhook_server
-    ctx = ssl.create_default_context(cafile=str(devcluster.ca_cert))
-    async with httpx.AsyncClient(base_url=devcluster.url, verify=ctx, limits=devcluster.http_limits, timeout=30,
-                                 headers={"Authorization": f"Bearer {devcluster.token}"}) as c:
+    async with devcluster.async_client(timeout=30) as c:
         vwc = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
                "metadata": {"name": "slow"}, "webhooks": [
                    _hook("slow.example.com", url + "/slow", ca, selector={"matchLabels": {"race": "yes"}})]}
@@ -182,9 +176,7 @@ async def test_applies_and_patches_racing_in_a_slow_webhook_all_land(devcluster,
     object holds every field, each apply manager owning its own; a PUT carrying the
     resourceVersion they all started from then answers 409."""
     url, ca, _ = webhook_server
-    ctx = ssl.create_default_context(cafile=str(devcluster.ca_cert))
-    async with httpx.AsyncClient(base_url=devcluster.url, verify=ctx, limits=devcluster.http_limits, timeout=30,
-                                 headers={"Authorization": f"Bearer {devcluster.token}"}) as c:
+    async with devcluster.async_client(timeout=30) as c:
         vwc = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
                "metadata": {"name": "slow-apply"}, "webhooks": [
                    _hook("slow-apply.example.com", url + "/slow", ca, selector={"matchLabels": {"apply-race": "yes"}})]}
@@ -256,9 +248,7 @@ async def test_garbage_collection_during_a_slow_webhook_is_not_undone(devcluster
     webhook is not brought back by that update's commit (kube-apiserver's storage compares the
     resourceVersion at commit, and the update finds the object gone: 404)."""
     url, ca, gate, held = holding_webhook
-    ctx = ssl.create_default_context(cafile=str(devcluster.ca_cert))
-    async with httpx.AsyncClient(base_url=devcluster.url, verify=ctx, limits=devcluster.http_limits, timeout=30,
-                                 headers={"Authorization": f"Bearer {devcluster.token}"}) as c:
+    async with devcluster.async_client(timeout=30) as c:
         hook = _hook("hold.example.com", url, ca, selector={"matchLabels": {"race": "yes"}})
         hook["rules"][0]["operations"] = ["UPDATE"]
         hook["timeoutSeconds"] = 30
@@ -325,10 +315,8 @@ async def test_service_webhook_calls_a_live_endpoint(devcluster, tmp_path):
     from trainyard.supervisor.ports import free_port
 
     dead_port = free_port()  # nothing listens there: connection refused
-    ctx = ssl.create_default_context(cafile=str(devcluster.ca_cert))
     try:
-        async with httpx.AsyncClient(base_url=devcluster.url, verify=ctx, limits=devcluster.http_limits, timeout=20,
-                                     headers={"Authorization": f"Bearer {devcluster.token}"}) as c:
+        async with devcluster.async_client(timeout=20) as c:
             service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "hooks", "namespace": "default"},
                        "spec": {"ports": [{"name": "https", "port": 443}]}}
             assert (await c.post("/api/v1/namespaces/default/services", json=service)).status_code == 201
