@@ -22,6 +22,7 @@ import yaml
 
 from fixtures.prometheus import Prometheus, scrape_config, skip_unless_prometheus
 from fixtures.stack import REPO, RunningStack, skip_unless_stack_available, start_stack
+from fixtures.waiting import wait_for as poll
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -48,14 +49,7 @@ def series(prometheus: Prometheus, query: str) -> list[dict[str, Any]]:
 
 
 def wait_until(what: str, check, timeout: float) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        found = check()
-        if found:
-            return found
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.5)
+    return poll(check, timeout=timeout, interval=0.5, what=what)
 
 
 @pytest.fixture(scope="module")

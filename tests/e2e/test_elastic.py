@@ -20,6 +20,7 @@ from typing import Any, Callable
 import pytest
 
 from fixtures.stack import REPO, RunningStack, skip_unless_stack_available, start_stack
+from fixtures.waiting import wait_for as poll
 
 EXAMPLE = REPO / "examples" / "elastic"
 NAMESPACE = "default"
@@ -106,14 +107,7 @@ def failing_trainjob() -> str:
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout: float = 120, interval: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        found = check()
-        if found:
-            return found
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(interval)
+    return poll(check, timeout=timeout, interval=interval, what=what)
 
 
 _FOUND: dict[tuple[str, str], Path] = {}

@@ -19,7 +19,7 @@ import pytest
 
 from fixtures.stack import KUBECTL, RunningStack, skip_unless_stack_available, start_stack
 from fixtures.trainers import chart_points, reporting_command, wait_for_charts
-from integration.services.conftest import wait_for as poll
+from fixtures.waiting import wait_for as poll
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]
 

@@ -20,6 +20,7 @@ from typing import Any, Callable
 import pytest
 
 from fixtures.stack import REPO, RunningStack, skip_unless_stack_available, start_stack
+from fixtures.waiting import wait_for as poll
 
 EXAMPLE = REPO / "examples" / "preemption"
 NAMESPACE = "default"
@@ -48,14 +49,7 @@ patches:
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout: float = 180, interval: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        found = check()
-        if found:
-            return found
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(interval)
+    return poll(check, timeout=timeout, interval=interval, what=what)
 
 
 def pods(stack: RunningStack) -> list[dict[str, Any]]:

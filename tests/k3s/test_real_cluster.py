@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from trainyard.roles import CLUSTER_ROLES
+from fixtures.waiting import wait_for as poll
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(600)]
 
@@ -78,13 +79,7 @@ spec:
 
 
 def wait_for(predicate, timeout: float = 120.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(1)
-    raise AssertionError(f"timed out waiting for {what}")
+    return poll(predicate, timeout=timeout, interval=1.0, what=what)
 
 
 def get_json(kubeconfig: Path, *args: str):

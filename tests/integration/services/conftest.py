@@ -16,6 +16,7 @@ from typing import Iterator
 import pytest
 
 from fixtures.pipeline_builders import torch_cluster_runtime
+from fixtures.waiting import wait_for  # noqa: F401 - the services tests import it from here
 
 REPO = Path(__file__).resolve().parents[3]
 CRDS = REPO / "deploy" / "crds"
@@ -218,18 +219,6 @@ class Api:
 TRAINJOBS = "/apis/trainer.kubeflow.org/v1alpha1/namespaces/{ns}/trainjobs"
 JOBSETS = "/apis/jobset.x-k8s.io/v1alpha2/namespaces/{ns}/jobsets"
 CTR = "/apis/trainer.kubeflow.org/v1alpha1/clustertrainingruntimes"
-
-
-def wait_for(predicate, timeout: float = 30.0, interval: float = 0.1, what: str = "condition"):
-    """Polls ``predicate`` until it returns something truthy; returns that value."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out waiting for {what}; last value: {last!r}")
 
 
 def trainjob(name: str, ns: str = "default", runtime: str = "torch-distributed", **spec) -> dict:
