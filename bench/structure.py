@@ -62,7 +62,7 @@ class Figure:
 # Lowered as the tree improves; the targets are the structure issue's.
 CEILINGS = {"import cycles": 0, "modules directly in services/devcluster": 10, "classes over 400 lines": 3,
             "functions over 100 lines": 4, "module-level mutable state in control-plane services": 0,
-            "pairs of places sharing 6+ lines": 73}
+            "pairs of places sharing 6+ lines": 70}
 TARGETS = {"import cycles": 0, "modules directly in services/devcluster": 10, "classes over 400 lines": 0,
            "functions over 100 lines": 0, "module-level mutable state in control-plane services": 0,
            "pairs of places sharing 6+ lines": 40}
