@@ -21,9 +21,9 @@ from trainyard.bus.claims import Claim, ClaimLost, ClaimProtocol, Wanted, rememb
 from trainyard.bus.kv import AppliedPlan, Outcome, applied_key
 from trainyard.bus.session import BusSession
 from trainyard.bus.partitions import PartitionedSubscriber, Subscription
-from trainyard.bus.subjects import (ObjectKey, PLANS_PREFIX, encode_token, partition_filter, partitions_setting,
-                                    result_subject, trainjob_partition)
-from trainyard.bus.topology import PLANS_STREAM, durable_name
+from trainyard.bus.subjects import (ObjectKey, PLANS_PREFIX, partition_filter, partitions_setting, result_subject,
+                                    trainjob_partition)
+from trainyard.bus.topology import PLANS_STREAM
 from trainyard.kube import resources as r
 from trainyard.kube.client import FIELD_MANAGER, KubeClient, KubeError
 from trainyard.kube.resources import resource_for
@@ -59,11 +59,9 @@ class Applier:
 
     def subscriptions(self) -> list[Subscription]:
         cluster = self.cluster
-        legacy = (f"{PLANS_PREFIX}.{encode_token(cluster)}.>",)
         # A newer plan queued behind an older one of the same TrainJob makes it redundant.
         return [Subscription(PLANS_STREAM, ROLE, lambda p: [partition_filter(PLANS_PREFIX, cluster, p)],
-                             decoding(PlanMessage, self.handle), ack_wait_s=self.ack_wait_s, max_deliver=8, coalesce=True,
-                             retires=((durable_name(ROLE, cluster), legacy), (ROLE, legacy)))]
+                             decoding(PlanMessage, self.handle), ack_wait_s=self.ack_wait_s, max_deliver=8, coalesce=True)]
 
     def subscriber(self) -> PartitionedSubscriber:
         return PartitionedSubscriber(self.bus, ROLE, self.cluster, self.subscriptions(), service="applier",

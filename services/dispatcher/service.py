@@ -37,8 +37,8 @@ from trainyard.bus.consumer import Delivery, decoding
 from trainyard.bus.envelopes import ObjectEvent
 from trainyard.bus.partitions import PartitionedSubscriber, Subscription
 from trainyard.bus.session import BusSession
-from trainyard.bus.subjects import EVENTS_PREFIX, encode_token, event_filter, partitions_setting, trainjob_partition
-from trainyard.bus.topology import EVENTS_STREAM, durable_name
+from trainyard.bus.subjects import event_filter, partitions_setting, trainjob_partition
+from trainyard.bus.topology import EVENTS_STREAM
 from trainyard.errortext import describe
 from trainyard.kube import resources as r
 from trainyard.kube.client import KubeClient, KubeError
@@ -144,7 +144,6 @@ class Dispatcher:
             # Every pass reads (or is handed) the newest state: of one object's queued events
             # only the newest needs one (a deletion is always kept).
             coalesce=True,
-            retires=((durable_name(ROLE, self.cluster), (f"{EVENTS_PREFIX}.*.*.{encode_token('TrainJob')}.*.*",)),),
         )]
 
     def subscriber(self) -> PartitionedSubscriber:

@@ -11,9 +11,9 @@ from trainyard.bus.consumer import Delivery, decoding
 from trainyard.bus.envelopes import ObjectEvent
 from trainyard.bus.session import BusSession
 from trainyard.bus.partitions import PartitionedSubscriber, Subscription
-from trainyard.bus.subjects import (EVENTS_PREFIX, ObjectKey, encode_token, event_filter, partition_of_subject,
-                                    partitions_setting, trainjob_partition)
-from trainyard.bus.topology import EVENTS_STREAM, durable_name
+from trainyard.bus.subjects import (ObjectKey, event_filter, partition_of_subject, partitions_setting,
+                                    trainjob_partition)
+from trainyard.bus.topology import EVENTS_STREAM
 from trainyard.compat import DEFAULT_COMPAT, TrainerCompat
 from trainyard.errortext import describe
 from trainyard.kube import resources as r
@@ -97,8 +97,6 @@ class Planner:
             EVENTS_STREAM, ROLE, lambda p: [event_filter(cluster, None, p), event_filter(cluster, None, None)],
             decoding(ObjectEvent, self.handle), ack_wait_s=self.ack_wait_s, max_deliver=5,
             key_of=trainjob_lane, coalesce=True,
-            retires=((durable_name(ROLE, cluster), (f"{EVENTS_PREFIX}.{encode_token(cluster)}.*.*.*",)),
-                     (ROLE, (f"{EVENTS_PREFIX}.{encode_token(cluster)}.*.*.*",))),
         )]
 
     def subscriber(self) -> PartitionedSubscriber:

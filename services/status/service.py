@@ -23,9 +23,9 @@ from trainyard.bus.envelopes import ApplyResult, ObjectEvent
 from trainyard.bus.kv import applied_key
 from trainyard.bus.session import BusSession
 from trainyard.bus.partitions import PartitionedSubscriber, Subscription
-from trainyard.bus.subjects import (EVENTS_PREFIX, RESULTS_PREFIX, ObjectKey, encode_token, event_filter,
-                                    partition_filter, partitions_setting, trainjob_partition)
-from trainyard.bus.topology import EVENTS_STREAM, RESULTS_STREAM, durable_name, partition_durable
+from trainyard.bus.subjects import (RESULTS_PREFIX, ObjectKey, event_filter, partition_filter, partitions_setting,
+                                    trainjob_partition)
+from trainyard.bus.topology import EVENTS_STREAM, RESULTS_STREAM, partition_durable
 from trainyard.compat import DEFAULT_COMPAT, TrainerCompat
 from trainyard.kube import resources as r
 from trainyard.kube.client import KubeClient, KubeError
@@ -95,7 +95,7 @@ class StatusService:
                 await self.reconcile_trainjob(*found)
 
     def subscriptions(self) -> list[Subscription]:
-        cluster, token = self.cluster, encode_token(self.cluster)
+        cluster = self.cluster
 
         def events(partition: int) -> list[str]:
             # A TrainJob's and its JobSet's events on its partition; the runtimes' (on "all")
@@ -103,19 +103,13 @@ class StatusService:
             return [event_filter(cluster, "TrainJob", partition), event_filter(cluster, "JobSet", partition),
                     event_filter(cluster, "TrainingRuntime", None), event_filter(cluster, "ClusterTrainingRuntime", None)]
 
-        legacy_events = tuple(f"{EVENTS_PREFIX}.{token}.{encode_token(kind)}.*.*"
-                              for kind in ("TrainJob", "JobSet", "TrainingRuntime", "ClusterTrainingRuntime"))
-        legacy_results = (f"{RESULTS_PREFIX}.{token}.>",)
         lane = _namespace_name_lane
         return [
             Subscription(EVENTS_STREAM, "status", events, decoding(ObjectEvent, self.handle_event), ack_wait_s=self.ack_wait_s,
-                         max_deliver=5, key_of=lane, coalesce=True,
-                         retires=((durable_name("status", cluster), legacy_events), ("status", legacy_events))),
+                         max_deliver=5, key_of=lane, coalesce=True),
             # Not coalesced: each failure result records its own Warning event.
             Subscription(RESULTS_STREAM, "status-results", lambda p: [partition_filter(RESULTS_PREFIX, cluster, p)],
-                         decoding(ApplyResult, self.handle_result), ack_wait_s=self.ack_wait_s, max_deliver=5, key_of=lane,
-                         retires=((durable_name("status-results", cluster), legacy_results),
-                                  ("status-results", legacy_results))),
+                         decoding(ApplyResult, self.handle_result), ack_wait_s=self.ack_wait_s, max_deliver=5, key_of=lane),
         ]
 
     def subscriber(self) -> PartitionedSubscriber:

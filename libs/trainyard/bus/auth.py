@@ -123,7 +123,7 @@ def _kv_write(grants: Grants, bucket: str, prefix: str) -> None:
     grants.publish.append(f"$KV.{bucket}.{prefix}")
 
 
-def _consumer(grants: Grants, stream: str, durable: str, legacy: str | None = None) -> None:
+def _consumer(grants: Grants, stream: str, durable: str) -> None:
     """Create/update, inspect and pull from one named durable consumer, and ack its messages;
     delete it (an earlier release's file-held one is created again in memory) and read its
     stream's info (a consumer created again checks that its position is in the stream:
@@ -135,21 +135,17 @@ def _consumer(grants: Grants, stream: str, durable: str, legacy: str | None = No
         f"{API}.CONSUMER.DELETE.{stream}.{durable}", f"{API}.STREAM.INFO.{stream}",
         f"$JS.ACK.{stream}.{durable}.>",
     ]
-    if legacy:  # the name of an earlier release, retired by the service (topology.retire_consumers)
-        grants.publish += [f"{API}.CONSUMER.INFO.{stream}.{legacy}", f"{API}.CONSUMER.DELETE.{stream}.{legacy}"]
 
 
 def _partitioned(grants: Grants, role: str, cluster: str, streams: list[tuple[str, str]], partitions: int) -> None:
     """A partitioned role (trainyard.bus.partitions): one durable per partition and stream
-    (``<name>-p<N>_<cluster>``; NATS cannot wildcard part of a token, so each is named), the
-    release before partitions' durable to retire, and its own entries of the lease bucket."""
-    from trainyard.bus.topology import durable_name, partition_durable
+    (``<name>-p<N>_<cluster>``; NATS cannot wildcard part of a token, so each is named), and
+    its own entries of the lease bucket."""
+    from trainyard.bus.topology import partition_durable
 
     for stream, name in streams:
         for partition in range(partitions):
             _consumer(grants, stream, partition_durable(name, cluster, partition))
-        for legacy in (durable_name(name, cluster), name):
-            grants.publish += [f"{API}.CONSUMER.INFO.{stream}.{legacy}", f"{API}.CONSUMER.DELETE.{stream}.{legacy}"]
     keys = f"{encode_token(role)}.{encode_token(cluster)}.>"
     grants.publish.append(f"{API}.STREAM.INFO.KV_{LEASES_BUCKET}")
     _kv_write(grants, LEASES_BUCKET, keys)

@@ -30,7 +30,7 @@ from nats.js.errors import NoStreamResponseError, ServiceUnavailableError
 from trainyard.bus import readfloor, subjects
 from trainyard.bus.envelopes import DEAD_LETTER_DATA_MAX, DeadLetter, Envelope, EnvelopeError, decode
 from trainyard.bus.publisher import Publisher
-from trainyard.bus.topology import ConsumerSpec, ensure_consumer, retire_consumers
+from trainyard.bus.topology import ConsumerSpec, ensure_consumer
 from trainyard.bus.tracing import consume_span
 from trainyard.errortext import describe
 from trainyard.telemetry import metrics
@@ -351,7 +351,6 @@ class Consumer:
         attempt = 0
         while not stop.is_set():
             try:
-                await retire_consumers(self._js, self._spec)
                 self._bound = await ensure_consumer(self._js, self._spec)
                 self._note_server_floor(self._bound)
                 return True

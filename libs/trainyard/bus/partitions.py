@@ -164,13 +164,11 @@ class Subscription:
     key_of: Callable[[str], str] = subject_key
     coalesce: bool = False
     deliver_new_only: bool = False  # a new durable starts at the stream's end (not its history)
-    # The one durable per role of the release before partitions: (name, its subjects).
-    retires: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def spec(self, cluster: str, partition: int) -> ConsumerSpec:
         return ConsumerSpec(self.stream, partition_durable(self.name, cluster, partition), self.filters(partition),
                             ack_wait_s=self.ack_wait_s, max_deliver=self.max_deliver,
-                            deliver_new_only=self.deliver_new_only, retires=self.retires)
+                            deliver_new_only=self.deliver_new_only)
 
 
 def share(partitions: int, members: list[str], me: str) -> int:

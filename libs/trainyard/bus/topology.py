@@ -218,12 +218,6 @@ class ConsumerSpec:
     max_deliver: int = 5
     max_ack_pending: int = 4096
     deliver_new_only: bool = False
-    # Durable names of earlier releases that this consumer takes over (see retire_consumers).
-    replaces: tuple[str, ...] = ()
-    # Durables of earlier releases, with the subjects they read, deleted when they read exactly
-    # those (the one consumer per role before partitions: on a work-queue stream its filter
-    # overlaps the partitions' and the server refuses them while it exists).
-    retires: tuple[tuple[str, tuple[str, ...]], ...] = ()
     extra: dict = field(default_factory=dict)
 
     @property
@@ -299,27 +293,6 @@ async def ensure_topology(js: JetStreamContext, storage: StorageType = StorageTy
     """Creates (or updates) every stream and bucket; safe to call from any number of replicas."""
     await ensure_streams(js, storage)
     await ensure_buckets(js, storage)
-
-
-async def retire_consumers(js: JetStreamContext, spec: ConsumerSpec) -> None:
-    """Deletes consumers of an earlier release that ``spec`` replaces, when they read exactly
-    ``spec``'s subjects. A work-queue stream refuses two consumers with the same filter, and a
-    leftover on an events stream would only pile up, so the old name must go; a consumer with
-    another filter (another cluster's, created by hand) is left alone."""
-    wanted = [(legacy, tuple(spec.filter_subjects)) for legacy in spec.replaces] + list(spec.retires)
-    for legacy, filters in wanted:
-        try:
-            info = await js.consumer_info(spec.stream, legacy)
-        except Exception:  # NotFoundError: nothing to retire
-            continue
-        config = info.config
-        legacy_filters = sorted(config.filter_subjects or ([config.filter_subject] if config.filter_subject else []))
-        if legacy_filters == sorted(filters):
-            log.info("retiring consumer %s (replaced by %s)", legacy, spec.durable)
-            try:
-                await js.delete_consumer(spec.stream, legacy)
-            except Exception as err:
-                log.warning("could not retire consumer %s: %s", legacy, describe(err))
 
 
 async def ensure_consumer(js: JetStreamContext, spec: ConsumerSpec,
