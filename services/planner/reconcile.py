@@ -350,27 +350,36 @@ class PlanDecision:
 _UNREAD = object()
 
 
-async def decide(bus: BusSession, cluster: str, trainjob: dict[str, Any],
-                 plugins: tuple[Plugin, ...] = REGISTRY, *, prefetched: Prefetched | None = None,
-                 applied: Any = _UNREAD, compat: TrainerCompat = DEFAULT_COMPAT) -> PlanDecision:
-    """``plugins``: REGISTRY, plus TrainJobStatus when that feature gate is on. ``prefetched``
-    and ``applied``: what the caller read already (the applied plan only serves to skip
-    publishing a plan that changes nothing; a plan published anyway is deduplicated by the
-    applier, so a read a few milliseconds old is as good as a new one)."""
-    meta = trainjob["metadata"]
-    namespace, name, uid = meta.get("namespace") or "", meta["name"], meta.get("uid", "")
-    generation = int(meta.get("generation") or 0)
-    if meta.get("deletionTimestamp"):
-        return PlanDecision(skipped="being deleted")
+@dataclass(frozen=True)
+class Planned:
+    """A TrainJob's plan before it is compared with the applied one."""
+
+    objects: list[dict[str, Any]]
+    owned: list[ObjectRef]
+    digest: str
+
+
+def skip_reason(trainjob: dict[str, Any]) -> str | None:
+    """Why the TrainJob is not planned at all, before anything is read; None: plan it."""
+    if trainjob["metadata"].get("deletionTimestamp"):
+        return "being deleted"
     if not managed_by_trainer(trainjob):
-        return PlanDecision(skipped="managed by another controller")
+        return "managed by another controller"
     if is_finished(trainjob):
         # Never planned again: a deleted JobSet must not come back and re-run the training
         # (kubeflow/trainer#3779), whatever changes on the TrainJob afterwards.
-        return PlanDecision(skipped="finished")
-    observed = await observed_objects(bus, cluster, trainjob, prefetched)
+        return "finished"
+    return None
+
+
+def plan_or_fail(cluster: str, trainjob: dict[str, Any], observed: list[dict[str, Any]], now: datetime,
+                 plugins: tuple[Plugin, ...] = REGISTRY,
+                 compat: TrainerCompat = DEFAULT_COMPAT) -> Planned | PlanDecision:
+    """The plan of a TrainJob from what was observed (pure): the objects and the owned refs, or
+    the decision not to plan (deadline exceeded) or the planning failure to report."""
+    meta = trainjob["metadata"]
     jobset = next((o for o in observed if o.get("kind") == "JobSet"), None)
-    if deadline_exceeded(trainjob, jobset, datetime.now(timezone.utc)):
+    if deadline_exceeded(trainjob, jobset, now):
         # The status service fails it and deletes the JobSet; the snapshot may not show it yet.
         return PlanDecision(skipped="deadline exceeded")
     try:
@@ -382,27 +391,55 @@ async def decide(bus: BusSession, cluster: str, trainjob: dict[str, Any],
         owned = owned_refs_for(trainjob, observed, objects, plugins, compat)
     except PlanningError as err:
         return PlanDecision(failure=ApplyResult(
-            cluster=cluster, namespace=namespace, name=name, uid=uid, generation=generation,
-            outcome="plan-failed", reason=err.reason or REASON_CREATION_FAILED, message=err.message,
+            cluster=cluster, namespace=meta.get("namespace") or "", name=meta["name"], uid=meta.get("uid", ""),
+            generation=int(meta.get("generation") or 0), outcome="plan-failed",
+            reason=err.reason or REASON_CREATION_FAILED, message=err.message,
         ))
-    digest = plan_hash(objects)
-    if applied is _UNREAD:
-        applied = (await bus.applied.read(applied_store_key(cluster, namespace, name))).value
+    return Planned(objects, owned, plan_hash(objects))
+
+
+def publish_decision(cluster: str, trainjob: dict[str, Any], planned: Planned, applied: Any) -> PlanDecision:
+    """Whether a plan is published (pure): not when the applied plan of this generation is the
+    same, or when there is nothing to apply and nothing to delete."""
+    meta = trainjob["metadata"]
+    uid, generation = meta.get("uid", ""), int(meta.get("generation") or 0)
     if applied is not None and applied.uid == uid and applied.state == "applied" \
             and applied.generation >= generation:
-        if applied.plan_hash == digest or digest in applied.hashes:
+        if applied.plan_hash == planned.digest or planned.digest in applied.hashes:
             return PlanDecision(skipped="unchanged")
-        if not objects and _same_refs(applied.owned, owned):
+        if not planned.objects and _same_refs(applied.owned, planned.owned):
             # Nothing to apply and nothing to delete: e.g. re-planned because our own JobSet
             # appeared, which upstream then leaves untouched.
             return PlanDecision(skipped="nothing to do")
     return PlanDecision(message=PlanMessage(
-        cluster=cluster, namespace=namespace, name=name, uid=uid, generation=generation,
-        resourceVersion=str(meta.get("resourceVersion", "")), planHash=digest,
-        objects=objects, owned=owned,
+        cluster=cluster, namespace=meta.get("namespace") or "", name=meta["name"], uid=uid, generation=generation,
+        resourceVersion=str(meta.get("resourceVersion", "")), planHash=planned.digest,
+        objects=planned.objects, owned=planned.owned,
         suspended=(trainjob.get("spec") or {}).get("suspend") is True,
         inputs=planning_inputs(trainjob),
     ))
+
+
+async def decide(bus: BusSession, cluster: str, trainjob: dict[str, Any],
+                 plugins: tuple[Plugin, ...] = REGISTRY, *, prefetched: Prefetched | None = None,
+                 applied: Any = _UNREAD, compat: TrainerCompat = DEFAULT_COMPAT) -> PlanDecision:
+    """The reads around the pure decisions: the observed objects once the TrainJob is to be
+    planned, the applied plan once there is a plan. ``plugins``: REGISTRY, plus TrainJobStatus
+    when that feature gate is on. ``prefetched`` and ``applied``: what the caller read already
+    (the applied plan only serves to skip publishing a plan that changes nothing; a plan
+    published anyway is deduplicated by the applier, so a read a few milliseconds old is as good
+    as a new one)."""
+    skipped = skip_reason(trainjob)
+    if skipped is not None:
+        return PlanDecision(skipped=skipped)
+    observed = await observed_objects(bus, cluster, trainjob, prefetched)
+    planned = plan_or_fail(cluster, trainjob, observed, datetime.now(timezone.utc), plugins, compat)
+    if isinstance(planned, PlanDecision):
+        return planned
+    if applied is _UNREAD:
+        meta = trainjob["metadata"]
+        applied = (await bus.applied.read(applied_store_key(cluster, meta.get("namespace") or "", meta["name"]))).value
+    return publish_decision(cluster, trainjob, planned, applied)
 
 
 async def forget_trainjob(bus: BusSession, cluster: str, event: ObjectEvent, memory: PlannerMemory) -> None:
