@@ -6,7 +6,5 @@ from __future__ import annotations
 CLUSTER_ROLES = ("watcher", "planner", "applier", "status")
 # On the manager cluster only: delegation to worker clusters, and the live web dashboard.
 MANAGER_ROLES = ("dispatcher", "dashboard")
-# The roles that divide the TrainJobs between their replicas by partition.
-PARTITIONED_ROLES = ("planner", "applier", "status", "dispatcher")
 # The roles whose processes run the TrainJobs' control loop (the dashboard only shows it).
 CONTROL_PLANE_ROLES = (*CLUSTER_ROLES, "dispatcher")

@@ -188,12 +188,15 @@ def test_the_dispatched_condition_goes_first_and_replaces_the_previous_one():
         ["DispatchedFalse", "CreatedTrue"]
 
 
-def test_a_copy_failed_for_a_reason_that_is_not_final_still_holds_its_place() -> None:
-    # The planner's Failed/TrainJobResourcesCreationFailed resumes once the cause is fixed: the
-    # dispatcher must not count such a copy as done (release its slots, stop re-dispatching it).
-    failed = {"status": {"conditions": [{"type": "Failed", "status": "True", "reason": ""}]}}
-    for reason in ("TrainJobResourcesCreationFailed", "TrainingRuntimeNotSupported"):
-        failed["status"]["conditions"][0]["reason"] = reason
-        assert not is_finished(failed)
-    failed["status"]["conditions"][0]["reason"] = "JobSetFailed"  # the JobSet's failure is final
-    assert is_finished(failed)
+def test_a_trainjob_failed_for_a_reason_that_is_not_final_keeps_its_hold() -> None:
+    # The planner's Failed/TrainJobResourcesCreationFailed (or an unsupported runtime) resumes
+    # once the cause is fixed: the dispatcher must not count it as done and give its slots back.
+    def failed(name: str, reason: str) -> dict:
+        trainjob = manager_trainjob()
+        trainjob["metadata"]["name"] = name
+        trainjob["status"] = {"conditions": [{"type": "Failed", "status": "True", "reason": reason}]}
+        return trainjob
+
+    held = d.running_on([failed("setup", "TrainJobResourcesCreationFailed"),
+                         failed("runtime", "TrainingRuntimeNotSupported"), failed("ran", "JobSetFailed")])
+    assert held == {"worker-1": {"team-a/setup", "team-a/runtime"}}

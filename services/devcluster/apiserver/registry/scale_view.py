@@ -9,6 +9,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from trainyard.apimachinery.json_types import json_type_name
+
 from .. import errors
 from .kinds import ResourceType
 
@@ -33,19 +35,13 @@ def _go_value(value: Any) -> str:
     return str(value)
 
 
+# JSON types as Go's ``%T`` prints them in unstructured content.
+_GO_TYPES = {"boolean": "bool", "integer": "int64", "number": "float64", "string": "string",
+             "object": "map[string]interface {}"}
+
+
 def _go_type(value: Any) -> str:
-    """A JSON value's Go type in unstructured content, as ``%T`` prints it."""
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int):
-        return "int64"
-    if isinstance(value, float):
-        return "float64"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, dict):
-        return "map[string]interface {}"
-    return "[]interface {}"
+    return _GO_TYPES.get(json_type_name(value), "[]interface {}")
 
 
 def accessor_error(path: str, value: Any, expected: str) -> str:
